@@ -1,0 +1,5 @@
+//! `prescient-bindings`: foreign-function interfaces for the real hardware.
+//!
+//! RDMA verbs (through a maintained libibverbs wrapper) and, behind a cargo feature,
+//! DOCA (bindgen against an installed DOCA SDK). The default build needs neither
+//! rdma-core nor DOCA, so that CPU-emulation mode builds anywhere.

@@ -1,0 +1,2 @@
+//! The `prescient-dpu` command.
+fn main() {}

@@ -1,0 +1,96 @@
+//! The request pipeline: an ordered list of stages every validated request passes.
+//!
+//! The ring code hands each validated request to [`Pipeline::run`]; stages never see
+//! ring indices or descriptors, so sealing, coding, replication and invalidation slot
+//! in here without touching the ring.
+
+use std::ops::Range;
+
+/// What a request asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// Store `value` under `key`.
+    Put,
+    /// Remove `key`.
+    Delete,
+    /// Complete at once; used to measure the ring and to ping the DPU app.
+    Nop,
+}
+
+/// One request as the stages see it. `buf` is the whole arena buffer the host filled;
+/// `payload` is the part of it that currently holds the value (stages that add a
+/// header or a tag in place move it within `buf`).
+#[derive(Debug)]
+pub struct Request<'a> {
+    /// Operation.
+    pub op: Op,
+    /// Key bytes.
+    pub key: &'a [u8],
+    /// The arena buffer, owned by the DPU app until the request completes.
+    pub buf: &'a mut [u8],
+    /// Byte range of `buf` holding the payload.
+    pub payload: Range<usize>,
+    /// Version assigned to the write (0 until a sequencing stage stamps it).
+    pub version: u64,
+}
+
+/// Why a stage failed a request; reported to the host as an error completion.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StageError {
+    /// The payload does not fit the room the stage needs in the buffer.
+    #[error("stage {stage}: payload of {len} bytes leaves no room for {need} more bytes in a {cap}-byte buffer")]
+    NoRoom {
+        /// Failing stage.
+        stage: &'static str,
+        /// Payload length.
+        len: usize,
+        /// Extra bytes the stage needs.
+        need: usize,
+        /// Buffer capacity.
+        cap: usize,
+    },
+    /// Any other failure, with the stage's own words.
+    #[error("stage {stage}: {reason}")]
+    Failed {
+        /// Failing stage.
+        stage: &'static str,
+        /// What went wrong.
+        reason: String,
+    },
+}
+
+/// One step of the write path.
+pub trait Stage: Send {
+    /// Short name for logs and metrics.
+    fn name(&self) -> &'static str;
+    /// Processes `req` in place; an error fails the request and skips later stages.
+    fn run(&mut self, req: &mut Request<'_>) -> Result<(), StageError>;
+}
+
+/// An ordered list of stages.
+#[derive(Default)]
+pub struct Pipeline {
+    stages: Vec<Box<dyn Stage>>,
+}
+
+impl Pipeline {
+    /// An empty pipeline: every request completes as soon as it is validated.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Appends a stage.
+    pub fn push(&mut self, stage: Box<dyn Stage>) -> &mut Self {
+        self.stages.push(stage);
+        self
+    }
+
+    /// Runs `req` through every stage in order.
+    pub fn run(&mut self, req: &mut Request<'_>) -> Result<(), StageError> {
+        for stage in &mut self.stages {
+            stage.run(req)?;
+        }
+        Ok(())
+    }
+}

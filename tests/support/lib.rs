@@ -1,0 +1,2 @@
+//! Support code shared by Prescient's system tests.
+#![forbid(unsafe_code)]
