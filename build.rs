@@ -1,1 +1,17 @@
-fn main() {}
+//! Builds the C client in `tests/c/` against `prescient.h`, the header that
+//! `prescient-shim`'s build script generates, and links it into this package, so the
+//! system tests can run it against a real `prescient-dpu` process.
+
+fn main() {
+    let include =
+        std::env::var("DEP_PRESCIENT_SHIM_INCLUDE").expect("prescient-shim's build script exports its include folder");
+    cc::Build::new()
+        .file("tests/c/client.c")
+        .include(&include)
+        .flag_if_supported("-std=c11")
+        .warnings_into_errors(true)
+        .flag("-Wall")
+        .flag("-Wextra")
+        .compile("prescient_c_client");
+    println!("cargo:rerun-if-changed=tests/c/client.c");
+}

@@ -1,8 +1,24 @@
 //! `prescient-dpu`: the offload engine.
 //!
 //! Runs on the Arm cores of a BlueField DPU, or as an ordinary process in
-//! CPU-emulation mode. It polls the host's submission rings, validates every
-//! descriptor, and passes each request through a [`pipeline::Pipeline`] of stages.
+//! CPU-emulation mode. It maps each host's shared region, polls every queue pair,
+//! validates every descriptor against the region's shape and its own in-flight
+//! table, and passes each request through a [`pipeline::Pipeline`] of stages.
+//!
+//! Module map: [`serve`] (the loop) -> [`region_server`] (one host: attach, recovery,
+//! host death) -> [`queue`] (one queue pair: take, check, complete) ->
+//! [`pipeline`] (stages, e.g. [`sequence`]). [`bench`] measures the ring against
+//! references; [`demo`] drives a host workload for the README's main command.
 #![deny(unsafe_code)]
 
+pub mod bench;
+pub mod demo;
+pub mod error;
+pub mod inflight;
+pub mod metrics;
 pub mod pipeline;
+pub mod queue;
+pub mod region_server;
+pub mod sequence;
+pub mod serve;
+pub mod signal;

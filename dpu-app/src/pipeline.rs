@@ -13,8 +13,6 @@ pub enum Op {
     Put,
     /// Remove `key`.
     Delete,
-    /// Complete at once; used to measure the ring and to ping the DPU app.
-    Nop,
 }
 
 /// One request as the stages see it. `buf` is the whole arena buffer the host filled;
@@ -84,6 +82,21 @@ impl Pipeline {
     pub fn push(&mut self, stage: Box<dyn Stage>) -> &mut Self {
         self.stages.push(stage);
         self
+    }
+
+    /// Stages in the pipeline.
+    pub fn len(&self) -> usize {
+        self.stages.len()
+    }
+
+    /// Whether the pipeline has no stage.
+    pub fn is_empty(&self) -> bool {
+        self.stages.is_empty()
+    }
+
+    /// Stage names, in order.
+    pub fn names(&self) -> Vec<&'static str> {
+        self.stages.iter().map(|s| s.name()).collect()
     }
 
     /// Runs `req` through every stage in order.

@@ -1,1 +1,40 @@
-//! `prescient-shim`: the host side of Prescient and the layout both sides share.
+//! `prescient-shim`: the host side of Prescient and the shared-region layout both
+//! sides use.
+//!
+//! A key-value store links this crate (from Rust, or from C/C++ through the C ABI in
+//! [`ffi`] and the generated `prescient.h`). It creates one shared region per process,
+//! takes [`Buffer`]s from the region's pinned arena, serialises values straight into
+//! them and submits PUT/DELETE requests on one [`QueuePair`] per thread. The DPU app
+//! (`prescient-dpu`) maps the same region, consumes the descriptors and posts
+//! completions; no value byte is copied on the way.
+//!
+//! Module map, bottom up: [`config`] (every limit), [`layout`] (offsets), [`region`]
+//! (the mapping), [`descriptor`] / [`completion`] / [`status`] (formats),
+//! [`ring`] (the SPSC protocol), [`queue`] (a queue pair in the region),
+//! [`arena`] / [`buffer`] (buffer ownership), [`liveness`] (heartbeats),
+//! [`host`] (the API), [`ffi`] (the C ABI).
+#![deny(unsafe_code)]
+
+pub mod arena;
+pub mod buffer;
+pub mod completion;
+pub mod config;
+pub mod descriptor;
+pub mod error;
+pub mod ffi;
+pub mod host;
+pub mod layout;
+pub mod liveness;
+pub mod queue;
+pub mod region;
+pub mod ring;
+pub mod status;
+pub mod sys;
+
+pub use buffer::Buffer;
+pub use completion::Completion;
+pub use descriptor::{OpCode, Sla};
+pub use error::ShimError;
+pub use host::{Host, HostOptions, QueuePair};
+pub use layout::RegionConfig;
+pub use status::Status;

@@ -1,0 +1,5 @@
+//! `prescient-dpu bench`: measurements that print each figure next to a reference
+//! measured in the same run, as a ratio.
+
+pub mod report;
+pub mod ring;

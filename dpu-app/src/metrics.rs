@@ -1,0 +1,53 @@
+//! Counters the DPU app keeps while serving, printed as its summary.
+
+use prescient_shim::Status;
+
+/// What happened while serving.
+#[derive(Clone, Debug, Default)]
+pub struct Metrics {
+    /// Requests completed (any status).
+    pub completed: u64,
+    /// Completed with `Status::Ok`.
+    pub ok: u64,
+    /// Error completions, by status code.
+    pub errors: [u64; 16],
+    /// Requests a stage failed.
+    pub stage_failures: u64,
+    /// Queue pairs fenced off.
+    pub fences: u64,
+    /// Hosts seen to die.
+    pub host_deaths: u64,
+    /// Buffers reclaimed from dead hosts or a dead predecessor.
+    pub buffers_reclaimed: u64,
+    /// Requests a predecessor took and this DPU app failed at attach.
+    pub restart_failed: u64,
+    /// Futex sleeps.
+    pub sleeps: u64,
+}
+
+impl Metrics {
+    /// Counts one completion.
+    pub fn count(&mut self, status: Status) {
+        self.completed += 1;
+        if status == Status::Ok {
+            self.ok += 1;
+        } else {
+            let slot = (status as u16 as usize).min(self.errors.len() - 1);
+            self.errors[slot] += 1;
+        }
+    }
+
+    /// A one-paragraph summary.
+    pub fn summary(&self) -> String {
+        let mut s = format!(
+            "completed {} requests ({} ok); fenced {} queue pairs; {} host deaths; reclaimed {} buffers; failed {} requests of a dead predecessor; slept {} times",
+            self.completed, self.ok, self.fences, self.host_deaths, self.buffers_reclaimed, self.restart_failed, self.sleeps
+        );
+        for (code, &n) in self.errors.iter().enumerate() {
+            if n > 0 {
+                s.push_str(&format!("\n  {n} x {}", Status::from_u16(code as u16)));
+            }
+        }
+        s
+    }
+}

@@ -1,0 +1,270 @@
+//! Serving one host's region: attach (and recover a dead predecessor's requests),
+//! serve its queue pairs, watch the host, and reclaim a dead host's buffers.
+
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use prescient_shim::arena::{self, BufferState};
+use prescient_shim::completion::Completion;
+use prescient_shim::config::COMPLETION_BYTES;
+use prescient_shim::host::process_alive;
+use prescient_shim::layout::header;
+use prescient_shim::liveness::Watch;
+use prescient_shim::queue::QueueWords;
+use prescient_shim::region::Region;
+use prescient_shim::ring::RingMemory;
+use prescient_shim::Status;
+
+use crate::error::DpuError;
+use crate::inflight::InFlight;
+use crate::metrics::Metrics;
+use crate::pipeline::Pipeline;
+use crate::queue::QueueServer;
+
+/// How often the DPU app looks at each host's liveness.
+const HOST_CHECK_PERIOD: Duration = Duration::from_millis(10);
+
+/// The DPU end of one region.
+#[derive(Debug)]
+pub struct RegionServer {
+    region: Arc<Region>,
+    queues: Vec<QueueServer>,
+    inflight: InFlight,
+    host: Watch,
+    host_checked: Instant,
+    /// The host generation being served; `None` while the host is dead.
+    serving: Option<u32>,
+}
+
+impl RegionServer {
+    /// Maps the region at `path`, claims it for this process and recovers whatever a
+    /// dead predecessor left: requests it took but did not complete are failed with
+    /// [`Status::DpuRestarted`], and buffers it held go back to the arena.
+    pub fn attach(path: &Path, pin: bool, host_timeout: Duration, metrics: &mut Metrics) -> Result<Self, DpuError> {
+        let region = Region::open(path, pin).map_err(|source| DpuError::Attach { path: path.into(), source })?;
+        let region = Arc::new(region);
+        let me = std::process::id();
+        let pid_word = region.u32_at(header::DPU_PID);
+        let other = pid_word.load(Ordering::Acquire);
+        if other != 0 && other != me && process_alive(other) {
+            return Err(DpuError::AlreadyServed { path: path.into(), pid: other });
+        }
+        pid_word.store(me, Ordering::Release);
+        let epoch = region.u32_at(header::DPU_EPOCH).fetch_add(1, Ordering::AcqRel).wrapping_add(1);
+        let config = region.layout().config;
+        let now = Instant::now();
+        let mut server = Self {
+            queues: (0..config.queue_pairs).map(|qp| QueueServer::new(QueueWords::new(region.clone(), qp))).collect(),
+            inflight: InFlight::new(config.host_buffers),
+            host: Watch::new(region.u64_at(header::HOST_HEARTBEAT), host_timeout, now),
+            host_checked: now,
+            serving: None,
+            region,
+        };
+        let generation = server.region.u32_at(header::HOST_GENERATION).load(Ordering::Acquire);
+        let served = server.region.u32_at(header::DPU_SERVED_GENERATION).load(Ordering::Acquire);
+        if generation == served {
+            server.recover(path, metrics)?;
+            server.serving = Some(generation);
+        } else {
+            // A new host attached while no DPU app ran: the old host's requests have no
+            // one to complete to. Drop them; the new host waits for our acknowledgement.
+            server.take_over_host(generation, metrics);
+        }
+        tracing::info!(region = %path.display(), epoch, generation, "attached");
+        Ok(server)
+    }
+
+    /// Fails every request the predecessor took without completing.
+    fn recover(&mut self, path: &Path, metrics: &mut Metrics) -> Result<(), DpuError> {
+        for q in &mut self.queues {
+            if q.fenced() {
+                continue;
+            }
+            let words = q.words().clone();
+            let head = words.sq_head().load(Ordering::Acquire);
+            let taken = words.sq_taken().load(Ordering::Acquire);
+            let entries = self.region.layout().config.ring_entries;
+            let pending = taken.wrapping_sub(head);
+            if pending > entries {
+                return Err(DpuError::Recovery {
+                    path: path.into(),
+                    qp: words.index(),
+                    what: format!("taken index {taken} is {pending} past head {head}, more than {entries} entries"),
+                });
+            }
+            if pending == 0 {
+                continue;
+            }
+            let completions = words.completions();
+            let cq_tail = words.cq_tail().load(Ordering::Acquire);
+            // Completions the predecessor published: the last `entries` slots.
+            let window: Vec<Completion> = (1..=entries)
+                .map(|back| completions.read_slot(cq_tail.wrapping_sub(back) & (entries - 1)))
+                .map(|bytes: [u8; COMPLETION_BYTES]| Completion::parse(&bytes))
+                .collect();
+            let submissions = words.submissions();
+            let mut failed = 0;
+            for index in (0..pending).map(|i| head.wrapping_add(i)) {
+                let done = window.iter().any(|c| c.sq_index == index);
+                if done {
+                    continue;
+                }
+                let bytes = submissions.read_slot(index & (entries - 1));
+                let user_data = u64::from_le_bytes(bytes[24..32].try_into().expect("8 bytes"));
+                if q.completion_room(metrics) == 0 {
+                    return Err(DpuError::Recovery {
+                        path: path.into(),
+                        qp: words.index(),
+                        what: "no completion slot free to fail a predecessor's request".into(),
+                    });
+                }
+                q.post(&Completion {
+                    user_data,
+                    status: Status::DpuRestarted,
+                    op: bytes[0],
+                    sq_index: index,
+                    version: 0,
+                    detail: 0,
+                });
+                failed += 1;
+            }
+            q.publish_completions();
+            q.submissions().skip_to(taken).map_err(|e| DpuError::Recovery {
+                path: path.into(),
+                qp: words.index(),
+                what: e.to_string(),
+            })?;
+            q.submissions().release();
+            metrics.restart_failed += failed;
+            tracing::warn!(qp = words.index(), failed, "failed requests a dead predecessor took");
+        }
+        // Nothing is in flight in this process yet: any buffer marked Dpu was the
+        // predecessor's.
+        metrics.buffers_reclaimed += self.reclaim(&[BufferState::Dpu]);
+        Ok(())
+    }
+
+    /// Frees every host buffer in one of `states` that this process does not hold.
+    fn reclaim(&mut self, states: &[BufferState]) -> u64 {
+        let layout = *self.region.layout();
+        let mut freed = 0;
+        for index in 0..layout.config.host_buffers {
+            if self.inflight.contains(index) {
+                continue;
+            }
+            let cell = self.region.u32_at(layout.buffer_state(index));
+            let word = cell.load(Ordering::Acquire);
+            if BufferState::of(word).is_none_or(|s| states.contains(&s))
+                && cell
+                    .compare_exchange(
+                        word,
+                        arena::word(arena::generation(word), BufferState::Free),
+                        Ordering::AcqRel,
+                        Ordering::Relaxed,
+                    )
+                    .is_ok()
+            {
+                freed += 1;
+            }
+        }
+        freed
+    }
+
+    /// Drops the previous host's unconsumed requests, reclaims its buffers and
+    /// acknowledges host `generation`.
+    fn take_over_host(&mut self, generation: u32, metrics: &mut Metrics) {
+        for q in &mut self.queues {
+            let words = q.words().clone();
+            let tail = words.sq_tail().load(Ordering::Acquire);
+            let sq = q.submissions();
+            // A hostile tail is the old host's problem; drop whatever is plausible.
+            if sq.skip_to(tail).is_ok() {
+                sq.release();
+            }
+            words.sq_taken().store(sq.head(), Ordering::Release);
+            words.fence_reason().store(0, Ordering::Release);
+            *q = QueueServer::new(words);
+        }
+        metrics.buffers_reclaimed += self.reclaim(&[BufferState::Host, BufferState::Submitted, BufferState::Dpu]);
+        self.host = Watch::new(self.region.u64_at(header::HOST_HEARTBEAT), self.host.timeout(), Instant::now());
+        self.region.u32_at(header::DPU_SERVED_GENERATION).store(generation, Ordering::Release);
+        self.serving = Some(generation);
+        tracing::info!(generation, "serving a new host");
+    }
+
+    /// The region.
+    pub fn region(&self) -> &Arc<Region> {
+        &self.region
+    }
+
+    /// Whether some queue pair has work (one shared read each).
+    pub fn has_work(&self) -> bool {
+        self.serving.is_some() && self.queues.iter().any(QueueServer::has_work)
+    }
+
+    /// Serves one batch of every queue pair; returns requests completed.
+    pub fn serve(&mut self, pipeline: &mut Pipeline, metrics: &mut Metrics) -> u32 {
+        if self.serving.is_none() {
+            return 0;
+        }
+        let mut done = 0;
+        for q in &mut self.queues {
+            done += q.serve(&self.region, &mut self.inflight, pipeline, metrics);
+        }
+        done
+    }
+
+    /// Looks at the host at most every few milliseconds: a dead host's buffers are
+    /// reclaimed and its queues dropped; a new host is taken over.
+    pub fn watch_host(&mut self, now: Instant, metrics: &mut Metrics) {
+        if now.saturating_duration_since(self.host_checked) < HOST_CHECK_PERIOD {
+            return;
+        }
+        self.host_checked = now;
+        let generation = self.region.u32_at(header::HOST_GENERATION).load(Ordering::Acquire);
+        if self.serving.is_some_and(|g| g != generation) || (self.serving.is_none() && generation != self.served()) {
+            self.take_over_host(generation, metrics);
+            return;
+        }
+        if self.serving.is_none() {
+            return;
+        }
+        let pid = self.region.u32_at(header::HOST_PID).load(Ordering::Acquire);
+        let silent = self.host.check(self.region.u64_at(header::HOST_HEARTBEAT), now);
+        let dead = pid == 0 || !process_alive(pid) || silent.is_err();
+        if dead {
+            let freed = self.reclaim(&[BufferState::Host, BufferState::Submitted]);
+            metrics.host_deaths += 1;
+            metrics.buffers_reclaimed += freed;
+            tracing::warn!(region = %self.region.path().display(), pid, freed, "host is gone; reclaimed its buffers");
+            self.serving = None;
+        }
+    }
+
+    fn served(&self) -> u32 {
+        self.region.u32_at(header::DPU_SERVED_GENERATION).load(Ordering::Acquire)
+    }
+
+    /// Detaches cleanly (a successor need not wait for our heartbeat to stop).
+    pub fn detach(&self) {
+        let _ = self.region.u32_at(header::DPU_PID).compare_exchange(
+            std::process::id(),
+            0,
+            Ordering::AcqRel,
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Bumps this DPU app's heartbeat in the region.
+    pub fn beat(&self) {
+        self.region.u64_at(header::DPU_HEARTBEAT).fetch_add(1, Ordering::Release);
+    }
+
+    /// Buffers this DPU app holds now.
+    pub fn in_flight(&self) -> u32 {
+        self.inflight.len()
+    }
+}

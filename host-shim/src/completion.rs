@@ -1,0 +1,96 @@
+//! The completion entry: 32 little-endian bytes the DPU app writes for each request.
+//!
+//! ```text
+//!  0 user_data u64   8 status u16   10 op u8   11 reserved u8   12 sq_index u32
+//! 16 version u64    24 detail u32  28 reserved u32
+//! ```
+//! `sq_index` is the free-running submission index of the request: a restarted DPU
+//! app uses it to find which taken requests its predecessor completed.
+
+use crate::config::COMPLETION_BYTES;
+use crate::status::Status;
+
+/// Byte ranges of the fields.
+pub mod field {
+    use std::ops::Range;
+    /// Caller's tag.
+    pub const USER_DATA: Range<usize> = 0..8;
+    /// Status code.
+    pub const STATUS: Range<usize> = 8..10;
+    /// Op code of the request.
+    pub const OP: usize = 10;
+    /// Submission index.
+    pub const SQ_INDEX: Range<usize> = 12..16;
+    /// Version the write was given.
+    pub const VERSION: Range<usize> = 16..24;
+    /// Error detail (the offending value, truncated).
+    pub const DETAIL: Range<usize> = 24..28;
+}
+
+/// A completion's fields.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Completion {
+    /// The request's tag.
+    pub user_data: u64,
+    /// Outcome.
+    pub status: Status,
+    /// Op code byte of the request (0 if the request was refused before decoding).
+    pub op: u8,
+    /// The request's free-running submission index.
+    pub sq_index: u32,
+    /// Version assigned to a write (0 if none).
+    pub version: u64,
+    /// For errors, the offending value.
+    pub detail: u32,
+}
+
+impl Completion {
+    /// Writes the completion's bytes.
+    pub fn emit(&self, out: &mut [u8; COMPLETION_BYTES]) {
+        *out = [0; COMPLETION_BYTES];
+        out[field::USER_DATA].copy_from_slice(&self.user_data.to_le_bytes());
+        out[field::STATUS].copy_from_slice(&(self.status as u16).to_le_bytes());
+        out[field::OP] = self.op;
+        out[field::SQ_INDEX].copy_from_slice(&self.sq_index.to_le_bytes());
+        out[field::VERSION].copy_from_slice(&self.version.to_le_bytes());
+        out[field::DETAIL].copy_from_slice(&self.detail.to_le_bytes());
+    }
+
+    /// Parses a completion (unknown status codes decode to [`Status::Unknown`]).
+    pub fn parse(b: &[u8; COMPLETION_BYTES]) -> Self {
+        let u32_at = |r: std::ops::Range<usize>| u32::from_le_bytes(b[r].try_into().expect("4 bytes"));
+        let u64_at = |r: std::ops::Range<usize>| u64::from_le_bytes(b[r].try_into().expect("8 bytes"));
+        Self {
+            user_data: u64_at(field::USER_DATA),
+            status: Status::from_u16(u16::from_le_bytes(b[field::STATUS].try_into().expect("2 bytes"))),
+            op: b[field::OP],
+            sq_index: u32_at(field::SQ_INDEX),
+            version: u64_at(field::VERSION),
+            detail: u32_at(field::DETAIL),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn golden_bytes_round_trip() {
+        let c = Completion {
+            user_data: 0x0102_0304_0506_0708,
+            status: Status::BadOffset,
+            op: 1,
+            sq_index: 0x1000_0001,
+            version: 9,
+            detail: 0xabcd,
+        };
+        let mut b = [0u8; 32];
+        c.emit(&mut b);
+        assert_eq!(
+            b,
+            [8, 7, 6, 5, 4, 3, 2, 1, 5, 0, 1, 0, 1, 0, 0, 0x10, 9, 0, 0, 0, 0, 0, 0, 0, 0xcd, 0xab, 0, 0, 0, 0, 0, 0]
+        );
+        assert_eq!(Completion::parse(&b), c);
+    }
+}

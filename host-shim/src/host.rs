@@ -1,0 +1,518 @@
+//! The host API a key-value store links: create or attach a region, take buffers,
+//! submit requests on a per-thread queue pair, and reap completions.
+//!
+//! ```no_run
+//! use prescient_shim::{Host, HostOptions, RegionConfig, Sla};
+//! use std::time::Duration;
+//!
+//! let host = Host::create("/dev/shm/prescient-kv".as_ref(), RegionConfig::default(), HostOptions::default())?;
+//! let mut qp = host.queue_pair(0)?;             // one per KV-store thread
+//! let mut buf = host.take_buffer()?;
+//! let value = b"hello";
+//! buf.value_mut()[..value.len()].copy_from_slice(value); // serialise in place
+//! qp.put(b"key-1", buf, value.len(), Sla::Fresh, 42).map_err(|(e, _buf)| e)?;
+//! qp.wait(Duration::from_secs(1), |c| assert_eq!(c.user_data, 42))?;
+//! # Ok::<(), prescient_shim::ShimError>(())
+//! ```
+
+use std::path::Path;
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::arena::{self, BufferState};
+use crate::buffer::Buffer;
+use crate::completion::Completion;
+use crate::config::*;
+use crate::descriptor::{ArenaShape, Descriptor, OpCode, Sla};
+use crate::error::ShimError;
+use crate::layout::{header, RegionConfig};
+use crate::liveness::{Beater, Watch};
+use crate::queue::{Completions, FenceReason, QueueWords, Submissions};
+use crate::region::Region;
+use crate::ring::{Consumer, Producer};
+use crate::sys as futex;
+
+/// How the host maps and watches a region.
+#[derive(Clone, Copy, Debug)]
+pub struct HostOptions {
+    /// Lock the region in memory (`mlock`). On by default; the DPU's NIC reads the
+    /// arena directly, so production regions must be pinned.
+    pub pin: bool,
+    /// Time without a DPU heartbeat after which host calls fail.
+    pub dpu_timeout: Duration,
+}
+
+impl Default for HostOptions {
+    fn default() -> Self {
+        Self { pin: true, dpu_timeout: Duration::from_millis(DPU_TIMEOUT_MS_DEFAULT) }
+    }
+}
+
+/// A host's handle on its region. Shared by all KV-store threads (`Arc<Host>`).
+pub struct Host {
+    region: Arc<Region>,
+    claimed: Vec<AtomicBool>,
+    cursor: AtomicU32,
+    options: HostOptions,
+    _beater: Beater,
+}
+
+impl std::fmt::Debug for Host {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Host").field("region", &self.region).finish()
+    }
+}
+
+fn host_heartbeat(region: &Region) -> &AtomicU64 {
+    region.u64_at(header::HOST_HEARTBEAT)
+}
+
+impl Host {
+    /// Creates a new region file at `path` (under `/dev/shm`, or on hugetlbfs) and
+    /// becomes its host.
+    pub fn create(path: &Path, config: RegionConfig, options: HostOptions) -> Result<Arc<Self>, ShimError> {
+        let region = Region::create(path, config, options.pin)?;
+        Self::start(Arc::new(region), options)
+    }
+
+    /// Attaches to an existing region whose previous host is gone (a restarted KV
+    /// store). The serving DPU app must acknowledge the takeover within
+    /// `dpu_timeout`: it drops the previous host's unconsumed requests and reclaims its
+    /// buffers; this host then discards the previous host's completions, so it starts
+    /// with empty queues and a full arena.
+    pub fn attach(path: &Path, options: HostOptions) -> Result<Arc<Self>, ShimError> {
+        let region = Region::open(path, options.pin)?;
+        let pid = region.u32_at(header::HOST_PID).load(Ordering::Acquire);
+        if pid != 0 && pid != std::process::id() && process_alive(pid) {
+            return Err(ShimError::Busy { what: format!("region {}", path.display()), pid });
+        }
+        let region = Arc::new(region);
+        let generation = Self::claim(&region);
+        let started = Instant::now();
+        let mut dpu = Watch::new(region.u64_at(header::DPU_HEARTBEAT), options.dpu_timeout, started);
+        while region.u32_at(header::DPU_SERVED_GENERATION).load(Ordering::Acquire) != generation {
+            if let Err(silent) = dpu.check(region.u64_at(header::DPU_HEARTBEAT), Instant::now()) {
+                return Err(ShimError::DpuNotResponding {
+                    silent_ms: silent.as_millis() as u64,
+                    timeout_ms: options.dpu_timeout.as_millis() as u64,
+                });
+            }
+            std::thread::sleep(Duration::from_micros(HEARTBEAT_PERIOD_US / 5));
+        }
+        for qp in 0..region.layout().config.queue_pairs {
+            let words = QueueWords::new(region.clone(), qp);
+            // Release: the DPU app may reuse these completion slots at once.
+            words.cq_head().store(words.cq_tail().load(Ordering::Acquire), Ordering::Release);
+        }
+        Self::start(region, options)
+    }
+
+    /// Records this process as the region's host; returns the new host generation.
+    fn claim(region: &Region) -> u32 {
+        region.u32_at(header::HOST_PID).store(std::process::id(), Ordering::Release);
+        region.u32_at(header::HOST_GENERATION).fetch_add(1, Ordering::AcqRel).wrapping_add(1)
+    }
+
+    fn start(region: Arc<Region>, options: HostOptions) -> Result<Arc<Self>, ShimError> {
+        if region.u32_at(header::HOST_GENERATION).load(Ordering::Acquire) == 0 {
+            Self::claim(&region);
+        }
+        let beater = Beater::start(region.clone(), host_heartbeat, Duration::from_micros(HEARTBEAT_PERIOD_US))
+            .map_err(|source| ShimError::Io { action: "start heartbeat for", path: region.path().into(), source })?;
+        let queue_pairs = region.layout().config.queue_pairs;
+        Ok(Arc::new(Self {
+            claimed: (0..queue_pairs).map(|_| AtomicBool::new(false)).collect(),
+            cursor: AtomicU32::new(0),
+            region,
+            options,
+            _beater: beater,
+        }))
+    }
+
+    /// The mapped region.
+    pub fn region(&self) -> &Arc<Region> {
+        &self.region
+    }
+
+    /// The region's sizes.
+    pub fn config(&self) -> RegionConfig {
+        self.region.layout().config
+    }
+
+    /// Takes queue pair `qp` for the calling thread. Each queue pair may be taken once
+    /// per host; it is given back when the [`QueuePair`] drops.
+    pub fn queue_pair(self: &Arc<Self>, qp: u32) -> Result<QueuePair, ShimError> {
+        let count = self.config().queue_pairs;
+        let free = self.claimed.get(qp as usize).is_some_and(|c| !c.swap(true, Ordering::AcqRel));
+        if !free {
+            return Err(ShimError::NoQueuePair { qp, count });
+        }
+        let words = QueueWords::new(self.region.clone(), qp);
+        let now = Instant::now();
+        Ok(QueuePair {
+            sq: Producer::new(words.submissions()),
+            cq: Consumer::new(words.completions()),
+            dpu: Watch::new(self.region.u64_at(header::DPU_HEARTBEAT), self.options.dpu_timeout, now),
+            host: self.clone(),
+            words,
+            in_flight: 0,
+        })
+    }
+
+    /// Takes a free buffer from the arena to fill in place.
+    pub fn take_buffer(&self) -> Result<Buffer, ShimError> {
+        let count = self.config().host_buffers;
+        let start = self.cursor.fetch_add(1, Ordering::Relaxed);
+        for probe in 0..count {
+            let index = start.wrapping_add(probe) % count;
+            let cell = self.region.u32_at(self.region.layout().buffer_state(index));
+            if let Some(generation) = arena::take(cell) {
+                self.cursor.store(index.wrapping_add(1), Ordering::Relaxed);
+                return Ok(Buffer::new(self.region.clone(), index, generation));
+            }
+        }
+        Err(ShimError::ArenaExhausted { count })
+    }
+
+    /// Frees buffer `index` taken at `generation` through the raw C ABI. Refuses a
+    /// buffer that is in flight or not held at that generation.
+    pub fn free_raw(&self, index: u32, generation: u32) -> Result<(), ShimError> {
+        let cell = self.buffer_word(index)?;
+        arena::transition(cell, generation, BufferState::Host, BufferState::Free).map_err(|found| {
+            ShimError::BufferState {
+                index,
+                state: BufferState::describe(BufferState::of(found)),
+                hint: "free only buffers you took and have not submitted",
+            }
+        })
+    }
+
+    fn buffer_word(&self, index: u32) -> Result<&AtomicU32, ShimError> {
+        if index >= self.config().host_buffers {
+            return Err(ShimError::BufferState { index, state: "out of range", hint: "use an index from take" });
+        }
+        Ok(self.region.u32_at(self.region.layout().buffer_state(index)))
+    }
+
+    /// Cache-directory slot `slot`, updated by remote DPUs with compare-and-swap.
+    pub fn directory_slot(&self, slot: u32) -> Option<&AtomicU64> {
+        (slot < self.config().directory_slots).then(|| self.region.u64_at(self.region.layout().directory_slot(slot)))
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        // Detach cleanly: the DPU app reclaims this host's buffers without waiting out
+        // the heartbeat timeout.
+        let _ = self.region.u32_at(header::HOST_PID).compare_exchange(
+            std::process::id(),
+            0,
+            Ordering::AcqRel,
+            Ordering::Relaxed,
+        );
+    }
+}
+
+/// Whether process `pid` exists (the emulated DPU app and host share a kernel).
+pub fn process_alive(pid: u32) -> bool {
+    let Ok(pid) = i32::try_from(pid) else { return false };
+    // kill(pid, 0) sends nothing; it only asks whether the process exists.
+    match crate::sys::kill0(pid) {
+        Ok(()) => true,
+        Err(errno) => errno != libc::ESRCH,
+    }
+}
+
+/// One KV-store thread's queue pair. Not shared between threads; send it to the
+/// thread that uses it.
+pub struct QueuePair {
+    host: Arc<Host>,
+    words: QueueWords,
+    sq: Producer<Submissions>,
+    cq: Consumer<Completions>,
+    dpu: Watch,
+    in_flight: u32,
+}
+
+impl std::fmt::Debug for QueuePair {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueuePair").field("qp", &self.words.index()).finish()
+    }
+}
+
+impl QueuePair {
+    /// This queue pair's index.
+    pub fn index(&self) -> u32 {
+        self.words.index()
+    }
+
+    /// Requests submitted and not yet completed, as last seen.
+    pub fn in_flight(&self) -> u32 {
+        self.in_flight
+    }
+
+    fn arena(&self) -> ArenaShape {
+        let c = self.host.config();
+        ArenaShape { host_buffers: c.host_buffers, buffer_bytes: c.buffer_bytes }
+    }
+
+    fn check_fence(&self) -> Result<(), ShimError> {
+        let reason = self.words.fence_reason().load(Ordering::Acquire);
+        if reason == 0 {
+            return Ok(());
+        }
+        let reason = FenceReason::from_u32(reason).map_or("unknown reason", FenceReason::describe);
+        Err(ShimError::Fenced { qp: self.index(), reason, detail: self.words.fence_detail().load(Ordering::Acquire) })
+    }
+
+    fn check_dpu(&mut self) -> Result<(), ShimError> {
+        let counter = self.host.region.u64_at(header::DPU_HEARTBEAT);
+        self.dpu.check(counter, Instant::now()).map_err(|silent| ShimError::DpuNotResponding {
+            silent_ms: silent.as_millis() as u64,
+            timeout_ms: self.dpu.timeout().as_millis() as u64,
+        })
+    }
+
+    fn room(&mut self) -> Result<(), ShimError> {
+        // One completion slot per request in flight: never more in flight than the
+        // completion ring holds, so the DPU app can always complete what it takes.
+        let entries = self.host.config().ring_entries;
+        if self.in_flight() >= entries || self.sq.free() == 0 {
+            self.sq.refresh().map_err(|e| ShimError::BadCompletion(format!("submission head: {e}")))?;
+            if self.in_flight() >= entries || self.sq.free() == 0 {
+                return Err(ShimError::RingFull { qp: self.index(), depth: entries });
+            }
+        }
+        Ok(())
+    }
+
+    /// Queues a PUT of `buf`'s first `value_len` value bytes under `key`, without
+    /// publishing it (see [`QueuePair::flush`]). On error the buffer comes back.
+    pub fn push_put(
+        &mut self,
+        key: &[u8],
+        buf: Buffer,
+        value_len: usize,
+        sla: Sla,
+        user_data: u64,
+    ) -> Result<(), (ShimError, Buffer)> {
+        if value_len > buf.capacity() {
+            let max = buf.capacity();
+            return Err((ShimError::BadValue { len: value_len, max }, buf));
+        }
+        self.push_with_buffer(OpCode::Put, key, buf, value_len as u32, sla, user_data)
+    }
+
+    /// Queues a DELETE of `key`, carried in `buf`, without publishing it.
+    pub fn push_delete(&mut self, key: &[u8], buf: Buffer, user_data: u64) -> Result<(), (ShimError, Buffer)> {
+        self.push_with_buffer(OpCode::Delete, key, buf, 0, Sla::Stale, user_data)
+    }
+
+    fn push_with_buffer(
+        &mut self,
+        op: OpCode,
+        key: &[u8],
+        mut buf: Buffer,
+        value_len: u32,
+        sla: Sla,
+        user_data: u64,
+    ) -> Result<(), (ShimError, Buffer)> {
+        if key.is_empty() || key.len() > KEY_BYTES_MAX {
+            return Err((ShimError::BadKey { len: key.len(), max: KEY_BYTES_MAX }, buf));
+        }
+        if let Err(e) = self.check_fence().and_then(|()| self.room()) {
+            return Err((e, buf));
+        }
+        buf.write_key(key);
+        let cell = self.host.region.u32_at(self.host.region.layout().buffer_state(buf.index()));
+        if let Err(found) = arena::transition(cell, buf.generation(), BufferState::Host, BufferState::Submitted) {
+            let state = BufferState::describe(BufferState::of(found));
+            let index = buf.index();
+            return Err((ShimError::BufferState { index, state, hint: "submit each buffer once" }, buf));
+        }
+        let (index, buffer_gen) = buf.into_raw();
+        let desc = Descriptor {
+            op,
+            sla,
+            key_len: key.len() as u16,
+            value_offset: self.arena().value_offset(index),
+            value_len,
+            buffer_gen,
+            user_data,
+            wait_us: 0,
+        };
+        let mut bytes = [0u8; DESCRIPTOR_BYTES];
+        desc.emit(&mut bytes);
+        assert!(self.sq.push(&bytes), "room() checked a free slot");
+        self.in_flight += 1;
+        Ok(())
+    }
+
+    /// Queues a NOP: completes at once, names no buffer.
+    pub fn push_nop(&mut self, user_data: u64) -> Result<(), ShimError> {
+        self.check_fence()?;
+        self.room()?;
+        let desc = Descriptor {
+            op: OpCode::Nop,
+            sla: Sla::Stale,
+            key_len: 0,
+            value_offset: 0,
+            value_len: 0,
+            buffer_gen: 0,
+            user_data,
+            wait_us: 0,
+        };
+        let mut bytes = [0u8; DESCRIPTOR_BYTES];
+        desc.emit(&mut bytes);
+        assert!(self.sq.push(&bytes), "room() checked a free slot");
+        self.in_flight += 1;
+        Ok(())
+    }
+
+    /// Pushes raw descriptor bytes, bypassing every host-side check. For fault
+    /// injection: this is how a buggy or hostile host looks to the DPU app.
+    pub fn push_raw(&mut self, bytes: &[u8; DESCRIPTOR_BYTES]) -> Result<(), ShimError> {
+        self.room()?;
+        assert!(self.sq.push(bytes), "room() checked a free slot");
+        Ok(())
+    }
+
+    /// The queue pair's shared words, for fault injection and diagnostics.
+    pub fn words(&self) -> &QueueWords {
+        &self.words
+    }
+
+    /// Publishes every queued request and wakes the DPU app if it sleeps. Fails if the
+    /// DPU app has stopped responding (the requests stay queued for its successor,
+    /// which completes or fails each of them).
+    pub fn flush(&mut self) -> Result<(), ShimError> {
+        self.publish();
+        self.check_dpu()
+    }
+
+    fn publish(&mut self) {
+        self.sq.publish();
+        // SeqCst: our tail store must be visible before we read the DPU's sleeping flag,
+        // pairing with the fence the DPU app makes between setting that flag and its
+        // last look at the rings. Without it both sides could miss each other.
+        fence(Ordering::SeqCst);
+        let region = &self.host.region;
+        if region.u32_at(header::DPU_SLEEPING).load(Ordering::Relaxed) != 0 {
+            let doorbell = region.u32_at(header::DPU_DOORBELL);
+            doorbell.fetch_add(1, Ordering::Release);
+            futex::wake_all(doorbell);
+        }
+    }
+
+    /// PUT and publish at once. Fails, handing the buffer back, if the DPU app is not
+    /// responding. See [`QueuePair::push_put`].
+    pub fn put(
+        &mut self,
+        key: &[u8],
+        buf: Buffer,
+        value_len: usize,
+        sla: Sla,
+        user_data: u64,
+    ) -> Result<(), (ShimError, Buffer)> {
+        if let Err(e) = self.check_dpu() {
+            return Err((e, buf));
+        }
+        self.push_put(key, buf, value_len, sla, user_data)?;
+        self.publish();
+        Ok(())
+    }
+
+    /// DELETE and publish at once. Fails, handing the buffer back, if the DPU app is
+    /// not responding.
+    pub fn delete(&mut self, key: &[u8], buf: Buffer, user_data: u64) -> Result<(), (ShimError, Buffer)> {
+        if let Err(e) = self.check_dpu() {
+            return Err((e, buf));
+        }
+        self.push_delete(key, buf, user_data)?;
+        self.publish();
+        Ok(())
+    }
+
+    /// Hands every completion ready now to `on`; returns how many.
+    pub fn poll(&mut self, on: impl FnMut(Completion)) -> Result<usize, ShimError> {
+        self.poll_max(usize::MAX, on)
+    }
+
+    /// Hands at most `max` completions ready now to `on`; returns how many.
+    pub fn poll_max(&mut self, max: usize, mut on: impl FnMut(Completion)) -> Result<usize, ShimError> {
+        let ready = self.cq.refresh().map_err(|e| ShimError::BadCompletion(format!("completion tail: {e}")))?;
+        if ready > self.in_flight() {
+            return Err(ShimError::BadCompletion(format!(
+                "{ready} completions ready but only {} requests in flight",
+                self.in_flight()
+            )));
+        }
+        let mut count = 0;
+        while count < max {
+            let Some((_, bytes)) = self.cq.pop() else { break };
+            self.in_flight -= 1;
+            on(Completion::parse(&bytes));
+            count += 1;
+        }
+        if count > 0 {
+            self.cq.release();
+        }
+        Ok(count)
+    }
+
+    /// Waits up to `timeout` for at least one completion: spins briefly, then sleeps
+    /// on the queue pair's futex. Fails with [`ShimError::DpuNotResponding`] once the
+    /// DPU app has been silent for the host's `dpu_timeout`.
+    pub fn wait(&mut self, timeout: Duration, on: impl FnMut(Completion)) -> Result<usize, ShimError> {
+        self.wait_max(timeout, usize::MAX, on)
+    }
+
+    /// [`QueuePair::wait`], handing over at most `max` completions.
+    pub fn wait_max(
+        &mut self,
+        timeout: Duration,
+        max: usize,
+        mut on: impl FnMut(Completion),
+    ) -> Result<usize, ShimError> {
+        let deadline = Instant::now() + timeout;
+        for _ in 0..SPIN_ROUNDS {
+            let n = self.poll_max(max, &mut on)?;
+            if n > 0 {
+                return Ok(n);
+            }
+            std::hint::spin_loop();
+        }
+        loop {
+            let seen = self.words.cq_doorbell().load(Ordering::Acquire);
+            self.words.host_waiting().store(1, Ordering::Relaxed);
+            // SeqCst: the waiting flag must be visible before our last look at the
+            // completion tail; pairs with the DPU app's fence between publishing the
+            // tail and reading this flag.
+            fence(Ordering::SeqCst);
+            let n = self.poll_max(max, &mut on)?;
+            if n > 0 {
+                self.words.host_waiting().store(0, Ordering::Relaxed);
+                return Ok(n);
+            }
+            self.check_fence()?;
+            if let Err(e) = self.check_dpu() {
+                self.words.host_waiting().store(0, Ordering::Relaxed);
+                return Err(e);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                self.words.host_waiting().store(0, Ordering::Relaxed);
+                return Err(ShimError::Timeout(timeout));
+            }
+            let nap = (deadline - now).min(Duration::from_micros(FUTEX_SLEEP_US_MAX));
+            futex::wait(self.words.cq_doorbell(), seen, nap);
+        }
+    }
+}
+
+impl Drop for QueuePair {
+    fn drop(&mut self) {
+        self.host.claimed[self.words.index() as usize].store(false, Ordering::Release);
+    }
+}

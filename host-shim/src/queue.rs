@@ -1,0 +1,197 @@
+//! One queue pair's words and rings inside a mapped region.
+//!
+//! A queue pair is a submission ring (host produces descriptors, DPU consumes) and a
+//! completion ring (DPU produces completions, host consumes), plus the words that let
+//! each side sleep, and the DPU's `taken` index and fence word.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::config::{COMPLETION_BYTES, DESCRIPTOR_BYTES};
+use crate::layout::qp;
+use crate::region::Region;
+use crate::ring::{RingError, RingMemory};
+
+/// Why the DPU app fenced a queue pair off (the value of its fence word).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum FenceReason {
+    /// Serving.
+    None = 0,
+    /// The host's submission tail moved backwards.
+    TailBackwards = 1,
+    /// The host's submission tail claims more entries than the ring holds.
+    TailPastCapacity = 2,
+    /// The host's completion head moved backwards or past the completion tail.
+    CompletionHead = 3,
+}
+
+impl FenceReason {
+    /// Decodes a fence word.
+    pub fn from_u32(v: u32) -> Option<Self> {
+        match v {
+            0 => Some(Self::None),
+            1 => Some(Self::TailBackwards),
+            2 => Some(Self::TailPastCapacity),
+            3 => Some(Self::CompletionHead),
+            _ => None,
+        }
+    }
+
+    /// For a submission-ring violation.
+    pub fn for_submission(err: &RingError) -> Self {
+        match err {
+            RingError::Backwards { .. } => Self::TailBackwards,
+            RingError::PastCapacity { .. } => Self::TailPastCapacity,
+        }
+    }
+
+    /// Words for messages.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::None => "serving",
+            Self::TailBackwards => "submission tail moved backwards",
+            Self::TailPastCapacity => "submission tail past ring capacity",
+            Self::CompletionHead => "completion head moved backwards or past the tail",
+        }
+    }
+}
+
+/// A handle on queue pair `qp` of a region.
+#[derive(Clone, Debug)]
+pub struct QueueWords {
+    region: Arc<Region>,
+    qp: u32,
+    base: usize,
+}
+
+impl QueueWords {
+    /// Queue pair `qp` of `region` (must be in range: a programmer error otherwise).
+    pub fn new(region: Arc<Region>, qp: u32) -> Self {
+        let base = region.layout().qp(qp);
+        Self { region, qp, base }
+    }
+
+    /// The queue pair's index.
+    pub fn index(&self) -> u32 {
+        self.qp
+    }
+
+    /// The region.
+    pub fn region(&self) -> &Arc<Region> {
+        &self.region
+    }
+
+    fn word(&self, offset: usize) -> &AtomicU32 {
+        self.region.u32_at(self.base + offset)
+    }
+
+    /// Host-written submission tail.
+    pub fn sq_tail(&self) -> &AtomicU32 {
+        self.word(qp::SQ_TAIL)
+    }
+    /// DPU-written submission head.
+    pub fn sq_head(&self) -> &AtomicU32 {
+        self.word(qp::SQ_HEAD)
+    }
+    /// DPU-written completion tail.
+    pub fn cq_tail(&self) -> &AtomicU32 {
+        self.word(qp::CQ_TAIL)
+    }
+    /// Host-written completion head.
+    pub fn cq_head(&self) -> &AtomicU32 {
+        self.word(qp::CQ_HEAD)
+    }
+    /// Futex word the host sleeps on; the DPU bumps it.
+    pub fn cq_doorbell(&self) -> &AtomicU32 {
+        self.word(qp::CQ_DOORBELL)
+    }
+    /// Set by the host before it sleeps.
+    pub fn host_waiting(&self) -> &AtomicU32 {
+        self.word(qp::HOST_WAITING)
+    }
+    /// DPU-written: descriptors handed to the pipeline (restart journal).
+    pub fn sq_taken(&self) -> &AtomicU32 {
+        self.word(qp::SQ_TAKEN)
+    }
+    /// DPU-written fence reason.
+    pub fn fence_reason(&self) -> &AtomicU32 {
+        self.word(qp::FENCE_REASON)
+    }
+    /// DPU-written fence detail.
+    pub fn fence_detail(&self) -> &AtomicU64 {
+        self.region.u64_at(self.base + qp::FENCE_DETAIL)
+    }
+
+    /// The submission ring's memory.
+    pub fn submissions(&self) -> Submissions {
+        Submissions(self.clone())
+    }
+
+    /// The completion ring's memory.
+    pub fn completions(&self) -> Completions {
+        Completions(self.clone())
+    }
+}
+
+/// A queue pair's submission ring in the region.
+#[derive(Clone, Debug)]
+pub struct Submissions(QueueWords);
+
+impl RingMemory for Submissions {
+    type Slot = [u8; DESCRIPTOR_BYTES];
+    fn entries(&self) -> u32 {
+        self.0.region.layout().config.ring_entries
+    }
+    fn load_tail(&self, order: Ordering) -> u32 {
+        self.0.sq_tail().load(order)
+    }
+    fn store_tail(&self, value: u32, order: Ordering) {
+        self.0.sq_tail().store(value, order)
+    }
+    fn load_head(&self, order: Ordering) -> u32 {
+        self.0.sq_head().load(order)
+    }
+    fn store_head(&self, value: u32, order: Ordering) {
+        self.0.sq_head().store(value, order)
+    }
+    fn write_slot(&self, slot: u32, bytes: &[u8; DESCRIPTOR_BYTES]) {
+        self.0.region.write_bytes(self.0.region.layout().sq_entry(self.0.qp, slot), bytes)
+    }
+    fn read_slot(&self, slot: u32) -> [u8; DESCRIPTOR_BYTES] {
+        let mut out = [0u8; DESCRIPTOR_BYTES];
+        self.0.region.read_bytes(self.0.region.layout().sq_entry(self.0.qp, slot), &mut out);
+        out
+    }
+}
+
+/// A queue pair's completion ring in the region.
+#[derive(Clone, Debug)]
+pub struct Completions(QueueWords);
+
+impl RingMemory for Completions {
+    type Slot = [u8; COMPLETION_BYTES];
+    fn entries(&self) -> u32 {
+        self.0.region.layout().config.ring_entries
+    }
+    fn load_tail(&self, order: Ordering) -> u32 {
+        self.0.cq_tail().load(order)
+    }
+    fn store_tail(&self, value: u32, order: Ordering) {
+        self.0.cq_tail().store(value, order)
+    }
+    fn load_head(&self, order: Ordering) -> u32 {
+        self.0.cq_head().load(order)
+    }
+    fn store_head(&self, value: u32, order: Ordering) {
+        self.0.cq_head().store(value, order)
+    }
+    fn write_slot(&self, slot: u32, bytes: &[u8; COMPLETION_BYTES]) {
+        self.0.region.write_bytes(self.0.region.layout().cq_entry(self.0.qp, slot), bytes)
+    }
+    fn read_slot(&self, slot: u32) -> [u8; COMPLETION_BYTES] {
+        let mut out = [0u8; COMPLETION_BYTES];
+        self.0.region.read_bytes(self.0.region.layout().cq_entry(self.0.qp, slot), &mut out);
+        out
+    }
+}

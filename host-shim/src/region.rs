@@ -1,0 +1,229 @@
+//! The mapping of a shared region: the only place the shim turns offsets into
+//! pointers.
+//!
+//! Both processes map the same file `MAP_SHARED` and `mlock` it. Words that both
+//! sides touch are reached as atomics; bytes are copied in and out with bounds
+//! checked against the layout. A peer may scribble anywhere in the region at any
+//! time: nothing read from it is trusted until the caller has checked it, and no
+//! value read from it ever becomes an offset without such a check.
+#![allow(unsafe_code)]
+
+use std::fs::{File, OpenOptions};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, AtomicU64};
+
+use memmap2::{MmapOptions, MmapRaw};
+
+use crate::config::HEADER_BYTES;
+use crate::error::ShimError;
+use crate::layout::{Layout, RegionConfig};
+
+/// hugetlbfs' `f_type` in `statfs`.
+const HUGETLBFS_MAGIC: i64 = 0x958458f6;
+/// Huge page size a region on hugetlbfs is rounded up to.
+const HUGE_PAGE_BYTES: u64 = 2 << 20;
+
+/// A mapped region.
+pub struct Region {
+    map: MmapRaw,
+    layout: Layout,
+    path: PathBuf,
+    pinned: bool,
+    _file: File,
+}
+
+// SAFETY: the mapping is plain shared memory; every access through `Region` is
+// either atomic or a bounds-checked byte copy, so sharing it between threads is as
+// sound as sharing it between processes.
+unsafe impl Sync for Region {}
+// SAFETY: see `Sync`; the mapping is not tied to the creating thread.
+unsafe impl Send for Region {}
+
+impl std::fmt::Debug for Region {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Region").field("path", &self.path).field("layout", &self.layout).finish()
+    }
+}
+
+fn io<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> ShimError + 'a {
+    move |source| ShimError::Io { action, path: path.to_path_buf(), source }
+}
+
+fn on_hugetlbfs(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let Ok(c_dir) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: `statfs` writes only into the zeroed struct we pass; `c_dir` is a valid
+    // NUL-terminated string that outlives the call.
+    unsafe {
+        let mut stat: libc::statfs = std::mem::zeroed();
+        libc::statfs(c_dir.as_ptr(), &mut stat) == 0 && stat.f_type as i64 == HUGETLBFS_MAGIC
+    }
+}
+
+impl Region {
+    /// Creates the region file at `path` (it must not exist) with `config`'s sizes,
+    /// maps it and, if `pin`, locks it in memory.
+    pub fn create(path: &Path, config: RegionConfig, pin: bool) -> Result<Self, ShimError> {
+        let layout = Layout::new(config)?;
+        let file = OpenOptions::new().read(true).write(true).create_new(true).open(path).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::AlreadyExists {
+                ShimError::Exists(path.to_path_buf())
+            } else {
+                ShimError::Io { action: "create", path: path.to_path_buf(), source: e }
+            }
+        })?;
+        let mut size = layout.region_bytes as u64;
+        if on_hugetlbfs(path) {
+            size = size.div_ceil(HUGE_PAGE_BYTES) * HUGE_PAGE_BYTES;
+        }
+        let made = (|| {
+            file.set_len(size).map_err(io("size", path))?;
+            let region = Self::map(file, layout, path, pin)?;
+            // The header goes in last: an attacher that sees the magic sees a sized file.
+            let mut header = vec![0u8; HEADER_BYTES];
+            layout.emit_header(&mut header);
+            region.write_bytes(0, &header);
+            Ok(region)
+        })();
+        if made.is_err() {
+            let _ = std::fs::remove_file(path);
+        }
+        made
+    }
+
+    /// Maps an existing region and checks its header.
+    pub fn open(path: &Path, pin: bool) -> Result<Self, ShimError> {
+        let file = OpenOptions::new().read(true).write(true).open(path).map_err(io("open", path))?;
+        let file_bytes = file.metadata().map_err(io("stat", path))?.len();
+        if file_bytes < HEADER_BYTES as u64 {
+            return Err(ShimError::Truncated { bytes: file_bytes, need: HEADER_BYTES as u64 });
+        }
+        let map = MmapOptions::new().len(HEADER_BYTES).map_raw(&file).map_err(io("map", path))?;
+        let mut header = vec![0u8; HEADER_BYTES];
+        // SAFETY: the mapping is HEADER_BYTES long and `header` as long; a concurrent
+        // writer can only change the values, which are checked next.
+        unsafe { std::ptr::copy_nonoverlapping(map.as_ptr(), header.as_mut_ptr(), HEADER_BYTES) };
+        drop(map);
+        let layout = Layout::parse_header(&header, file_bytes)?;
+        Self::map(file, layout, path, pin)
+    }
+
+    fn map(file: File, layout: Layout, path: &Path, pin: bool) -> Result<Self, ShimError> {
+        let map = MmapOptions::new().len(layout.region_bytes).map_raw(&file).map_err(io("map", path))?;
+        if pin {
+            // SAFETY: the range is exactly the live mapping.
+            let rc = unsafe { libc::mlock(map.as_ptr().cast(), layout.region_bytes) };
+            if rc != 0 {
+                return Err(ShimError::Pin {
+                    bytes: layout.region_bytes as u64,
+                    source: std::io::Error::last_os_error(),
+                });
+            }
+        }
+        Ok(Self { map, layout, path: path.to_path_buf(), pinned: pin, _file: file })
+    }
+
+    /// The region's layout.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// The region's file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether the mapping is locked in memory.
+    pub fn pinned(&self) -> bool {
+        self.pinned
+    }
+
+    fn check(&self, offset: usize, len: usize, align: usize) {
+        assert!(
+            offset % align == 0 && offset.checked_add(len).is_some_and(|end| end <= self.layout.region_bytes),
+            "region access {offset}+{len} (align {align}) outside {} bytes",
+            self.layout.region_bytes
+        );
+    }
+
+    /// The `u32` word at `offset` (4-byte aligned, inside the region).
+    pub fn u32_at(&self, offset: usize) -> &AtomicU32 {
+        self.check(offset, 4, 4);
+        // SAFETY: in bounds and aligned (checked above); the mapping lives as long as
+        // `self`; AtomicU32 has the layout of u32 and every access to shared words is
+        // atomic, on both sides.
+        unsafe { &*self.map.as_ptr().add(offset).cast::<AtomicU32>() }
+    }
+
+    /// The `u64` word at `offset` (8-byte aligned, inside the region).
+    pub fn u64_at(&self, offset: usize) -> &AtomicU64 {
+        self.check(offset, 8, 8);
+        // SAFETY: as for `u32_at`, with 8-byte alignment checked.
+        unsafe { &*self.map.as_ptr().add(offset).cast::<AtomicU64>() }
+    }
+
+    /// Copies `out.len()` bytes from `offset` into `out`.
+    pub fn read_bytes(&self, offset: usize, out: &mut [u8]) {
+        self.check(offset, out.len(), 1);
+        // SAFETY: the source range is inside the mapping (checked); `out` is a distinct
+        // local buffer. A peer writing concurrently can only change the bytes copied,
+        // which the caller validates after the copy, never before.
+        unsafe { std::ptr::copy_nonoverlapping(self.map.as_ptr().add(offset), out.as_mut_ptr(), out.len()) };
+    }
+
+    /// Copies `src` into the region at `offset`.
+    pub fn write_bytes(&self, offset: usize, src: &[u8]) {
+        self.check(offset, src.len(), 1);
+        // SAFETY: the target range is inside the mapping (checked) and not aliased by
+        // any Rust reference: the region hands out only atomics and copies, except
+        // through `bytes_mut`, whose caller owns the range exclusively.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.map.as_mut_ptr().add(offset), src.len()) };
+    }
+
+    /// A mutable view of `len` bytes at `offset`.
+    ///
+    /// # Safety
+    /// The caller must own the range exclusively for the life of the slice: no other
+    /// slice from `bytes_mut` over it may exist in this process, and the protocol must
+    /// give this side ownership (an arena buffer this side holds). A peer that breaks
+    /// the protocol and writes the range anyway changes only the bytes seen, which
+    /// every consumer validates.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn bytes_mut(&self, offset: usize, len: usize) -> &mut [u8] {
+        self.check(offset, len, 1);
+        // SAFETY: in bounds (checked); exclusivity is the caller's contract above.
+        unsafe { std::slice::from_raw_parts_mut(self.map.as_mut_ptr().add(offset), len) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn create_then_open_sees_the_same_layout_and_words() {
+        let dir = std::env::temp_dir().join(format!("prescient-region-{}", std::process::id()));
+        let _ = std::fs::remove_file(&dir);
+        let a = Region::create(&dir, RegionConfig::default(), false).unwrap();
+        let b = Region::open(&dir, false).unwrap();
+        assert_eq!(a.layout(), b.layout());
+        a.u64_at(crate::layout::header::HOST_HEARTBEAT).store(42, std::sync::atomic::Ordering::Release);
+        assert_eq!(b.u64_at(crate::layout::header::HOST_HEARTBEAT).load(std::sync::atomic::Ordering::Acquire), 42);
+        assert!(matches!(Region::create(&dir, RegionConfig::default(), false), Err(ShimError::Exists(_))));
+        std::fs::remove_file(&dir).unwrap();
+    }
+
+    #[test]
+    #[should_panic(expected = "outside")]
+    fn an_access_past_the_end_is_a_loud_bug() {
+        let path = std::env::temp_dir().join(format!("prescient-region-oob-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let region = Region::create(&path, RegionConfig::default(), false).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let end = region.layout().region_bytes;
+        region.u32_at(end);
+    }
+}

@@ -1,0 +1,76 @@
+//! Completion status codes: what the DPU app tells the host about one request.
+
+/// The outcome of one request, as carried in its completion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u16)]
+#[non_exhaustive]
+pub enum Status {
+    /// Done.
+    Ok = 0,
+    /// Unknown op code.
+    BadOp = 1,
+    /// Unknown SLA.
+    BadSla = 2,
+    /// A flag or reserved byte is not zero.
+    ReservedNotZero = 3,
+    /// Key length 0 or above the limit.
+    BadKeyLength = 4,
+    /// The value offset names no host buffer's value.
+    BadOffset = 5,
+    /// The value length does not fit the buffer (or is not 0 where it must be).
+    BadValueLength = 6,
+    /// The named buffer was not submitted by the host (wrong state or generation).
+    BufferNotSubmitted = 7,
+    /// The named buffer is already in flight: submitted twice.
+    BufferInFlight = 8,
+    /// The DPU app that took the request died; its successor fails it.
+    DpuRestarted = 9,
+    /// A pipeline stage failed the request.
+    StageFailed = 10,
+    /// A status this build does not know (from a newer DPU app).
+    Unknown = u16::MAX,
+}
+
+impl Status {
+    /// Decodes a status word.
+    pub fn from_u16(v: u16) -> Self {
+        match v {
+            0 => Self::Ok,
+            1 => Self::BadOp,
+            2 => Self::BadSla,
+            3 => Self::ReservedNotZero,
+            4 => Self::BadKeyLength,
+            5 => Self::BadOffset,
+            6 => Self::BadValueLength,
+            7 => Self::BufferNotSubmitted,
+            8 => Self::BufferInFlight,
+            9 => Self::DpuRestarted,
+            10 => Self::StageFailed,
+            _ => Self::Unknown,
+        }
+    }
+
+    /// A short description for logs and error messages.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::BadOp => "unknown op code",
+            Self::BadSla => "unknown SLA",
+            Self::ReservedNotZero => "flags or reserved bytes not zero",
+            Self::BadKeyLength => "key length out of range",
+            Self::BadOffset => "value offset names no host buffer",
+            Self::BadValueLength => "value length does not fit the buffer",
+            Self::BufferNotSubmitted => "buffer not submitted by the host",
+            Self::BufferInFlight => "buffer already in flight (submitted twice)",
+            Self::DpuRestarted => "the DPU app restarted while the request was in flight",
+            Self::StageFailed => "a pipeline stage failed the request",
+            Self::Unknown => "unknown status",
+        }
+    }
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.describe())
+    }
+}

@@ -1,0 +1,90 @@
+/* A C key-value store's view of Prescient: the smallest real client of the C ABI.
+ *
+ * prescient_c_client_run() attaches nothing it does not create: it creates a region,
+ * waits for a prescient-dpu process (started by the Rust test) to serve it, then
+ * writes `count` values straight into arena buffers and submits them as PUTs, and
+ * checks every completion. It also checks that the shim refuses a doubly submitted
+ * buffer and a buffer freed while in flight. Returns 0 on success, or a negative line
+ * number of the first failed check. */
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "prescient.h"
+
+#define CHECK(cond)                                                                        \
+    do {                                                                                   \
+        if (!(cond)) {                                                                     \
+            fprintf(stderr, "c client: check failed at line %d: %s (last error: %s)\n",   \
+                    __LINE__, #cond, prescient_last_error());                              \
+            return -__LINE__;                                                              \
+        }                                                                                  \
+    } while (0)
+
+/* Completions seen per user_data, to prove each arrives exactly once. */
+static uint8_t seen[4096];
+
+int prescient_c_client_run(const char *region_path, const char *ready_path, uint32_t count) {
+    PrescientRegionConfig config = {
+        .queue_pairs = 1, .ring_entries = 64, .host_buffers = 128,
+        .dpu_buffers = 8, .buffer_bytes = 4096, .directory_slots = 1024,
+    };
+    PrescientHost *host = NULL;
+    PrescientQp *qp = NULL;
+    CHECK(count <= sizeof seen);
+    CHECK(prescient_host_create(region_path, &config, 0, &host) == PRESCIENT_RC_OK);
+    CHECK(prescient_qp_open(host, 0, &qp) == PRESCIENT_RC_OK);
+    /* Tell the test the region exists, so it can start prescient-dpu on it. */
+    FILE *ready = fopen(ready_path, "w");
+    CHECK(ready != NULL);
+    fclose(ready);
+
+    uint32_t submitted = 0, completed = 0, ok = 0;
+    PrescientCompletion done[16];
+    while (completed < count) {
+        while (submitted < count) {
+            PrescientBuffer buf;
+            PrescientRc rc = prescient_buffer_take(host, &buf);
+            if (rc == PRESCIENT_RC_ARENA_EXHAUSTED) break;
+            CHECK(rc == PRESCIENT_RC_OK);
+            char key[32];
+            int key_len = snprintf(key, sizeof key, "c-key-%u", submitted);
+            int value_len = snprintf((char *)buf.value, buf.capacity, "value %u from C", submitted);
+            rc = prescient_put(qp, (const uint8_t *)key, (size_t)key_len, &buf, (size_t)value_len, 1, submitted);
+            if (rc == PRESCIENT_RC_RING_FULL) {
+                CHECK(prescient_buffer_free(host, &buf) == PRESCIENT_RC_OK);
+                break;
+            }
+            if (rc == PRESCIENT_RC_DPU_NOT_RESPONDING) {
+                /* The DPU app may still be starting: keep the buffer and retry. */
+                CHECK(prescient_buffer_free(host, &buf) == PRESCIENT_RC_OK);
+                usleep(10000);
+                break;
+            }
+            CHECK(rc == PRESCIENT_RC_OK);
+            if (submitted == 0) {
+                /* The same buffer again: the shim refuses it, and refuses to free it. */
+                CHECK(prescient_put(qp, (const uint8_t *)key, (size_t)key_len, &buf, 1, 1, 9999) == PRESCIENT_RC_BUFFER_STATE);
+                CHECK(prescient_buffer_free(host, &buf) == PRESCIENT_RC_BUFFER_STATE);
+            }
+            submitted++;
+        }
+        size_t got = 0;
+        PrescientRc rc = prescient_wait(qp, 2000, done, 16, &got);
+        if (rc == PRESCIENT_RC_DPU_NOT_RESPONDING && completed == 0) continue;
+        CHECK(rc == PRESCIENT_RC_OK);
+        for (size_t i = 0; i < got; i++) {
+            CHECK(done[i].user_data < count);
+            CHECK(seen[done[i].user_data] == 0);
+            seen[done[i].user_data] = 1;
+            CHECK(done[i].op == 1);
+            if (done[i].status == 0) ok++;
+            completed++;
+        }
+    }
+    CHECK(ok == count);
+    prescient_qp_close(qp);
+    prescient_host_free(host);
+    return 0;
+}
