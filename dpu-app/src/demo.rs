@@ -4,11 +4,9 @@
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use prescient_shim::layout::header;
 use prescient_shim::{Host, HostOptions, RegionConfig, ShimError, Sla, Status};
 
 use crate::bench::report::Percentiles;
@@ -104,16 +102,9 @@ pub fn run(demo: &Demo) -> Result<String, String> {
         .stdout(Stdio::piped())
         .spawn()
         .map_err(|e| format!("cannot start {}: {e}", demo.dpu_binary.display()))?;
-    let region = host.region().clone();
-    let attach_deadline = Instant::now() + Duration::from_secs(10);
-    while region.u32_at(header::DPU_SERVED_GENERATION).load(Ordering::Acquire)
-        != region.u32_at(header::HOST_GENERATION).load(Ordering::Acquire)
-    {
-        if Instant::now() > attach_deadline {
-            let _ = child.kill();
-            return Err("the DPU app did not attach within 10 s".into());
-        }
-        std::thread::sleep(Duration::from_millis(2));
+    if let Err(e) = host.wait_for_dpu(Duration::from_secs(10)) {
+        let _ = child.kill();
+        return Err(format!("the DPU app did not start: {e}"));
     }
     let started = Instant::now();
     let handles: Vec<_> = (0..demo.threads)

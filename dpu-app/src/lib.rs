@@ -12,6 +12,7 @@
 #![deny(unsafe_code)]
 
 pub mod bench;
+pub mod delay;
 pub mod demo;
 pub mod error;
 pub mod inflight;

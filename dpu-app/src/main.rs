@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use prescient_dpu::delay::Delay;
 use prescient_dpu::pipeline::Pipeline;
 use prescient_dpu::sequence::Sequencer;
 use prescient_dpu::serve::{ServeOptions, Server};
@@ -36,6 +37,10 @@ enum Command {
         /// Milliseconds without a host heartbeat before its buffers are reclaimed.
         #[arg(long, default_value_t = HOST_TIMEOUT_MS_DEFAULT)]
         host_timeout_ms: u64,
+        /// Hold every request this many microseconds in an extra stage (emulates
+        /// latency of work done elsewhere; at most 1 s).
+        #[arg(long, default_value_t = 0)]
+        delay_us: u64,
     },
     /// The README's main job: a host workload of PUTs from several threads against a
     /// real DPU-app process, with a summary.
@@ -79,7 +84,7 @@ fn self_binary() -> Result<PathBuf, String> {
 
 fn run(cli: Cli) -> Result<(), String> {
     match cli.command {
-        Command::Serve { emulate, region, no_pin, host_timeout_ms } => {
+        Command::Serve { emulate, region, no_pin, host_timeout_ms, delay_us } => {
             if !emulate {
                 return Err("this build serves only in CPU-emulation mode: pass --emulate (the BlueField DOCA link is not built in)".into());
             }
@@ -93,6 +98,12 @@ fn run(cli: Cli) -> Result<(), String> {
             let mut server = Server::attach(&options).map_err(|e| e.to_string())?;
             let mut pipeline = Pipeline::new();
             pipeline.push(Box::new(Sequencer::new(server.epoch())));
+            if delay_us > 0 {
+                let delay = Delay::new(Duration::from_micros(delay_us)).ok_or_else(|| {
+                    format!("--delay-us {delay_us} is above the limit of {:?}", prescient_dpu::delay::DELAY_MAX)
+                })?;
+                pipeline.push(Box::new(delay));
+            }
             tracing::info!(stages = ?pipeline.names(), regions = options.regions.len(), "serving");
             let metrics = server.run(&mut pipeline, &options, stop);
             println!("{}", metrics.summary());

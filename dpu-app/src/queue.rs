@@ -70,7 +70,7 @@ impl QueueServer {
     /// Posts `completion` (the caller checked there is room) without publishing.
     pub fn post(&mut self, completion: &Completion) {
         let mut bytes = [0u8; prescient_shim::config::COMPLETION_BYTES];
-        completion.emit(&mut bytes);
+        Completion { cq_index: self.cq.tail(), ..*completion }.emit(&mut bytes);
         assert!(self.cq.push(&bytes), "caller checked completion room");
     }
 
@@ -160,6 +160,7 @@ fn run_one(
         sq_index,
         version: 0,
         detail: detail.min(u32::MAX.into()) as u32,
+        cq_index: 0,
     };
     let Checked { desc, buffer } = match Descriptor::parse_checked(bytes, shape) {
         Ok(checked) => checked,

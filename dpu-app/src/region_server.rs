@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use prescient_shim::arena::{self, BufferState};
 use prescient_shim::completion::Completion;
 use prescient_shim::config::COMPLETION_BYTES;
+use prescient_shim::descriptor::{ArenaShape, Checked, Descriptor};
 use prescient_shim::host::process_alive;
 use prescient_shim::layout::header;
 use prescient_shim::liveness::Watch;
@@ -100,12 +101,18 @@ impl RegionServer {
             }
             let completions = words.completions();
             let cq_tail = words.cq_tail().load(Ordering::Acquire);
-            // Completions the predecessor published: the last `entries` slots.
+            // Completions the predecessor published: the last `entries` slots, each
+            // counted only if it was written at the index its position implies.
             let window: Vec<Completion> = (1..=entries)
-                .map(|back| completions.read_slot(cq_tail.wrapping_sub(back) & (entries - 1)))
-                .map(|bytes: [u8; COMPLETION_BYTES]| Completion::parse(&bytes))
+                .map(|back| cq_tail.wrapping_sub(back))
+                .map(|at| (at, completions.read_slot(at & (entries - 1))))
+                .map(|(at, bytes): (u32, [u8; COMPLETION_BYTES])| (at, Completion::parse(&bytes)))
+                .filter(|(at, c)| c.cq_index == *at)
+                .map(|(_, c)| c)
                 .collect();
             let submissions = words.submissions();
+            let config = self.region.layout().config;
+            let shape = ArenaShape { host_buffers: config.host_buffers, buffer_bytes: config.buffer_bytes };
             let mut failed = 0;
             for index in (0..pending).map(|i| head.wrapping_add(i)) {
                 let done = window.iter().any(|c| c.sq_index == index);
@@ -114,6 +121,16 @@ impl RegionServer {
                 }
                 let bytes = submissions.read_slot(index & (entries - 1));
                 let user_data = u64::from_le_bytes(bytes[24..32].try_into().expect("8 bytes"));
+                // Its buffer goes back to the arena, whether the predecessor had
+                // accepted it (Dpu) or not yet (Submitted).
+                if let Ok(Checked { desc, buffer: Some(buffer) }) = Descriptor::parse_checked(&bytes, &shape) {
+                    let cell = self.region.u32_at(self.region.layout().buffer_state(buffer));
+                    for from in [BufferState::Dpu, BufferState::Submitted] {
+                        if arena::transition(cell, desc.buffer_gen, from, BufferState::Free).is_ok() {
+                            metrics.buffers_reclaimed += 1;
+                        }
+                    }
+                }
                 if q.completion_room(metrics) == 0 {
                     return Err(DpuError::Recovery {
                         path: path.into(),
@@ -128,6 +145,7 @@ impl RegionServer {
                     sq_index: index,
                     version: 0,
                     detail: 0,
+                    cq_index: 0,
                 });
                 failed += 1;
             }

@@ -2,10 +2,12 @@
 //!
 //! ```text
 //!  0 user_data u64   8 status u16   10 op u8   11 reserved u8   12 sq_index u32
-//! 16 version u64    24 detail u32  28 reserved u32
+//! 16 version u64    24 detail u32  28 cq_index u32
 //! ```
-//! `sq_index` is the free-running submission index of the request: a restarted DPU
-//! app uses it to find which taken requests its predecessor completed.
+//! `sq_index` is the free-running submission index of the request and `cq_index` the
+//! completion ring index the entry was written at: a restarted DPU app uses both to
+//! find which taken requests its predecessor completed (a slot whose `cq_index` is not
+//! the one expected at its position was never written, or is older).
 
 use crate::config::COMPLETION_BYTES;
 use crate::status::Status;
@@ -25,6 +27,8 @@ pub mod field {
     pub const VERSION: Range<usize> = 16..24;
     /// Error detail (the offending value, truncated).
     pub const DETAIL: Range<usize> = 24..28;
+    /// Completion ring index the entry was written at.
+    pub const CQ_INDEX: Range<usize> = 28..32;
 }
 
 /// A completion's fields.
@@ -42,6 +46,8 @@ pub struct Completion {
     pub version: u64,
     /// For errors, the offending value.
     pub detail: u32,
+    /// Completion ring index the entry was written at (set by the poster).
+    pub cq_index: u32,
 }
 
 impl Completion {
@@ -54,6 +60,7 @@ impl Completion {
         out[field::SQ_INDEX].copy_from_slice(&self.sq_index.to_le_bytes());
         out[field::VERSION].copy_from_slice(&self.version.to_le_bytes());
         out[field::DETAIL].copy_from_slice(&self.detail.to_le_bytes());
+        out[field::CQ_INDEX].copy_from_slice(&self.cq_index.to_le_bytes());
     }
 
     /// Parses a completion (unknown status codes decode to [`Status::Unknown`]).
@@ -67,6 +74,7 @@ impl Completion {
             sq_index: u32_at(field::SQ_INDEX),
             version: u64_at(field::VERSION),
             detail: u32_at(field::DETAIL),
+            cq_index: u32_at(field::CQ_INDEX),
         }
     }
 }
@@ -84,12 +92,13 @@ mod tests {
             sq_index: 0x1000_0001,
             version: 9,
             detail: 0xabcd,
+            cq_index: 3,
         };
         let mut b = [0u8; 32];
         c.emit(&mut b);
         assert_eq!(
             b,
-            [8, 7, 6, 5, 4, 3, 2, 1, 5, 0, 1, 0, 1, 0, 0, 0x10, 9, 0, 0, 0, 0, 0, 0, 0, 0xcd, 0xab, 0, 0, 0, 0, 0, 0]
+            [8, 7, 6, 5, 4, 3, 2, 1, 5, 0, 1, 0, 1, 0, 0, 0x10, 9, 0, 0, 0, 0, 0, 0, 0, 0xcd, 0xab, 0, 0, 3, 0, 0, 0]
         );
         assert_eq!(Completion::parse(&b), c);
     }

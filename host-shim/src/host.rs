@@ -73,6 +73,10 @@ impl Host {
     /// becomes its host.
     pub fn create(path: &Path, config: RegionConfig, options: HostOptions) -> Result<Arc<Self>, ShimError> {
         let region = Region::create(path, config, options.pin)?;
+        // A fresh region has nothing for a DPU app to take over: mark generation 1 as
+        // served, so requests submitted before the DPU app starts are kept for it.
+        let generation = Self::claim(&region);
+        region.u32_at(header::DPU_SERVED_GENERATION).store(generation, Ordering::Release);
         Self::start(Arc::new(region), options)
     }
 
@@ -115,9 +119,6 @@ impl Host {
     }
 
     fn start(region: Arc<Region>, options: HostOptions) -> Result<Arc<Self>, ShimError> {
-        if region.u32_at(header::HOST_GENERATION).load(Ordering::Acquire) == 0 {
-            Self::claim(&region);
-        }
         let beater = Beater::start(region.clone(), host_heartbeat, Duration::from_micros(HEARTBEAT_PERIOD_US))
             .map_err(|source| ShimError::Io { action: "start heartbeat for", path: region.path().into(), source })?;
         let queue_pairs = region.layout().config.queue_pairs;
@@ -128,6 +129,28 @@ impl Host {
             options,
             _beater: beater,
         }))
+    }
+
+    /// Waits up to `timeout` for a live DPU app: one attached to the region whose
+    /// heartbeat moves. Requests may be submitted before; this is for callers that
+    /// want to know the DPU app is there.
+    pub fn wait_for_dpu(&self, timeout: Duration) -> Result<(), ShimError> {
+        let deadline = Instant::now() + timeout;
+        let beat = self.region.u64_at(header::DPU_HEARTBEAT);
+        let first = beat.load(Ordering::Acquire);
+        loop {
+            let pid = self.region.u32_at(header::DPU_PID).load(Ordering::Acquire);
+            if pid != 0 && beat.load(Ordering::Acquire) != first {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(ShimError::DpuNotResponding {
+                    silent_ms: timeout.as_millis() as u64,
+                    timeout_ms: timeout.as_millis() as u64,
+                });
+            }
+            std::thread::sleep(Duration::from_micros(HEARTBEAT_PERIOD_US / 5));
+        }
     }
 
     /// The mapped region.
@@ -375,6 +398,7 @@ impl QueuePair {
     pub fn push_raw(&mut self, bytes: &[u8; DESCRIPTOR_BYTES]) -> Result<(), ShimError> {
         self.room()?;
         assert!(self.sq.push(bytes), "room() checked a free slot");
+        self.in_flight += 1;
         Ok(())
     }
 

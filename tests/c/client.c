@@ -6,10 +6,11 @@
  * checks every completion. It also checks that the shim refuses a doubly submitted
  * buffer and a buffer freed while in flight. Returns 0 on success, or a negative line
  * number of the first failed check. */
+#define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
+#include <time.h>
 
 #include "prescient.h"
 
@@ -40,7 +41,7 @@ int prescient_c_client_run(const char *region_path, const char *ready_path, uint
     CHECK(ready != NULL);
     fclose(ready);
 
-    uint32_t submitted = 0, completed = 0, ok = 0;
+    uint32_t submitted = 0, completed = 0, ok = 0, retries = 0;
     PrescientCompletion done[16];
     while (completed < count) {
         while (submitted < count) {
@@ -59,7 +60,8 @@ int prescient_c_client_run(const char *region_path, const char *ready_path, uint
             if (rc == PRESCIENT_RC_DPU_NOT_RESPONDING) {
                 /* The DPU app may still be starting: keep the buffer and retry. */
                 CHECK(prescient_buffer_free(host, &buf) == PRESCIENT_RC_OK);
-                usleep(10000);
+                CHECK(++retries < 3000); /* 30 s at most */
+                nanosleep(&(struct timespec){.tv_sec = 0, .tv_nsec = 10000000}, NULL);
                 break;
             }
             CHECK(rc == PRESCIENT_RC_OK);
@@ -70,9 +72,13 @@ int prescient_c_client_run(const char *region_path, const char *ready_path, uint
             }
             submitted++;
         }
+        if (submitted == completed) continue; /* nothing in flight to wait for */
         size_t got = 0;
         PrescientRc rc = prescient_wait(qp, 2000, done, 16, &got);
-        if (rc == PRESCIENT_RC_DPU_NOT_RESPONDING && completed == 0) continue;
+        if (rc == PRESCIENT_RC_DPU_NOT_RESPONDING && completed == 0) {
+            CHECK(++retries < 3000);
+            continue;
+        }
         CHECK(rc == PRESCIENT_RC_OK);
         for (size_t i = 0; i < got; i++) {
             CHECK(done[i].user_data < count);

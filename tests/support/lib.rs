@@ -102,3 +102,27 @@ pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     }
     cond()
 }
+
+/// Host options for tests: no mlock (CI runners may have a small memlock limit).
+pub fn host_options() -> prescient_shim::HostOptions {
+    prescient_shim::HostOptions { pin: false, ..Default::default() }
+}
+
+/// Waits until a live DPU app serves the host's region.
+pub fn wait_served(host: &prescient_shim::Host) -> bool {
+    host.wait_for_dpu(Duration::from_secs(20)).is_ok()
+}
+
+/// Creates a region with `config`, starts a DPU app on it with `extra` args and waits
+/// until it serves.
+pub fn host_and_dpu(
+    name: &str,
+    config: prescient_shim::RegionConfig,
+    extra: &[&str],
+) -> (TempRegion, std::sync::Arc<prescient_shim::Host>, DpuProcess) {
+    let region = TempRegion::new(name);
+    let host = prescient_shim::Host::create(&region.0, config, host_options()).expect("create region");
+    let dpu = DpuProcess::serve(&[&region.0], extra);
+    assert!(wait_served(&host), "the DPU app did not start serving");
+    (region, host, dpu)
+}

@@ -11,7 +11,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use prescient_shim::layout::header;
 use prescient_shim::{Host, HostOptions, QueuePair, RegionConfig, ShimError};
 
 use super::report::{table, Percentiles, Row};
@@ -78,16 +77,7 @@ fn start_dpu(bench: &RingBench) -> Result<(Arc<Host>, DpuChild), String> {
         .spawn()
         .map_err(|e| format!("cannot start {}: {e}", bench.dpu_binary.display()))?;
     let child = DpuChild { child, path };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let region = host.region();
-    while region.u32_at(header::DPU_SERVED_GENERATION).load(Ordering::Acquire)
-        != region.u32_at(header::HOST_GENERATION).load(Ordering::Acquire)
-    {
-        if Instant::now() > deadline {
-            return Err("the DPU app did not attach within 10 s".into());
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    host.wait_for_dpu(Duration::from_secs(10)).map_err(|e| format!("the DPU app did not start: {e}"))?;
     Ok((host, child))
 }
 

@@ -1,0 +1,76 @@
+//! The DPU app killed with requests in its pipeline: host calls fail with "DPU app
+//! not responding" within the host's timeout, and a restarted DPU app completes or
+//! fails every submitted request, exactly once.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use prescient::{host_and_dpu, DpuProcess};
+use prescient_shim::{HostOptions, RegionConfig, ShimError, Sla, Status};
+
+#[test]
+fn requests_survive_a_dpu_crash_completed_or_failed_exactly_once() {
+    let config = RegionConfig {
+        queue_pairs: 1,
+        ring_entries: 64,
+        host_buffers: 128,
+        dpu_buffers: 0,
+        buffer_bytes: 4096,
+        directory_slots: 0,
+    };
+    // A slow pipeline (20 ms a request) so that the crash finds requests in it.
+    let (region, _creator, mut dpu) = host_and_dpu("dpu-restart", config, &["--delay-us", "20000"]);
+    drop(_creator);
+    // Re-attach as a host with a short DPU timeout, as a KV store would configure it.
+    let options = HostOptions { pin: false, dpu_timeout: Duration::from_millis(300) };
+    let host = prescient_shim::Host::attach(&region.0, options).unwrap();
+    let mut qp = host.queue_pair(0).unwrap();
+    let submitted = 40u64;
+    for tag in 0..submitted {
+        let mut buf = host.take_buffer().unwrap();
+        buf.value_mut()[..8].copy_from_slice(&tag.to_le_bytes());
+        qp.push_put(format!("key-{tag}").as_bytes(), buf, 8, Sla::Fresh, tag).map_err(|(e, _)| e).unwrap();
+    }
+    qp.flush().unwrap();
+    // Kill it once it has taken a batch into the pipeline but not finished it.
+    let words = qp.words().clone();
+    assert!(prescient::wait_until(Duration::from_secs(10), || {
+        words.sq_taken().load(Ordering::Acquire) != words.sq_head().load(Ordering::Acquire)
+    }));
+    dpu.kill9();
+
+    let mut outcomes: HashMap<u64, Status> = HashMap::new();
+    // Host calls now fail with a clear error (after draining what was completed).
+    let err = loop {
+        match qp.wait(Duration::from_secs(30), |c| assert!(outcomes.insert(c.user_data, c.status).is_none())) {
+            Ok(_) => continue,
+            Err(e) => break e,
+        }
+    };
+    assert!(matches!(err, ShimError::DpuNotResponding { .. }), "{err}");
+    assert!(err.to_string().contains("DPU app not responding"), "{err}");
+    let buf = host.take_buffer().unwrap();
+    let refused = qp.put(b"late", buf, 0, Sla::Stale, 999).unwrap_err();
+    assert!(matches!(refused.0, ShimError::DpuNotResponding { .. }));
+    drop(refused);
+
+    // A restarted DPU app finishes the job.
+    let _dpu = DpuProcess::serve(&[&region.0], &[]);
+    host.wait_for_dpu(Duration::from_secs(20)).expect("the restarted DPU app serves");
+    while outcomes.len() < submitted as usize {
+        qp.wait(Duration::from_secs(30), |c| {
+            assert!(outcomes.insert(c.user_data, c.status).is_none(), "duplicate {c:?}")
+        })
+        .expect("completions after restart");
+    }
+    assert_eq!(qp.in_flight(), 0);
+    assert_eq!(outcomes.len(), submitted as usize);
+    let failed = outcomes.values().filter(|s| **s == Status::DpuRestarted).count();
+    let ok = outcomes.values().filter(|s| **s == Status::Ok).count();
+    assert_eq!(ok + failed, submitted as usize, "{outcomes:?}");
+    assert!(failed >= 1, "the crash caught requests in the pipeline: {outcomes:?}");
+    // Every buffer is back in the arena.
+    let all: Vec<_> = (0..128).map(|_| host.take_buffer().unwrap()).collect();
+    assert_eq!(all.len(), 128);
+}

@@ -1,0 +1,104 @@
+//! A host process that dies holding buffers: the DPU app notices, reclaims every
+//! buffer it held, and keeps serving another host's region; a restarted host attaches
+//! to the region and finds its arena whole.
+
+use std::process::{Command, Stdio};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use prescient::{host_options, wait_served, wait_until, DpuProcess, TempRegion};
+use prescient_shim::arena::BufferState;
+use prescient_shim::region::Region;
+use prescient_shim::{Host, RegionConfig, Sla, Status};
+
+const ROLE: &str = "PRESCIENT_TEST_DYING_HOST";
+
+fn config() -> RegionConfig {
+    RegionConfig {
+        queue_pairs: 1,
+        ring_entries: 16,
+        host_buffers: 16,
+        dpu_buffers: 0,
+        buffer_bytes: 4096,
+        directory_slots: 0,
+    }
+}
+
+/// The child's part: become the host of the region named in the environment, do a
+/// few PUTs, take 10 buffers and hold them, say so, and wait to be killed.
+fn dying_host(path: &str) {
+    let host = Host::create(path.as_ref(), config(), host_options()).unwrap();
+    assert!(wait_served(&host));
+    let mut qp = host.queue_pair(0).unwrap();
+    for i in 0..4 {
+        let buf = host.take_buffer().unwrap();
+        qp.put(b"k", buf, 0, Sla::Stale, i).map_err(|(e, _)| e).unwrap();
+    }
+    let mut done = 0;
+    while done < 4 {
+        done += qp.wait(Duration::from_secs(10), |c| assert_eq!(c.status, Status::Ok)).unwrap();
+    }
+    let held: Vec<_> = (0..10).map(|_| host.take_buffer().unwrap()).collect();
+    println!("holding {}", held.len());
+    std::thread::sleep(Duration::from_secs(60));
+}
+
+#[test]
+fn a_dead_hosts_buffers_are_reclaimed_and_other_hosts_keep_being_served() {
+    if let Ok(path) = std::env::var(ROLE) {
+        dying_host(&path);
+        return;
+    }
+    let dying = TempRegion::new("dying-host");
+    let other = TempRegion::new("other-host");
+    let other_host = Host::create(&other.0, config(), host_options()).unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "a_dead_hosts_buffers_are_reclaimed_and_other_hosts_keep_being_served", "--nocapture"])
+        .env(ROLE, &dying.0)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(20), || dying.0.exists()), "child never created its region");
+    std::thread::sleep(Duration::from_millis(50));
+    let dpu = DpuProcess::serve(&[&dying.0, &other.0], &["--host-timeout-ms", "300"]);
+    assert!(wait_served(&other_host));
+
+    // Wait until the child holds its buffers, then kill it (no clean detach).
+    let region = Region::open(&dying.0, false).unwrap();
+    let held = |state: BufferState| {
+        (0..16)
+            .filter(|&i| {
+                BufferState::of(region.u32_at(region.layout().buffer_state(i)).load(Ordering::Acquire)) == Some(state)
+            })
+            .count()
+    };
+    assert!(wait_until(Duration::from_secs(20), || held(BufferState::Host) == 10), "child never took its buffers");
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    // The DPU app notices and reclaims all ten.
+    assert!(wait_until(Duration::from_secs(10), || held(BufferState::Free) == 16), "buffers not reclaimed");
+
+    // The other host is served throughout.
+    let mut qp = other_host.queue_pair(0).unwrap();
+    let buf = other_host.take_buffer().unwrap();
+    qp.put(b"still-here", buf, 0, Sla::Stale, 7).map_err(|(e, _)| e).unwrap();
+    let mut status = None;
+    qp.wait(Duration::from_secs(10), |c| status = Some(c.status)).unwrap();
+    assert_eq!(status, Some(Status::Ok));
+
+    // A restarted host attaches to the dead one's region and gets served.
+    let again = Host::attach(&dying.0, host_options()).unwrap();
+    let mut qp = again.queue_pair(0).unwrap();
+    let taken: Vec<_> = (0..16).map(|_| again.take_buffer().unwrap()).collect();
+    assert_eq!(taken.len(), 16, "the whole arena is free again");
+    drop(taken);
+    let buf = again.take_buffer().unwrap();
+    qp.put(b"reborn", buf, 0, Sla::Stale, 8).map_err(|(e, _)| e).unwrap();
+    let mut seen = Vec::new();
+    qp.wait(Duration::from_secs(10), |c| seen.push((c.user_data, c.status))).unwrap();
+    assert_eq!(seen, vec![(8, Status::Ok)]);
+
+    let (_, stdout, _) = dpu.stop();
+    assert!(stdout.contains("1 host deaths"), "{stdout}");
+}
