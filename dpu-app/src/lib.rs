@@ -7,7 +7,7 @@
 //!
 //! Module map: [`serve`] (the loop) -> [`region_server`] (one host: attach, recovery,
 //! host death) -> [`queue`] (one queue pair: take, check, complete) ->
-//! [`pipeline`] (stages, e.g. [`sequence`]). [`bench`] measures the ring against
+//! [`pipeline`] (stages, e.g. [`sequence`]). [`mod@bench`] measures the ring against
 //! references; [`demo`] drives a host workload for the README's main command.
 #![deny(unsafe_code)]
 

@@ -242,7 +242,8 @@ mod tests {
     fn every_bad_field_is_refused_with_its_status() {
         let mut good = [0u8; 64];
         put().emit(&mut good);
-        let cases: Vec<(Box<dyn Fn(&mut [u8; 64])>, Status)> = vec![
+        type Mutation = Box<dyn Fn(&mut [u8; 64])>;
+        let cases: Vec<(Mutation, Status)> = vec![
             (Box::new(|b| b[field::OP] = 9), Status::BadOp),
             (Box::new(|b| b[field::SLA] = 2), Status::BadSla),
             (Box::new(|b| b[field::FLAGS.start] = 1), Status::ReservedNotZero),

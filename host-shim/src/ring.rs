@@ -332,6 +332,7 @@ mod tests {
 
 /// Model checks of the protocol under every interleaving loom explores.
 #[cfg(all(test, loom))]
+#[allow(unsafe_code)]
 mod loom_tests {
     use super::*;
     use loom::cell::UnsafeCell;

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# System packages and toolchain parts the tests need on a fresh machine.
+# Idempotent: skips what is already there.
+set -euo pipefail
+need=()
+command -v cc >/dev/null || need+=(build-essential)
+dpkg -s libc6-dev >/dev/null 2>&1 || need+=(libc6-dev)
+if [ ${#need[@]} -gt 0 ]; then
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"
+fi
+cargo clippy --version >/dev/null 2>&1 || rustup component add clippy
+cargo fmt --version >/dev/null 2>&1 || rustup component add rustfmt
+# The shared-memory tests create their regions here.
+[ -d /dev/shm ] && [ -w /dev/shm ] || { echo "ci/setup.sh: /dev/shm is missing or not writable" >&2; exit 1; }
