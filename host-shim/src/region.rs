@@ -217,6 +217,30 @@ mod tests {
     }
 
     #[test]
+    fn a_pinned_region_is_locked_or_the_error_says_how_to_allow_it() {
+        let path = std::env::temp_dir().join(format!("prescient-region-pin-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let locked_kb = || {
+            let status = std::fs::read_to_string("/proc/self/status").unwrap();
+            let line = status.lines().find(|l| l.starts_with("VmLck:")).unwrap().to_owned();
+            line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap()
+        };
+        let before = locked_kb();
+        match Region::create(&path, RegionConfig::default(), true) {
+            Ok(region) => {
+                assert!(region.pinned());
+                assert!(locked_kb() >= before + region.layout().region_bytes as u64 / 1024 / 2);
+                std::fs::remove_file(&path).unwrap();
+            }
+            Err(e) => {
+                assert!(matches!(e, ShimError::Pin { .. }), "{e}");
+                assert!(e.to_string().contains("ulimit -l"), "{e}");
+                assert!(!path.exists(), "a failed create leaves no file");
+            }
+        }
+    }
+
+    #[test]
     #[should_panic(expected = "outside")]
     fn an_access_past_the_end_is_a_loud_bug() {
         let path = std::env::temp_dir().join(format!("prescient-region-oob-{}", std::process::id()));
