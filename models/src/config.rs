@@ -69,7 +69,7 @@ impl Default for ModelConfig {
     /// crate README in the closing note of issue 5).
     fn default() -> Self {
         Self {
-            memory_bytes: 8 << 20,
+            memory_bytes: 1 << 20,
             theta: 0.75,
             lease_window_writes: 8,
             min_observations: 2,

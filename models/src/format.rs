@@ -125,7 +125,7 @@ fn malformed(what: impl Into<String>) -> ModelError {
 impl Model {
     /// The model as file bytes (see the module documentation of `format`).
     pub fn to_bytes(&self) -> Vec<u8> {
-        let used = |t: &Table| t.entries().iter().filter(|e| e.heat != 0).count();
+        let used = |t: &Table| (0..t.slots()).filter(|&s| t.entry(s).heat != 0).count();
         let count = used(&self.order1) + used(&self.order2);
         let mut b = vec![0u8; HEADER_BYTES + count * ENTRY_RECORD_BYTES];
         let c = &self.config;
@@ -146,10 +146,8 @@ impl Model {
         b[field::ENTRIES].copy_from_slice(&(count as u32).to_le_bytes());
         let mut at = HEADER_BYTES;
         for (table_id, table) in [(0u8, &self.order1), (1u8, &self.order2)] {
-            for (slot, e) in table
-                .entries()
-                .iter()
-                .enumerate()
+            for (slot, e) in (0..table.slots())
+                .map(|s| (s, table.entry(s)))
                 .filter(|(_, e)| e.heat != 0)
             {
                 let r = &mut b[at..at + ENTRY_RECORD_BYTES];
@@ -269,7 +267,7 @@ impl Model {
                 1 => &mut model.order2,
                 x => return Err(malformed(format!("entry {n}: table {x}, expected 0 or 1"))),
             };
-            if table.entries().get(slot).is_some_and(|old| old.heat != 0) {
+            if slot < table.slots() && table.entry(slot).heat != 0 {
                 return Err(malformed(format!("entry {n}: slot {slot} given twice")));
             }
             table

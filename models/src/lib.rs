@@ -7,7 +7,7 @@
 //! Prescient. It depends on nothing else of Prescient's.
 //!
 //! Layers, bottom up: [`config`] (limits) → `table` (bounded context table) →
-//! [`Model`] → [`format`] (model files) and [`lease`] → [`Predictor`] (model + leases,
+//! [`Model`] → [`mod@format`] (model files) and [`lease`] → [`Predictor`] (model + leases,
 //! the DPU app's entry point); [`trace`] and [`eval`] serve the command line.
 #![forbid(unsafe_code)]
 

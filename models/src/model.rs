@@ -163,26 +163,37 @@ impl Model {
                 h.last.map(|l| (None, order2_tag(l, key))),
             )
         };
-        if let Some(e) = slot1.and_then(|s| self.order1.get(s, key)) {
-            self.push_confident(e, key, theta, &mut out);
+        if let Some(slot) = slot1 {
+            self.push_confident(&self.order1, slot, key, key, theta, &mut out);
         }
         if self.config.order2 {
             if let Some((slot, tag)) = ctx2 {
                 let slot = slot.or_else(|| self.order2.find(tag));
-                if let Some(e) = slot.and_then(|s| self.order2.get(s, tag)) {
-                    self.push_confident(e, key, theta, &mut out);
+                if let Some(slot) = slot {
+                    self.push_confident(&self.order2, slot, tag, key, theta, &mut out);
                 }
             }
         }
         out
     }
 
-    fn push_confident(&self, e: &crate::table::Entry, key: u64, theta: f32, out: &mut Predictions) {
-        if e.total < self.config.min_observations {
-            return;
-        }
-        let total = f32::from(e.total);
-        for (&succ, &count) in e.successors.iter().zip(&e.counts) {
+    /// Pushes the successors of the context `tag` in `slot` that reach `theta`, if the
+    /// context has the evidence; never `key` itself.
+    fn push_confident(
+        &self,
+        table: &Table,
+        slot: usize,
+        tag: u64,
+        key: u64,
+        theta: f32,
+        out: &mut Predictions,
+    ) {
+        let total = match table.total(slot, tag) {
+            Some(total) if total >= self.config.min_observations => f32::from(total),
+            _ => return,
+        };
+        let e = table.successors(slot);
+        for (&succ, &count) in e.keys.iter().zip(&e.counts) {
             let p = f32::from(count) / total;
             if count != 0 && succ != key && p >= theta {
                 out.push(succ, p);
@@ -285,7 +296,7 @@ mod tests {
         assert_eq!(m.memory_bytes(), start);
         assert!(m.memory_bytes() <= config.memory_bytes);
         assert_eq!(
-            m.order1.entries().len() * crate::table::ENTRY_BYTES,
+            m.order1.slots() * crate::table::ENTRY_BYTES,
             m.order1.memory_bytes() as usize
         );
     }
