@@ -5,4 +5,26 @@
 //! before their PUT arrives (see `DESIGN.md`, step 2). This crate holds the model, its
 //! versioned file format, the trainer and the small trained models that ship with
 //! Prescient. It depends on nothing else of Prescient's.
+//!
+//! Layers, bottom up: [`config`] (limits) → `table` (bounded context table) →
+//! [`Model`] → [`mod@format`] (model files) and [`lease`] → [`Predictor`] (model + leases,
+//! the DPU app's entry point); [`trace`] and [`eval`] serve the command line.
 #![forbid(unsafe_code)]
+
+pub mod config;
+mod error;
+pub mod eval;
+pub mod format;
+pub mod lease;
+mod model;
+mod prediction;
+mod predictor;
+mod table;
+pub mod trace;
+
+pub use config::ModelConfig;
+pub use error::ModelError;
+pub use lease::{Lease, LeaseStats, LeaseTracker, OpenOutcome, WriteOutcome};
+pub use model::Model;
+pub use prediction::{Prediction, Predictions};
+pub use predictor::{Predictor, WriteReport};
