@@ -5,4 +5,7 @@
 //! descriptor, and passes each request through a [`pipeline::Pipeline`] of stages.
 #![deny(unsafe_code)]
 
+pub mod codec_config;
 pub mod pipeline;
+pub mod seal;
+pub mod stripe;
