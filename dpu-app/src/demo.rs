@@ -26,6 +26,33 @@ pub struct Demo {
     pub dpu_binary: PathBuf,
 }
 
+/// A throw-away key folder: one random 32-byte key readable by the owner only.
+struct DemoKeys {
+    dir: PathBuf,
+}
+
+impl DemoKeys {
+    fn create() -> std::io::Result<Self> {
+        use std::io::Read;
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        let dir = std::env::temp_dir().join(format!("prescient-demo-keys-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
+        let mut key = [0u8; 32];
+        std::fs::File::open("/dev/urandom")?.read_exact(&mut key)?;
+        let mut file =
+            std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(dir.join("1.key"))?;
+        std::io::Write::write_all(&mut file, &key)?;
+        Ok(Self { dir })
+    }
+}
+
+impl Drop for DemoKeys {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 /// What one host thread saw.
 #[derive(Debug, Default)]
 struct ThreadResult {
@@ -96,9 +123,14 @@ pub fn run(demo: &Demo) -> Result<String, String> {
     };
     let host =
         Host::create(&path, config, HostOptions { pin: false, ..HostOptions::default() }).map_err(|e| e.to_string())?;
+    let keys = DemoKeys::create().map_err(|e| format!("cannot make the demo's key folder: {e}"))?;
     let mut child = Command::new(&demo.dpu_binary)
-        .args(["serve", "--emulate", "--no-pin", "--region"])
+        .args(["serve", "--emulate", "--no-pin", "--stripe", "4+2", "--region"])
         .arg(&path)
+        .arg("--key-dir")
+        .arg(&keys.dir)
+        .arg("--epoch-file")
+        .arg(keys.dir.join("epoch"))
         .stdout(Stdio::piped())
         .spawn()
         .map_err(|e| format!("cannot start {}: {e}", demo.dpu_binary.display()))?;
@@ -139,7 +171,8 @@ pub fn run(demo: &Demo) -> Result<String, String> {
     let requests = total.ok + total.errors;
     let bytes = total.ok as f64 * demo.value_bytes as f64;
     Ok(format!(
-        "Prescient demo: {} host threads -> 1 emulated DPU app (separate process), {} B values, {} in flight per thread\n\
+        "Prescient demo: {} host threads -> 1 emulated DPU app (separate process) that stamps, seals (AES-256-GCM)\n\
+         and stripes (Reed-Solomon 4+2) every value in place; {} B values, {} in flight per thread\n\
          PUTs completed: {} ok, {} failed in {:.2} s\n\
          throughput:     {:.0} PUT/s, {:.1} MB/s of values handed over without a copy\n\
          latency (submit -> completion): p50 {:.1} us, p99 {:.1} us, p99.9 {:.1} us\n\

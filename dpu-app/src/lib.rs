@@ -12,6 +12,7 @@
 #![deny(unsafe_code)]
 
 pub mod bench;
+pub mod codec_config;
 pub mod delay;
 pub mod demo;
 pub mod error;
@@ -20,6 +21,8 @@ pub mod metrics;
 pub mod pipeline;
 pub mod queue;
 pub mod region_server;
+pub mod seal;
 pub mod sequence;
 pub mod serve;
 pub mod signal;
+pub mod stripe;

@@ -7,8 +7,10 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use prescient_dpu::delay::Delay;
 use prescient_dpu::pipeline::Pipeline;
+use prescient_dpu::seal::{SealStage, Sealer};
 use prescient_dpu::sequence::Sequencer;
 use prescient_dpu::serve::{ServeOptions, Server};
+use prescient_dpu::stripe::{ReedSolomon, StripeStage};
 use prescient_dpu::{bench, demo, signal};
 use prescient_shim::config::HOST_TIMEOUT_MS_DEFAULT;
 
@@ -41,6 +43,19 @@ enum Command {
         /// latency of work done elsewhere; at most 1 s).
         #[arg(long, default_value_t = 0)]
         delay_us: u64,
+        /// Seal every PUT with the keys in this folder (`<id>.key` files of 32 bytes,
+        /// readable by the owner only) and stripe it with Reed-Solomon.
+        #[arg(long, requires = "epoch_file")]
+        key_dir: Option<PathBuf>,
+        /// File holding the key epoch, bumped at every start so nonces never repeat.
+        #[arg(long)]
+        epoch_file: Option<PathBuf>,
+        /// This node's id, part of every nonce.
+        #[arg(long, default_value_t = 0)]
+        node: u16,
+        /// Reed-Solomon data and parity fragments, as K+M.
+        #[arg(long, default_value = "4+2")]
+        stripe: String,
     },
     /// The README's main job: a host workload of PUTs from several threads against a
     /// real DPU-app process, with a summary.
@@ -78,13 +93,23 @@ enum BenchWhat {
     },
 }
 
+fn parse_stripe(text: &str) -> Result<(u8, u8), String> {
+    let bad = || format!("--stripe {text:?}: expected K+M, e.g. 4+2, with K >= 1, M >= 1 and K + M <= 32");
+    let (k, m) = text.split_once('+').ok_or_else(bad)?;
+    let (k, m): (u8, u8) = (k.trim().parse().map_err(|_| bad())?, m.trim().parse().map_err(|_| bad())?);
+    if k == 0 || m == 0 || u16::from(k) + u16::from(m) > 32 {
+        return Err(bad());
+    }
+    Ok((k, m))
+}
+
 fn self_binary() -> Result<PathBuf, String> {
     std::env::current_exe().map_err(|e| format!("cannot find the prescient-dpu binary: {e}"))
 }
 
 fn run(cli: Cli) -> Result<(), String> {
     match cli.command {
-        Command::Serve { emulate, region, no_pin, host_timeout_ms, delay_us } => {
+        Command::Serve { emulate, region, no_pin, host_timeout_ms, delay_us, key_dir, epoch_file, node, stripe } => {
             if !emulate {
                 return Err("this build serves only in CPU-emulation mode: pass --emulate (the BlueField DOCA link is not built in)".into());
             }
@@ -98,6 +123,13 @@ fn run(cli: Cli) -> Result<(), String> {
             let mut server = Server::attach(&options).map_err(|e| e.to_string())?;
             let mut pipeline = Pipeline::new();
             pipeline.push(Box::new(Sequencer::new(server.epoch())));
+            if let (Some(key_dir), Some(epoch_file)) = (key_dir, epoch_file) {
+                let (k, m) = parse_stripe(&stripe)?;
+                let sealer = Sealer::start(&key_dir, &epoch_file, node).map_err(|e| e.to_string())?;
+                let rs = ReedSolomon::new(k.into(), m.into()).map_err(|e| e.to_string())?;
+                pipeline.push(Box::new(SealStage::new(sealer, k, m)));
+                pipeline.push(Box::new(StripeStage::new(rs)));
+            }
             if delay_us > 0 {
                 let delay = Delay::new(Duration::from_micros(delay_us)).ok_or_else(|| {
                     format!("--delay-us {delay_us} is above the limit of {:?}", prescient_dpu::delay::DELAY_MAX)

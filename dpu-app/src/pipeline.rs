@@ -30,6 +30,30 @@ pub struct Request<'a> {
     pub payload: Range<usize>,
     /// Version assigned to the write (0 until a sequencing stage stamps it).
     pub version: u64,
+    /// A second arena buffer for what stages write beside the payload: the
+    /// striping stage puts the fragment headers and the parity fragments here.
+    /// Empty (`&mut []`) for requests that are not striped.
+    pub side: &'a mut [u8],
+    /// What the sealing and striping stages recorded, for the stages after them.
+    pub codec: CodecInfo,
+}
+
+/// What the sealing and striping stages record about a request. After striping,
+/// the stripe's layout is `StripeLayout::new(k, m, payload.len())`, data fragment
+/// i is `buf[payload.start + i * fragment_len..][..fragment_len]`, and headers and
+/// parity are in `side` (see `stripe::fragment`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CodecInfo {
+    /// Hash of the request's key, bound into the frame and the headers.
+    pub key_hash: u64,
+    /// Id of the key that sealed the payload; valid once `sealed`.
+    pub key_id: u32,
+    /// The payload is a sealed frame.
+    pub sealed: bool,
+    /// Data fragments; 0 until striped.
+    pub k: u8,
+    /// Parity fragments; 0 until striped.
+    pub m: u8,
 }
 
 /// Why a stage failed a request; reported to the host as an error completion.

@@ -18,7 +18,7 @@ use prescient_shim::{sys, Completion, Status};
 
 use crate::inflight::InFlight;
 use crate::metrics::Metrics;
-use crate::pipeline::{Op, Pipeline, Request};
+use crate::pipeline::{CodecInfo, Op, Pipeline, Request};
 
 /// The DPU end of one queue pair.
 #[derive(Debug)]
@@ -194,8 +194,28 @@ fn run_one(
     // protocol and changes only the bytes the stages see.
     let buf = unsafe { region.bytes_mut(buffer_offset, shape.buffer_bytes as usize) };
     let op = if desc.op == OpCode::Put { Op::Put } else { Op::Delete };
-    let mut request =
-        Request { op, key, buf, payload: VALUE_OFFSET..VALUE_OFFSET + desc.value_len as usize, version: 0 };
+    let config = region.layout().config;
+    let side: &mut [u8] = if config.dpu_buffers > 0 {
+        #[allow(unsafe_code)]
+        // SAFETY: the first DPU scratch buffer (index host_buffers) is the pipeline's
+        // side buffer. Host descriptors cannot name it (they are checked against
+        // host_buffers), the pipeline runs one request at a time on this thread, and
+        // the slice dies with the request below.
+        unsafe {
+            region.bytes_mut(region.layout().buffer(config.host_buffers), shape.buffer_bytes as usize)
+        }
+    } else {
+        &mut []
+    };
+    let mut request = Request {
+        op,
+        key,
+        buf,
+        payload: VALUE_OFFSET..VALUE_OFFSET + desc.value_len as usize,
+        version: 0,
+        side,
+        codec: CodecInfo::default(),
+    };
     let result = pipeline.run(&mut request);
     let version = request.version;
     // The buffer goes back to the arena: Release publishes the stages' writes.

@@ -53,7 +53,15 @@ mod tests {
     fn versions_move_forward_and_a_new_epoch_is_above_the_old() {
         let mut buf = [0u8; 16];
         let mut stamp = |seq: &mut Sequencer| {
-            let mut req = Request { op: Op::Put, key: b"k", buf: &mut buf, payload: 0..0, version: 0 };
+            let mut req = Request {
+                op: Op::Put,
+                key: b"k",
+                buf: &mut buf,
+                payload: 0..0,
+                version: 0,
+                side: &mut [],
+                codec: Default::default(),
+            };
             seq.run(&mut req).unwrap();
             req.version
         };

@@ -33,28 +33,14 @@ fn main() {
         }
     };
     let map: HashMap<u64, u64> = keys.iter().map(|&k| (k, k ^ 1)).collect();
-    let hashmap = best_ns_per_key(&keys, || {
-        keys.iter().map(|k| map.get(k).copied().unwrap_or(0)).sum()
-    });
+    let hashmap = best_ns_per_key(&keys, || keys.iter().map(|k| map.get(k).copied().unwrap_or(0)).sum());
 
     let config = ModelConfig::default();
     let mut rows = vec![("HashMap<u64,u64>::get (reference)", hashmap, 0u64)];
     for (name, config) in [
         ("Model observe+predict (order 1+2)", config),
-        (
-            "Model observe+predict (order 1)",
-            ModelConfig {
-                order2: false,
-                ..config
-            },
-        ),
-        (
-            "Model observe+predict, 256 KiB",
-            ModelConfig {
-                memory_bytes: 256 << 10,
-                ..config
-            },
-        ),
+        ("Model observe+predict (order 1)", ModelConfig { order2: false, ..config }),
+        ("Model observe+predict, 256 KiB", ModelConfig { memory_bytes: 256 << 10, ..config }),
     ] {
         // Learn on one pass first so that the timed passes see a trained model.
         let mut model = Model::new(config).expect("default config is valid");
@@ -77,26 +63,11 @@ fn main() {
         }
         rollbacks
     });
-    rows.push((
-        "Predictor::on_write (model + leases)",
-        ns,
-        predictor.model().memory_bytes(),
-    ));
+    rows.push(("Predictor::on_write (model + leases)", ns, predictor.model().memory_bytes()));
 
-    println!(
-        "{} writes of {}, best of {PASSES} passes",
-        keys.len(),
-        path.display()
-    );
-    println!(
-        "{:<38} {:>10} {:>14} {:>11}",
-        "operation", "ns/write", "vs HashMap", "memory KiB"
-    );
+    println!("{} writes of {}, best of {PASSES} passes", keys.len(), path.display());
+    println!("{:<38} {:>10} {:>14} {:>11}", "operation", "ns/write", "vs HashMap", "memory KiB");
     for (name, ns, mem) in rows {
-        println!(
-            "{name:<38} {ns:>10.1} {:>13.2}x {:>11}",
-            ns / hashmap,
-            mem / 1024
-        );
+        println!("{name:<38} {ns:>10.1} {:>13.2}x {:>11}", ns / hashmap, mem / 1024);
     }
 }

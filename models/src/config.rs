@@ -35,10 +35,7 @@ pub const HEAT_MAX: u8 = 15;
 const _: () = assert!(PREDICTIONS_MAX <= 16, "predictions are returned inline");
 const _: () = assert!(TABLE_WAYS.is_power_of_two());
 const _: () = assert!(MEMORY_BYTES_MIN < MEMORY_BYTES_MAX);
-const _: () = assert!(
-    MEMORY_BYTES_MAX / 32 <= u32::MAX as u64,
-    "slot index is a u32"
-);
+const _: () = assert!(MEMORY_BYTES_MAX / 32 <= u32::MAX as u64, "slot index is a u32");
 
 /// How the predictor is built and when it opens a lease.
 ///
@@ -83,40 +80,22 @@ impl ModelConfig {
     /// Checks every field against the crate's limits.
     pub fn validate(&self) -> Result<(), ModelError> {
         let bad = |field: &'static str, value: String, expected: &'static str| {
-            Err(ModelError::InvalidConfig {
-                field,
-                value,
-                expected,
-            })
+            Err(ModelError::InvalidConfig { field, value, expected })
         };
         if !(MEMORY_BYTES_MIN..=MEMORY_BYTES_MAX).contains(&self.memory_bytes) {
-            return bad(
-                "memory_bytes",
-                self.memory_bytes.to_string(),
-                "4 KiB ..= 1 GiB",
-            );
+            return bad("memory_bytes", self.memory_bytes.to_string(), "4 KiB ..= 1 GiB");
         }
         if !(self.theta > 0.0 && self.theta <= 1.0) {
             return bad("theta", self.theta.to_string(), "a probability in (0, 1]");
         }
         if !(1..=LEASE_WINDOW_WRITES_MAX).contains(&self.lease_window_writes) {
-            return bad(
-                "lease_window_writes",
-                self.lease_window_writes.to_string(),
-                "1 ..= 64",
-            );
+            return bad("lease_window_writes", self.lease_window_writes.to_string(), "1 ..= 64");
         }
         if self.min_observations == 0 {
             return bad("min_observations", "0".into(), "at least 1");
         }
-        if !(2..=COUNT_DECAY_AT_MAX).contains(&self.count_decay_at)
-            || self.count_decay_at < self.min_observations
-        {
-            return bad(
-                "count_decay_at",
-                self.count_decay_at.to_string(),
-                "2 ..= 32767 and at least min_observations",
-            );
+        if !(2..=COUNT_DECAY_AT_MAX).contains(&self.count_decay_at) || self.count_decay_at < self.min_observations {
+            return bad("count_decay_at", self.count_decay_at.to_string(), "2 ..= 32767 and at least min_observations");
         }
         Ok(())
     }
@@ -135,50 +114,14 @@ mod tests {
     fn each_bad_field_is_named() {
         let base = ModelConfig::default();
         let cases = [
-            (
-                ModelConfig {
-                    memory_bytes: 1,
-                    ..base
-                },
-                "memory_bytes",
-            ),
+            (ModelConfig { memory_bytes: 1, ..base }, "memory_bytes"),
             (ModelConfig { theta: 0.0, ..base }, "theta"),
-            (
-                ModelConfig {
-                    theta: f32::NAN,
-                    ..base
-                },
-                "theta",
-            ),
+            (ModelConfig { theta: f32::NAN, ..base }, "theta"),
             (ModelConfig { theta: 1.5, ..base }, "theta"),
-            (
-                ModelConfig {
-                    lease_window_writes: 0,
-                    ..base
-                },
-                "lease_window_writes",
-            ),
-            (
-                ModelConfig {
-                    lease_window_writes: 65,
-                    ..base
-                },
-                "lease_window_writes",
-            ),
-            (
-                ModelConfig {
-                    min_observations: 0,
-                    ..base
-                },
-                "min_observations",
-            ),
-            (
-                ModelConfig {
-                    count_decay_at: 1,
-                    ..base
-                },
-                "count_decay_at",
-            ),
+            (ModelConfig { lease_window_writes: 0, ..base }, "lease_window_writes"),
+            (ModelConfig { lease_window_writes: 65, ..base }, "lease_window_writes"),
+            (ModelConfig { min_observations: 0, ..base }, "min_observations"),
+            (ModelConfig { count_decay_at: 1, ..base }, "count_decay_at"),
         ];
         for (config, field) in cases {
             match config.validate() {

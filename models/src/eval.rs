@@ -81,13 +81,7 @@ pub struct PlainOrder1 {
 impl PlainOrder1 {
     /// The reference at threshold `theta`.
     pub fn new(theta: f32) -> Self {
-        Self {
-            theta: f64::from(theta),
-            contexts: HashMap::new(),
-            transitions: 0,
-            last: None,
-            frozen: false,
-        }
+        Self { theta: f64::from(theta), contexts: HashMap::new(), transitions: 0, last: None, frozen: false }
     }
 }
 
@@ -137,10 +131,7 @@ pub struct ModelForecaster {
 impl ModelForecaster {
     /// A fresh model of `config`, predicting at `config.theta`.
     pub fn new(config: ModelConfig) -> Result<Self, ModelError> {
-        Ok(Self {
-            model: Model::new(config)?,
-            theta: config.theta,
-        })
+        Ok(Self { model: Model::new(config)?, theta: config.theta })
     }
 }
 
@@ -178,12 +169,7 @@ impl Mode {
 }
 
 /// Replays `keys` through `f` with leases of `window_writes` writes.
-pub fn replay(
-    keys: &[u64],
-    f: &mut dyn Forecaster,
-    window_writes: u32,
-    mode: Mode,
-) -> Result<LeaseStats, ModelError> {
+pub fn replay(keys: &[u64], f: &mut dyn Forecaster, window_writes: u32, mode: Mode) -> Result<LeaseStats, ModelError> {
     let mut leases = LeaseTracker::new(window_writes)?;
     let test = match mode {
         Mode::Online => keys,
@@ -227,48 +213,23 @@ pub struct Row {
 }
 
 /// Predictors the evaluation runs.
-pub const PREDICTORS: [&str; 5] = [
-    "none",
-    "last-successor",
-    "plain-order1",
-    "model-order1",
-    "model",
-];
+pub const PREDICTORS: [&str; 5] = ["none", "last-successor", "plain-order1", "model-order1", "model"];
 
 /// Evaluates every predictor at every theta on one trace, in both modes.
 /// `config` gives the model's memory, window and decay; its theta is swept.
-pub fn evaluate(
-    trace: &str,
-    keys: &[u64],
-    config: ModelConfig,
-    thetas: &[f32],
-) -> Result<Vec<Row>, ModelError> {
+pub fn evaluate(trace: &str, keys: &[u64], config: ModelConfig, thetas: &[f32]) -> Result<Vec<Row>, ModelError> {
     let mut rows = Vec::new();
     for mode in [Mode::Online, Mode::Split] {
-        let mut run = |predictor: &'static str,
-                       theta: Option<f32>,
-                       f: &mut dyn Forecaster|
-         -> Result<(), ModelError> {
+        let mut run = |predictor: &'static str, theta: Option<f32>, f: &mut dyn Forecaster| -> Result<(), ModelError> {
             let stats = replay(keys, f, config.lease_window_writes, mode)?;
-            rows.push(Row {
-                trace: trace.to_string(),
-                mode,
-                predictor,
-                theta,
-                stats,
-                memory_bytes: f.memory_bytes(),
-            });
+            rows.push(Row { trace: trace.to_string(), mode, predictor, theta, stats, memory_bytes: f.memory_bytes() });
             Ok(())
         };
         run("none", None, &mut NoPrediction)?;
         run("last-successor", None, &mut LastSuccessor::default())?;
         for &theta in thetas {
             run("plain-order1", Some(theta), &mut PlainOrder1::new(theta))?;
-            let c = ModelConfig {
-                theta,
-                order2: false,
-                ..config
-            };
+            let c = ModelConfig { theta, order2: false, ..config };
             run("model-order1", Some(theta), &mut ModelForecaster::new(c)?)?;
             let c = ModelConfig { theta, ..config };
             run("model", Some(theta), &mut ModelForecaster::new(c)?)?;
@@ -280,12 +241,7 @@ pub fn evaluate(
 /// The recall of the plain reference at theta 0.9 in the same trace and mode.
 pub fn reference_recall(rows: &[Row], trace: &str, mode: Mode) -> Option<f64> {
     rows.iter()
-        .find(|r| {
-            r.trace == trace
-                && r.mode == mode
-                && r.predictor == "plain-order1"
-                && r.theta == Some(0.9)
-        })
+        .find(|r| r.trace == trace && r.mode == mode && r.predictor == "plain-order1" && r.theta == Some(0.9))
         .map(|r| r.stats.recall())
 }
 
@@ -296,12 +252,7 @@ pub fn format_table(rows: &[Row]) -> String {
     for r in rows {
         if group != Some((&r.trace, r.mode)) {
             group = Some((&r.trace, r.mode));
-            let _ = writeln!(
-                s,
-                "\n{} ({}), lease window in writes as configured",
-                r.trace,
-                r.mode.name()
-            );
+            let _ = writeln!(s, "\n{} ({}), lease window in writes as configured", r.trace, r.mode.name());
             let _ = writeln!(
                 s,
                 "{:<15} {:>5} {:>9} {:>7} {:>8} {:>11} {:>10}",
@@ -309,11 +260,7 @@ pub fn format_table(rows: &[Row]) -> String {
             );
         }
         let reference = reference_recall(rows, &r.trace, r.mode).unwrap_or(0.0);
-        let vs = if reference > 0.0 {
-            format!("{:.2}x", r.stats.recall() / reference)
-        } else {
-            "-".into()
-        };
+        let vs = if reference > 0.0 { format!("{:.2}x", r.stats.recall() / reference) } else { "-".into() };
         let _ = writeln!(
             s,
             "{:<15} {:>5} {:>9.4} {:>7.4} {:>8.4} {:>11} {:>10}",
@@ -336,18 +283,8 @@ mod tests {
     #[test]
     fn a_cycle_is_predicted_perfectly_after_warm_up() {
         let keys: Vec<u64> = (0..3000).map(|i| i % 10).collect();
-        let config = ModelConfig {
-            memory_bytes: 64 << 10,
-            theta: 0.9,
-            ..ModelConfig::default()
-        };
-        let s = replay(
-            &keys,
-            &mut ModelForecaster::new(config).unwrap(),
-            8,
-            Mode::Online,
-        )
-        .unwrap();
+        let config = ModelConfig { memory_bytes: 64 << 10, theta: 0.9, ..ModelConfig::default() };
+        let s = replay(&keys, &mut ModelForecaster::new(config).unwrap(), 8, Mode::Online).unwrap();
         assert!(s.precision() > 0.99 && s.recall() > 0.98, "{s:?}");
         let s = replay(&keys, &mut PlainOrder1::new(0.9), 8, Mode::Split).unwrap();
         assert_eq!(s.writes, 1500);
@@ -361,24 +298,12 @@ mod tests {
         let mut x = 7u64;
         let keys: Vec<u64> = (0..5000)
             .map(|_| {
-                x = x
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
                 (x >> 33) % 1000
             })
             .collect();
-        let config = ModelConfig {
-            memory_bytes: 256 << 10,
-            theta: 0.9,
-            ..ModelConfig::default()
-        };
-        let s = replay(
-            &keys,
-            &mut ModelForecaster::new(config).unwrap(),
-            8,
-            Mode::Online,
-        )
-        .unwrap();
+        let config = ModelConfig { memory_bytes: 256 << 10, theta: 0.9, ..ModelConfig::default() };
+        let s = replay(&keys, &mut ModelForecaster::new(config).unwrap(), 8, Mode::Online).unwrap();
         assert!(s.leases_per_write() < 0.01, "{s:?}");
         let last = replay(&keys, &mut LastSuccessor::default(), 8, Mode::Online).unwrap();
         assert!(last.precision() < 0.05, "{last:?}");

@@ -81,11 +81,7 @@ const CRC_TABLE: [u32; 256] = {
         let mut c = i as u32;
         let mut k = 0;
         while k < 8 {
-            c = if c & 1 != 0 {
-                0xEDB8_8320 ^ (c >> 1)
-            } else {
-                c >> 1
-            };
+            c = if c & 1 != 0 { 0xEDB8_8320 ^ (c >> 1) } else { c >> 1 };
             k += 1;
         }
         table[i] = c;
@@ -146,10 +142,7 @@ impl Model {
         b[field::ENTRIES].copy_from_slice(&(count as u32).to_le_bytes());
         let mut at = HEADER_BYTES;
         for (table_id, table) in [(0u8, &self.order1), (1u8, &self.order2)] {
-            for (slot, e) in (0..table.slots())
-                .map(|s| (s, table.entry(s)))
-                .filter(|(_, e)| e.heat != 0)
-            {
+            for (slot, e) in (0..table.slots()).map(|s| (s, table.entry(s))).filter(|(_, e)| e.heat != 0) {
                 let r = &mut b[at..at + ENTRY_RECORD_BYTES];
                 r[field::entry::TABLE] = table_id;
                 r[field::entry::HEAT] = e.heat;
@@ -173,10 +166,7 @@ impl Model {
     /// A model from file bytes, every field checked.
     pub fn from_bytes(b: &[u8]) -> Result<Self, ModelError> {
         if b.len() < HEADER_BYTES {
-            return Err(ModelError::Truncated {
-                needed: HEADER_BYTES,
-                actual: b.len(),
-            });
+            return Err(ModelError::Truncated { needed: HEADER_BYTES, actual: b.len() });
         }
         let mut magic = [0u8; 8];
         magic.copy_from_slice(&b[field::MAGIC]);
@@ -185,10 +175,7 @@ impl Model {
         }
         let version = u32_at(b, field::VERSION);
         if version != FORMAT_VERSION {
-            return Err(ModelError::UnsupportedVersion {
-                found: version,
-                supported: FORMAT_VERSION,
-            });
+            return Err(ModelError::UnsupportedVersion { found: version, supported: FORMAT_VERSION });
         }
         let count = u32_at(b, field::ENTRIES) as usize;
         let needed = count
@@ -196,20 +183,14 @@ impl Model {
             .and_then(|n| n.checked_add(HEADER_BYTES))
             .ok_or_else(|| malformed(format!("entry count {count} overflows")))?;
         if b.len() < needed {
-            return Err(ModelError::Truncated {
-                needed,
-                actual: b.len(),
-            });
+            return Err(ModelError::Truncated { needed, actual: b.len() });
         }
         let (found, computed) = (u32_at(b, field::CHECKSUM), checksum(b));
         if found != computed {
             return Err(ModelError::ChecksumMismatch { found, computed });
         }
         if b.len() != needed {
-            return Err(malformed(format!(
-                "{} bytes after the last of {count} entries",
-                b.len() - needed
-            )));
+            return Err(malformed(format!("{} bytes after the last of {count} entries", b.len() - needed)));
         }
         let order2 = match b[field::ORDER2] {
             0 => false,
@@ -225,16 +206,12 @@ impl Model {
             order2,
         };
         let mut model = Model::new(config)?;
-        for (name, range, table) in [
-            ("order-1", field::ORDER1_SETS, &model.order1),
-            ("order-2", field::ORDER2_SETS, &model.order2),
-        ] {
+        for (name, range, table) in
+            [("order-1", field::ORDER1_SETS, &model.order1), ("order-2", field::ORDER2_SETS, &model.order2)]
+        {
             let sets = u32_at(b, range) as usize;
             if sets != table.sets() {
-                return Err(malformed(format!(
-                    "{name} table has {sets} sets, its budget gives {}",
-                    table.sets()
-                )));
+                return Err(malformed(format!("{name} table has {sets} sets, its budget gives {}", table.sets())));
             }
         }
         for n in 0..count {
@@ -251,15 +228,8 @@ impl Model {
                 e.counts[i] = u16_at(r, field::entry::COUNTS + 2 * i);
             }
             let sum: u32 = e.counts.iter().map(|&c| u32::from(c)).sum();
-            if e.heat == 0
-                || e.heat > HEAT_MAX
-                || sum > u32::from(e.total)
-                || e.total >= config.count_decay_at
-            {
-                return Err(malformed(format!(
-                    "entry {n}: heat {}, total {}, counts {:?}",
-                    e.heat, e.total, e.counts
-                )));
+            if e.heat == 0 || e.heat > HEAT_MAX || sum > u32::from(e.total) || e.total >= config.count_decay_at {
+                return Err(malformed(format!("entry {n}: heat {}, total {}, counts {:?}", e.heat, e.total, e.counts)));
             }
             let slot = u32_at(r, field::entry::SLOT) as usize;
             let table = match r[field::entry::TABLE] {
@@ -270,9 +240,7 @@ impl Model {
             if slot < table.slots() && table.entry(slot).heat != 0 {
                 return Err(malformed(format!("entry {n}: slot {slot} given twice")));
             }
-            table
-                .place(slot, e)
-                .ok_or_else(|| malformed(format!("entry {n}: slot {slot} wrong for its tag")))?;
+            table.place(slot, e).ok_or_else(|| malformed(format!("entry {n}: slot {slot} wrong for its tag")))?;
         }
         let flags = b[field::HISTORY_FLAGS];
         let last = (flags & 1 != 0).then(|| u64_at(b, field::LAST));
@@ -285,12 +253,7 @@ impl Model {
             (Some(bf), Some(l)) if order2 => model.order2.find(order2_tag(bf, l)),
             _ => None,
         };
-        model.history = History {
-            last,
-            before,
-            slot1,
-            slot2,
-        };
+        model.history = History { last, before, slot1, slot2 };
         Ok(model)
     }
 
@@ -320,11 +283,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn trained() -> Model {
-        let mut m = Model::new(ModelConfig {
-            memory_bytes: 8 << 10,
-            ..ModelConfig::default()
-        })
-        .unwrap();
+        let mut m = Model::new(ModelConfig { memory_bytes: 8 << 10, ..ModelConfig::default() }).unwrap();
         for k in [1u64, 2, 3, 1, 2, 3, 1, 2] {
             m.observe(k);
         }
@@ -343,11 +302,7 @@ mod tests {
 
     #[test]
     fn golden_header() {
-        let m = Model::new(ModelConfig {
-            memory_bytes: 8 << 10,
-            ..ModelConfig::default()
-        })
-        .unwrap();
+        let m = Model::new(ModelConfig { memory_bytes: 8 << 10, ..ModelConfig::default() }).unwrap();
         let b = m.to_bytes();
         assert_eq!(b.len(), HEADER_BYTES);
         let golden: [u8; 40] = [
@@ -362,11 +317,7 @@ mod tests {
             1, 0, 0, 0, // order2, flags, zero
         ];
         assert_eq!(&b[..40], &golden);
-        assert_eq!(
-            &b[56..64],
-            &[16, 0, 0, 0, 16, 0, 0, 0],
-            "16 sets of 4 x 56-byte entries per 4 KiB"
-        );
+        assert_eq!(&b[56..64], &[16, 0, 0, 0, 16, 0, 0, 0], "16 sets of 4 x 56-byte entries per 4 KiB");
         assert_eq!(u32_at(&b, field::CHECKSUM), checksum(&b));
     }
 
@@ -385,10 +336,7 @@ mod tests {
         for len in 0..b.len() {
             let err = Model::from_bytes(&b[..len]).unwrap_err();
             assert!(
-                matches!(
-                    err,
-                    ModelError::Truncated { .. } | ModelError::ChecksumMismatch { .. }
-                ),
+                matches!(err, ModelError::Truncated { .. } | ModelError::ChecksumMismatch { .. }),
                 "len {len}: {err}"
             );
         }
@@ -398,16 +346,10 @@ mod tests {
     fn bad_magic_and_version() {
         let mut b = trained().to_bytes();
         b[0] = b'X';
-        assert!(matches!(
-            Model::from_bytes(&b),
-            Err(ModelError::BadMagic { .. })
-        ));
+        assert!(matches!(Model::from_bytes(&b), Err(ModelError::BadMagic { .. })));
         let mut b = trained().to_bytes();
         b[8] = 2;
-        assert!(matches!(
-            Model::from_bytes(&b),
-            Err(ModelError::UnsupportedVersion { found: 2, .. })
-        ));
+        assert!(matches!(Model::from_bytes(&b), Err(ModelError::UnsupportedVersion { found: 2, .. })));
     }
 
     #[test]
@@ -416,18 +358,12 @@ mod tests {
         b[field::ORDER2] = 7;
         let sum = checksum(&b);
         b[field::CHECKSUM].copy_from_slice(&sum.to_le_bytes());
-        assert!(matches!(
-            Model::from_bytes(&b),
-            Err(ModelError::Malformed { .. })
-        ));
+        assert!(matches!(Model::from_bytes(&b), Err(ModelError::Malformed { .. })));
         let mut b = trained().to_bytes();
         b[field::THETA].copy_from_slice(&2.0f32.to_bits().to_le_bytes());
         let sum = checksum(&b);
         b[field::CHECKSUM].copy_from_slice(&sum.to_le_bytes());
-        assert!(matches!(
-            Model::from_bytes(&b),
-            Err(ModelError::InvalidConfig { field: "theta", .. })
-        ));
+        assert!(matches!(Model::from_bytes(&b), Err(ModelError::InvalidConfig { field: "theta", .. })));
     }
 
     #[test]
@@ -439,10 +375,7 @@ mod tests {
         m.save(&path).unwrap();
         assert_eq!(Model::load(&path).unwrap(), m);
         std::fs::remove_dir_all(&dir).unwrap();
-        assert!(matches!(
-            Model::load(&path),
-            Err(ModelError::Io { action: "read", .. })
-        ));
+        assert!(matches!(Model::load(&path), Err(ModelError::Io { action: "read", .. })));
     }
 
     proptest! {

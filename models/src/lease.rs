@@ -149,11 +149,7 @@ impl LeaseTracker {
         if self.open.len() == LEASES_OPEN_MAX {
             return OpenOutcome::Full;
         }
-        self.open.push(Lease {
-            key,
-            opened_after_write: now,
-            expires_after_write: expires,
-        });
+        self.open.push(Lease { key, opened_after_write: now, expires_after_write: expires });
         self.stats.opened += 1;
         OpenOutcome::Opened
     }
@@ -198,10 +194,7 @@ mod tests {
         t.open(5);
         t.on_write(1, |_| {});
         assert_eq!(t.open(5), OpenOutcome::Refreshed);
-        assert_eq!(
-            t.on_write(5, |_| panic!("refreshed lease expired")),
-            WriteOutcome::Hit
-        );
+        assert_eq!(t.on_write(5, |_| panic!("refreshed lease expired")), WriteOutcome::Hit);
         assert_eq!(t.stats().opened, 1);
     }
 

@@ -65,29 +65,14 @@ impl Model {
     pub fn new(config: ModelConfig) -> Result<Self, ModelError> {
         config.validate()?;
         let (order1, order2) = if config.order2 {
-            (
-                Table::with_budget(config.memory_bytes / 2),
-                Table::with_budget(config.memory_bytes / 2),
-            )
+            (Table::with_budget(config.memory_bytes / 2), Table::with_budget(config.memory_bytes / 2))
         } else {
             // A one-set order-2 table that is never used, counted like the rest.
             let unused = Table::with_sets(1);
-            (
-                Table::with_budget(config.memory_bytes - unused.memory_bytes()),
-                unused,
-            )
+            (Table::with_budget(config.memory_bytes - unused.memory_bytes()), unused)
         };
-        let model = Self {
-            config,
-            order1,
-            order2,
-            history: History::default(),
-            learning: true,
-        };
-        assert!(
-            model.memory_bytes() <= config.memory_bytes,
-            "tables sized past the budget"
-        );
+        let model = Self { config, order1, order2, history: History::default(), learning: true };
+        assert!(model.memory_bytes() <= config.memory_bytes, "tables sized past the budget");
         Ok(model)
     }
 
@@ -116,30 +101,17 @@ impl Model {
                 self.order1.record(slot, last, key, decay_at);
             }
             if let (Some(slot), Some(last), Some(before)) = (h.slot2, h.last, h.before) {
-                self.order2
-                    .record(slot, order2_tag(before, last), key, decay_at);
+                self.order2.record(slot, order2_tag(before, last), key, decay_at);
             }
         }
         let with_order2 = self.config.order2 && h.last.is_some();
         let tag2 = h.last.map(|last| order2_tag(last, key));
         let (slot1, slot2) = if self.learning {
-            (
-                Some(self.order1.touch(key)),
-                tag2.filter(|_| with_order2).map(|t| self.order2.touch(t)),
-            )
+            (Some(self.order1.touch(key)), tag2.filter(|_| with_order2).map(|t| self.order2.touch(t)))
         } else {
-            (
-                self.order1.find(key),
-                tag2.filter(|_| with_order2)
-                    .and_then(|t| self.order2.find(t)),
-            )
+            (self.order1.find(key), tag2.filter(|_| with_order2).and_then(|t| self.order2.find(t)))
         };
-        self.history = History {
-            last: Some(key),
-            before: h.last,
-            slot1,
-            slot2,
-        };
+        self.history = History { last: Some(key), before: h.last, slot1, slot2 };
     }
 
     /// The successors of `key` whose probability reaches the configured theta.
@@ -158,10 +130,7 @@ impl Model {
         let (slot1, ctx2) = if h.last == Some(key) {
             (h.slot1, h.before.map(|b| (h.slot2, order2_tag(b, key))))
         } else {
-            (
-                self.order1.find(key),
-                h.last.map(|l| (None, order2_tag(l, key))),
-            )
+            (self.order1.find(key), h.last.map(|l| (None, order2_tag(l, key))))
         };
         if let Some(slot) = slot1 {
             self.push_confident(&self.order1, slot, key, key, theta, &mut out);
@@ -179,15 +148,7 @@ impl Model {
 
     /// Pushes the successors of the context `tag` in `slot` that reach `theta`, if the
     /// context has the evidence; never `key` itself.
-    fn push_confident(
-        &self,
-        table: &Table,
-        slot: usize,
-        tag: u64,
-        key: u64,
-        theta: f32,
-        out: &mut Predictions,
-    ) {
+    fn push_confident(&self, table: &Table, slot: usize, tag: u64, key: u64, theta: f32, out: &mut Predictions) {
         let total = match table.total(slot, tag) {
             Some(total) if total >= self.config.min_observations => f32::from(total),
             _ => return,
@@ -208,11 +169,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn small(order2: bool) -> ModelConfig {
-        ModelConfig {
-            memory_bytes: 16 << 10,
-            order2,
-            ..ModelConfig::default()
-        }
+        ModelConfig { memory_bytes: 16 << 10, order2, ..ModelConfig::default() }
     }
 
     #[test]
@@ -221,10 +178,7 @@ mod tests {
         m.observe(1);
         m.observe(2);
         m.observe(1);
-        assert!(
-            m.predict(1).is_empty(),
-            "one observation of context 1 is not enough"
-        );
+        assert!(m.predict(1).is_empty(), "one observation of context 1 is not enough");
         m.observe(2);
         m.observe(1);
         assert_eq!(m.predict(1).as_slice()[0].key, 2);
@@ -279,10 +233,7 @@ mod tests {
 
     #[test]
     fn memory_stays_in_budget_with_a_million_distinct_keys() {
-        let config = ModelConfig {
-            memory_bytes: 1 << 20,
-            ..ModelConfig::default()
-        };
+        let config = ModelConfig { memory_bytes: 1 << 20, ..ModelConfig::default() };
         let mut m = Model::new(config).unwrap();
         let start = m.memory_bytes();
         assert!(start <= config.memory_bytes);
@@ -295,10 +246,7 @@ mod tests {
         }
         assert_eq!(m.memory_bytes(), start);
         assert!(m.memory_bytes() <= config.memory_bytes);
-        assert_eq!(
-            m.order1.slots() * crate::table::ENTRY_BYTES,
-            m.order1.memory_bytes() as usize
-        );
+        assert_eq!(m.order1.slots() * crate::table::ENTRY_BYTES, m.order1.memory_bytes() as usize);
     }
 
     proptest! {

@@ -21,13 +21,7 @@ pub struct Predictions {
 
 impl Default for Predictions {
     fn default() -> Self {
-        Self {
-            items: [Prediction {
-                key: 0,
-                probability: 0.0,
-            }; PREDICTIONS_MAX],
-            len: 0,
-        }
+        Self { items: [Prediction { key: 0, probability: 0.0 }; PREDICTIONS_MAX], len: 0 }
     }
 }
 
@@ -49,13 +43,8 @@ impl Predictions {
             self.len += 1;
             return;
         }
-        let weakest = (0..self.len)
-            .min_by(|&a, &b| {
-                self.items[a]
-                    .probability
-                    .total_cmp(&self.items[b].probability)
-            })
-            .unwrap_or(0);
+        let weakest =
+            (0..self.len).min_by(|&a, &b| self.items[a].probability.total_cmp(&self.items[b].probability)).unwrap_or(0);
         if self.items[weakest].probability < probability {
             self.items[weakest] = Prediction { key, probability };
         }
@@ -105,13 +94,7 @@ mod tests {
         p.push(5, 0.5);
         p.push(5, 0.9);
         p.push(5, 0.7);
-        assert_eq!(
-            p.as_slice(),
-            &[Prediction {
-                key: 5,
-                probability: 0.9
-            }]
-        );
+        assert_eq!(p.as_slice(), &[Prediction { key: 5, probability: 0.9 }]);
     }
 
     #[test]

@@ -45,12 +45,8 @@ pub(crate) struct Successors {
     pub counts: [u16; SUCCESSOR_SLOTS],
 }
 
-const SET_BYTES: usize =
-    std::mem::size_of::<SetHead>() + TABLE_WAYS * std::mem::size_of::<Successors>();
-const _: () = assert!(
-    std::mem::size_of::<SetHead>() == 64,
-    "a set head is one cache line"
-);
+const SET_BYTES: usize = std::mem::size_of::<SetHead>() + TABLE_WAYS * std::mem::size_of::<Successors>();
+const _: () = assert!(std::mem::size_of::<SetHead>() == 64, "a set head is one cache line");
 
 /// Bytes one entry occupies in the table (its share of the set head included).
 pub(crate) const ENTRY_BYTES: usize = SET_BYTES / TABLE_WAYS;
@@ -80,10 +76,7 @@ impl Table {
 
     /// A table of exactly `sets` sets (a power of two).
     pub fn with_sets(sets: usize) -> Self {
-        assert!(
-            sets.is_power_of_two(),
-            "sets must be a power of two, got {sets}"
-        );
+        assert!(sets.is_power_of_two(), "sets must be a power of two, got {sets}");
         Self {
             heads: vec![SetHead::default(); sets],
             successors: vec![Successors::default(); sets * TABLE_WAYS],
@@ -111,13 +104,7 @@ impl Table {
     pub fn entry(&self, slot: usize) -> Entry {
         let (h, w) = (&self.heads[slot / TABLE_WAYS], slot % TABLE_WAYS);
         let s = &self.successors[slot];
-        Entry {
-            tag: h.tags[w],
-            successors: s.keys,
-            counts: s.counts,
-            total: h.totals[w],
-            heat: h.heat[w],
-        }
+        Entry { tag: h.tags[w], successors: s.keys, counts: s.counts, total: h.totals[w], heat: h.heat[w] }
     }
 
     /// Puts `entry` at `slot` (loading a model file). `None` if the slot is out of range
@@ -130,10 +117,7 @@ impl Table {
         h.tags[w] = entry.tag;
         h.totals[w] = entry.total;
         h.heat[w] = entry.heat;
-        self.successors[slot] = Successors {
-            keys: entry.successors,
-            counts: entry.counts,
-        };
+        self.successors[slot] = Successors { keys: entry.successors, counts: entry.counts };
         Some(())
     }
 
@@ -141,9 +125,7 @@ impl Table {
     pub fn find(&self, tag: u64) -> Option<usize> {
         let set = set_of(tag, self.set_mask);
         let h = &self.heads[set];
-        (0..TABLE_WAYS)
-            .find(|&w| h.heat[w] != 0 && h.tags[w] == tag)
-            .map(|w| set * TABLE_WAYS + w)
+        (0..TABLE_WAYS).find(|&w| h.heat[w] != 0 && h.tags[w] == tag).map(|w| set * TABLE_WAYS + w)
     }
 
     /// The slot of `tag`, warmed because the context just occurred; a missing context
@@ -156,9 +138,7 @@ impl Table {
             h.heat[w] = (h.heat[w] + 2).min(HEAT_MAX);
             return set * TABLE_WAYS + w;
         }
-        let victim = (0..TABLE_WAYS)
-            .min_by_key(|&w| (h.heat[w], h.totals[w], w))
-            .unwrap_or(0);
+        let victim = (0..TABLE_WAYS).min_by_key(|&w| (h.heat[w], h.totals[w], w)).unwrap_or(0);
         for heat in &mut h.heat {
             *heat = heat.saturating_sub(1).max(u8::from(*heat != 0));
         }
@@ -184,9 +164,7 @@ impl Table {
         let i = held.unwrap_or_else(|| {
             // A free slot, else the weakest successor gives way (Misra-Gries style:
             // a successor that clears 1/(SLOTS+1) of the total is never the weakest).
-            (0..SUCCESSOR_SLOTS)
-                .min_by_key(|&i| (e.counts[i], i))
-                .unwrap_or(0)
+            (0..SUCCESSOR_SLOTS).min_by_key(|&i| (e.counts[i], i)).unwrap_or(0)
         });
         if held.is_none() {
             e.keys[i] = successor;

@@ -29,10 +29,7 @@ pub enum TraceFormat {
 impl TraceFormat {
     /// The format implied by the file name: `.csv`, `.lis` / `.lis.zst`, else plain.
     pub fn from_path(path: &Path) -> Self {
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().to_ascii_lowercase())
-            .unwrap_or_default();
+        let name = path.file_name().map(|n| n.to_string_lossy().to_ascii_lowercase()).unwrap_or_default();
         if name.ends_with(".csv") {
             Self::Csv
         } else if name.ends_with(".lis") || name.ends_with(".lis.zst") {
@@ -54,41 +51,24 @@ pub fn shared_traces_dir() -> PathBuf {
 
 /// Reads the whole trace at `path` (zstd-decompressed if its name ends in `.zst`).
 pub fn read_trace(path: &Path, format: TraceFormat) -> Result<Vec<u64>, ModelError> {
-    let io = |source| ModelError::Io {
-        action: "read",
-        path: path.to_path_buf(),
-        source,
-    };
+    let io = |source| ModelError::Io { action: "read", path: path.to_path_buf(), source };
     let raw = std::fs::read(path).map_err(io)?;
     let text = if path.extension().is_some_and(|e| e == "zst") {
         let mut out = Vec::new();
         ruzstd::decoding::StreamingDecoder::new(raw.as_slice())
-            .map_err(|e| ModelError::TraceDecode {
-                path: path.to_path_buf(),
-                what: e.to_string(),
-            })?
+            .map_err(|e| ModelError::TraceDecode { path: path.to_path_buf(), what: e.to_string() })?
             .read_to_end(&mut out)
-            .map_err(|e| ModelError::TraceDecode {
-                path: path.to_path_buf(),
-                what: e.to_string(),
-            })?;
+            .map_err(|e| ModelError::TraceDecode { path: path.to_path_buf(), what: e.to_string() })?;
         out
     } else {
         raw
     };
     let text = std::str::from_utf8(&text).map_err(|e| ModelError::TraceParse {
         path: path.to_path_buf(),
-        line: 1 + text[..e.valid_up_to()]
-            .iter()
-            .filter(|&&b| b == b'\n')
-            .count(),
+        line: 1 + text[..e.valid_up_to()].iter().filter(|&&b| b == b'\n').count(),
         what: "not UTF-8 text".into(),
     })?;
-    parse_trace(text, format).map_err(|(line, what)| ModelError::TraceParse {
-        path: path.to_path_buf(),
-        line,
-        what,
-    })
+    parse_trace(text, format).map_err(|(line, what)| ModelError::TraceParse { path: path.to_path_buf(), line, what })
 }
 
 /// Parses trace text; an error names the one-based line and what is wrong with it.
@@ -107,33 +87,21 @@ pub fn parse_trace(text: &str, format: TraceFormat) -> Result<Vec<u64>, (usize, 
                 }
                 let cols: Vec<&str> = line.split(',').collect();
                 if cols.len() != 5 {
-                    return Err((
-                        n,
-                        format!("expected 5 comma-separated columns, found {}", cols.len()),
-                    ));
+                    return Err((n, format!("expected 5 comma-separated columns, found {}", cols.len())));
                 }
                 if !cols[2].eq_ignore_ascii_case("2a") {
                     continue;
                 }
-                cols[4]
-                    .parse::<u64>()
-                    .map_err(|e| (n, format!("lbn {:?}: {e}", cols[4])))?
+                cols[4].parse::<u64>().map_err(|e| (n, format!("lbn {:?}: {e}", cols[4])))?
             }
             TraceFormat::Lis => {
                 let first = line.split_ascii_whitespace().next().unwrap_or("");
-                first
-                    .parse::<u64>()
-                    .map_err(|e| (n, format!("start_block {first:?}: {e}")))?
+                first.parse::<u64>().map_err(|e| (n, format!("start_block {first:?}: {e}")))?
             }
-            TraceFormat::Plain => line
-                .parse::<u64>()
-                .map_err(|e| (n, format!("key {line:?}: {e}")))?,
+            TraceFormat::Plain => line.parse::<u64>().map_err(|e| (n, format!("key {line:?}: {e}")))?,
         };
         if keys.len() == TRACE_WRITES_MAX {
-            return Err((
-                n,
-                format!("more than {TRACE_WRITES_MAX} writes; split the trace"),
-            ));
+            return Err((n, format!("more than {TRACE_WRITES_MAX} writes; split the trace")));
         }
         keys.push(key);
     }
@@ -152,31 +120,19 @@ mod tests {
 
     #[test]
     fn lis_takes_start_block() {
-        assert_eq!(
-            parse_trace("7 8 0 0\n9 1 0 1\n", TraceFormat::Lis).unwrap(),
-            [7, 9]
-        );
+        assert_eq!(parse_trace("7 8 0 0\n9 1 0 1\n", TraceFormat::Lis).unwrap(), [7, 9]);
     }
 
     #[test]
     fn errors_name_the_line() {
-        assert_eq!(
-            parse_trace("1\n2\nx\n", TraceFormat::Plain).unwrap_err().0,
-            3
-        );
+        assert_eq!(parse_trace("1\n2\nx\n", TraceFormat::Plain).unwrap_err().0, 3);
         assert_eq!(parse_trace("1,2,2a\n", TraceFormat::Csv).unwrap_err().0, 1);
     }
 
     #[test]
     fn format_from_name() {
-        assert_eq!(
-            TraceFormat::from_path(Path::new("a/OLTP.lis.zst")),
-            TraceFormat::Lis
-        );
+        assert_eq!(TraceFormat::from_path(Path::new("a/OLTP.lis.zst")), TraceFormat::Lis);
         assert_eq!(TraceFormat::from_path(Path::new("x.CSV")), TraceFormat::Csv);
-        assert_eq!(
-            TraceFormat::from_path(Path::new("keys.txt")),
-            TraceFormat::Plain
-        );
+        assert_eq!(TraceFormat::from_path(Path::new("keys.txt")), TraceFormat::Plain);
     }
 }

@@ -17,30 +17,14 @@ fn trace(name: &str, writes: usize) -> Vec<u64> {
     let keys = read_trace(&path, TraceFormat::from_path(&path)).unwrap_or_else(|e| {
         panic!("the accuracy tests need the shared traces: {e}. Put shared/traces beside the repository or set PRESCIENT_TRACES")
     });
-    assert!(
-        keys.len() >= writes,
-        "{name}: {} writes, the test needs {writes}",
-        keys.len()
-    );
+    assert!(keys.len() >= writes, "{name}: {} writes, the test needs {writes}", keys.len());
     keys[..writes].to_vec()
 }
 
 fn compare(keys: &[u64], mode: Mode) -> (LeaseStats, LeaseStats) {
     let config = ModelConfig::default();
-    let model = replay(
-        keys,
-        &mut ModelForecaster::new(config).unwrap(),
-        config.lease_window_writes,
-        mode,
-    )
-    .unwrap();
-    let reference = replay(
-        keys,
-        &mut PlainOrder1::new(0.9),
-        config.lease_window_writes,
-        mode,
-    )
-    .unwrap();
+    let model = replay(keys, &mut ModelForecaster::new(config).unwrap(), config.lease_window_writes, mode).unwrap();
+    let reference = replay(keys, &mut PlainOrder1::new(0.9), config.lease_window_writes, mode).unwrap();
     (model, reference)
 }
 
@@ -55,15 +39,8 @@ fn check(name: &str, writes: usize, precision_min: f64, recall_ratio_min: f64) {
             model.recall(),
             reference.recall()
         );
-        assert!(
-            model.precision() >= precision_min,
-            "{name} {mode:?}: precision {:.4}",
-            model.precision()
-        );
-        assert!(
-            ratio >= recall_ratio_min,
-            "{name} {mode:?}: recall {ratio:.2}x the reference"
-        );
+        assert!(model.precision() >= precision_min, "{name} {mode:?}: precision {:.4}", model.precision());
+        assert!(ratio >= recall_ratio_min, "{name} {mode:?}: recall {ratio:.2}x the reference");
     }
 }
 
@@ -83,22 +60,13 @@ fn shipped() -> PathBuf {
 
 #[test]
 fn shipped_models_load_and_predict() {
-    for (file, trace_name) in [
-        ("cloudPhysicsIO.model", "cloudPhysicsIO.csv"),
-        ("OLTP.model", "OLTP.lis.zst"),
-    ] {
+    for (file, trace_name) in [("cloudPhysicsIO.model", "cloudPhysicsIO.csv"), ("OLTP.model", "OLTP.lis.zst")] {
         let path = shipped().join(file);
         let model = Model::load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        assert!(
-            std::fs::metadata(&path).unwrap().len() < 1 << 20,
-            "{file} must stay under 1 MiB"
-        );
+        assert!(std::fs::metadata(&path).unwrap().len() < 1 << 20, "{file} must stay under 1 MiB");
         assert_eq!(
             *model.config(),
-            ModelConfig {
-                memory_bytes: model.config().memory_bytes,
-                ..ModelConfig::default()
-            }
+            ModelConfig { memory_bytes: model.config().memory_bytes, ..ModelConfig::default() }
         );
         let mut p = Predictor::from_model(model).unwrap();
         for &k in &trace(trace_name, 20_000) {

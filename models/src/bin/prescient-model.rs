@@ -10,10 +10,7 @@ use prescient_models::trace::{read_trace, shared_traces_dir, TraceFormat};
 use prescient_models::{Model, ModelConfig, ModelError, Predictor};
 
 #[derive(Parser)]
-#[command(
-    name = "prescient-model",
-    about = "Train and evaluate Prescient's write-stream predictor"
-)]
+#[command(name = "prescient-model", about = "Train and evaluate Prescient's write-stream predictor")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -98,13 +95,7 @@ fn load(path: &std::path::Path, format: Option<TraceFormat>) -> Result<Vec<u64>,
 
 fn run(cli: Cli) -> Result<(), ModelError> {
     match cli.command {
-        Command::Train {
-            trace,
-            format,
-            limit,
-            out,
-            model,
-        } => {
+        Command::Train { trace, format, limit, out, model } => {
             let keys = load(&trace, format)?;
             let keys = &keys[..limit.unwrap_or(keys.len()).min(keys.len())];
             let mut m = Model::new(model.config())?;
@@ -120,19 +111,12 @@ fn run(cli: Cli) -> Result<(), ModelError> {
                 out.display()
             );
         }
-        Command::Eval {
-            trace,
-            thetas,
-            model,
-        } => {
+        Command::Eval { trace, thetas, model } => {
             let config = model.config();
             config.validate()?;
             let traces = if trace.is_empty() {
                 let dir = shared_traces_dir();
-                ["cloudPhysicsIO.csv", "OLTP.lis.zst", "P3.lis.zst"]
-                    .iter()
-                    .map(|n| dir.join(n))
-                    .collect()
+                ["cloudPhysicsIO.csv", "OLTP.lis.zst", "P3.lis.zst"].iter().map(|n| dir.join(n)).collect()
             } else {
                 trace
             };
@@ -146,26 +130,14 @@ fn run(cli: Cli) -> Result<(), ModelError> {
             );
             for path in traces {
                 let keys = load(&path, None)?;
-                let name = path.file_name().map_or_else(
-                    || path.display().to_string(),
-                    |n| n.to_string_lossy().into(),
-                );
-                let rows = evaluate(
-                    &format!("{name}: {} writes", keys.len()),
-                    &keys,
-                    config,
-                    &thetas,
-                )?;
+                let name = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into());
+                let rows = evaluate(&format!("{name}: {} writes", keys.len()), &keys, config, &thetas)?;
                 print!("{}", format_table(&rows));
                 let at = |mode| {
-                    rows.iter().find(|r| {
-                        r.mode == mode && r.predictor == "model" && r.theta == Some(config.theta)
-                    })
+                    rows.iter().find(|r| r.mode == mode && r.predictor == "model" && r.theta == Some(config.theta))
                 };
                 for mode in [Mode::Online, Mode::Split] {
-                    if let (Some(r), Some(reference)) =
-                        (at(mode), reference_recall(&rows, &rows[0].trace, mode))
-                    {
+                    if let (Some(r), Some(reference)) = (at(mode), reference_recall(&rows, &rows[0].trace, mode)) {
                         println!(
                             "operating point ({mode:?}, theta {}): precision {:.4}, recall {:.4} = {:.2}x the plain reference at 0.9 ({reference:.4})",
                             config.theta,
