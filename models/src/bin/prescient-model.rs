@@ -68,6 +68,9 @@ struct ModelArgs {
     /// Lease window in writes.
     #[arg(long, default_value_t = ModelConfig::default().lease_window_writes)]
     window: u32,
+    /// A context predicts nothing until it has been followed this often.
+    #[arg(long, default_value_t = ModelConfig::default().min_observations)]
+    min_observations: u16,
     /// Halve a context's counts when it has been seen this often.
     #[arg(long, default_value_t = ModelConfig::default().count_decay_at)]
     decay_at: u16,
@@ -83,8 +86,8 @@ impl ModelArgs {
             theta: self.theta,
             lease_window_writes: self.window,
             count_decay_at: self.decay_at,
+            min_observations: self.min_observations,
             order2: !self.order1_only,
-            ..ModelConfig::default()
         }
     }
 }
