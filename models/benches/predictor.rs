@@ -48,54 +48,12 @@ fn main() {
         }
     };
     let map: HashMap<u64, u64> = keys.iter().map(|&k| (k, k ^ 1)).collect();
-<<<<<<< HEAD
-    let hashmap = best_ns_per_key(&keys, || keys.iter().map(|k| map.get(k).copied().unwrap_or(0)).sum());
-
-    let config = ModelConfig::default();
-    let mut rows = vec![("HashMap<u64,u64>::get (reference)", hashmap, 0u64)];
-    for (name, config) in [
-        ("Model observe+predict (order 1+2)", config),
-        ("Model observe+predict (order 1)", ModelConfig { order2: false, ..config }),
-        ("Model observe+predict, 256 KiB", ModelConfig { memory_bytes: 256 << 10, ..config }),
-    ] {
-        // Learn on one pass first so that the timed passes see a trained model.
-        let mut model = Model::new(config).expect("default config is valid");
-        keys.iter().for_each(|&k| model.observe(k));
-        let ns = best_ns_per_key(&keys, || {
-            let mut n = 0u64;
-            for &k in &keys {
-                model.observe(k);
-                n += model.predict(k).len() as u64;
-            }
-            n
-        });
-        rows.push((name, ns, model.memory_bytes()));
-    }
-=======
     let config = ModelConfig::default();
     let variants = [
         ("Model observe+predict (order 1+2, 1 MiB)", config),
-        (
-            "Model observe+predict (order 1, 1 MiB)",
-            ModelConfig {
-                order2: false,
-                ..config
-            },
-        ),
-        (
-            "Model observe+predict (order 1+2, 256 KiB)",
-            ModelConfig {
-                memory_bytes: 256 << 10,
-                ..config
-            },
-        ),
-        (
-            "Model observe+predict (order 1+2, 8 MiB)",
-            ModelConfig {
-                memory_bytes: 8 << 20,
-                ..config
-            },
-        ),
+        ("Model observe+predict (order 1, 1 MiB)", ModelConfig { order2: false, ..config }),
+        ("Model observe+predict (order 1+2, 256 KiB)", ModelConfig { memory_bytes: 256 << 10, ..config }),
+        ("Model observe+predict (order 1+2, 8 MiB)", ModelConfig { memory_bytes: 8 << 20, ..config }),
     ];
     // Each model learns on one pass first so that the timed passes see it trained.
     let mut models: Vec<Model> = variants
@@ -106,13 +64,10 @@ fn main() {
             m
         })
         .collect();
->>>>>>> models
     let mut predictor = Predictor::new(config).expect("default config is valid");
     let mut best = vec![(f64::MAX, f64::MAX); 2 + models.len()];
     for _ in 0..PASSES {
-        let ns = ns_per_key(&keys, || {
-            keys.iter().map(|k| map.get(k).copied().unwrap_or(0)).sum()
-        });
+        let ns = ns_per_key(&keys, || keys.iter().map(|k| map.get(k).copied().unwrap_or(0)).sum());
         keep_best(&mut best[0], ns);
         for (i, model) in models.iter_mut().enumerate() {
             let ns = ns_per_key(&keys, || {
@@ -125,16 +80,6 @@ fn main() {
             });
             keep_best(&mut best[1 + i], ns);
         }
-<<<<<<< HEAD
-        rollbacks
-    });
-    rows.push(("Predictor::on_write (model + leases)", ns, predictor.model().memory_bytes()));
-
-    println!("{} writes of {}, best of {PASSES} passes", keys.len(), path.display());
-    println!("{:<38} {:>10} {:>14} {:>11}", "operation", "ns/write", "vs HashMap", "memory KiB");
-    for (name, ns, mem) in rows {
-        println!("{name:<38} {ns:>10.1} {:>13.2}x {:>11}", ns / hashmap, mem / 1024);
-=======
         let ns = ns_per_key(&keys, || {
             let mut rollbacks = 0u64;
             for &k in &keys {
@@ -150,17 +95,9 @@ fn main() {
     for (i, (name, _)) in variants.iter().enumerate() {
         rows.push((name, best[1 + i], models[i].memory_bytes()));
     }
-    rows.push((
-        "Predictor::on_write (model + leases, 1 MiB)",
-        best[best.len() - 1],
-        predictor.model().memory_bytes(),
-    ));
+    rows.push(("Predictor::on_write (model + leases, 1 MiB)", best[best.len() - 1], predictor.model().memory_bytes()));
 
-    println!(
-        "{} writes of {}, best of {PASSES} interleaved passes",
-        keys.len(),
-        path.display()
-    );
+    println!("{} writes of {}, best of {PASSES} interleaved passes", keys.len(), path.display());
     println!(
         "{:<44} {:>9} {:>11} {:>9} {:>11} {:>10}",
         "operation", "wall ns/w", "vs HashMap", "cpu ns/w", "vs HashMap", "memory KiB"
@@ -172,6 +109,5 @@ fn main() {
             cpu / hashmap.1,
             mem / 1024
         );
->>>>>>> models
     }
 }

@@ -252,11 +252,7 @@ pub fn format_table(rows: &[Row]) -> String {
     for r in rows {
         if group != Some((&r.trace, r.mode)) {
             group = Some((&r.trace, r.mode));
-<<<<<<< HEAD
-            let _ = writeln!(s, "\n{} ({}), lease window in writes as configured", r.trace, r.mode.name());
-=======
             let _ = writeln!(s, "\n{} ({})", r.trace, r.mode.name());
->>>>>>> models
             let _ = writeln!(
                 s,
                 "{:<15} {:>5} {:>9} {:>7} {:>8} {:>11} {:>10}",
