@@ -5,4 +5,5 @@
 //! descriptor, and passes each request through a [`pipeline::Pipeline`] of stages.
 #![deny(unsafe_code)]
 
+pub mod fabric;
 pub mod pipeline;
