@@ -39,15 +39,16 @@ pub fn options() -> QpOptions {
 }
 
 /// One end of a connection: node, completion queue, region, queue pair.
+/// Fields drop in declaration order: queue pair first, node last (children before parents).
 pub struct Side<F: Fabric> {
-    /// The node.
-    pub node: Arc<F>,
-    /// Its completion queue (sends and receives).
-    pub cq: F::Cq,
-    /// A region with every access right.
-    pub mr: Arc<MemoryRegion>,
     /// The connected queue pair.
     pub qp: QueuePair<F::Qp, Rts>,
+    /// A region with every access right.
+    pub mr: Arc<MemoryRegion>,
+    /// Its completion queue (sends and receives).
+    pub cq: F::Cq,
+    /// The node.
+    pub node: Arc<F>,
 }
 
 impl<F: Fabric> Side<F> {
@@ -240,11 +241,11 @@ pub fn send_and_receive<H: Harness>(h: &H) {
     let (a, b) = pair(h, options());
     b.recv(9, 512, 64);
     a.mr.memory().write(0, b"hello, peer").unwrap();
-    a.post(3, Op::Send { imm: Some(42) }, 0, 11);
+    a.post(3, Op::Send, 0, 11);
     expect(&a.next(), 3, WcStatus::Success, WcOpcode::Send);
     let r = b.next();
     expect(&r, 9, WcStatus::Success, WcOpcode::Recv);
-    assert_eq!((r.byte_len, r.imm), (11, Some(42)));
+    assert_eq!((r.byte_len, r.imm), (11, None));
     assert_eq!(b.bytes(512, 11), b"hello, peer");
 }
 
@@ -523,9 +524,13 @@ pub fn no_posted_receive<H: Harness>(h: &H) {
 
 /// A receive posted during the receiver-not-ready retries lets the request through.
 pub fn receive_posted_in_time<H: Harness>(h: &H) {
+    // The transport timeout stays well above the RNR window: Soft-RoCE keeps its
+    // retransmission timer running while it waits out RNR NAKs.
     let opts = QpOptions {
         rnr_retry_count: 6,
-        rnr_timer_us: 10_000,
+        rnr_timer_us: 2_000,
+        retry_count: 3,
+        timeout_us: 65_000,
         ..options()
     };
     let (a, b) = pair(h, opts);

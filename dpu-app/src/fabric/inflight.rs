@@ -3,7 +3,9 @@
 //! Slots are allocated at start-up (the queue depth); a posted request takes a slot and
 //! the NIC is given the slot's token as its wr_id. The completion's token finds the slot,
 //! which gives back the caller's wr_id, the opcode and the buffer. Tokens carry a
-//! generation so a stale or forged token from the NIC never matches a reused slot.
+//! 16-bit generation so a stale or forged token from the NIC never matches a reused slot;
+//! the top 16 bits of a token are zero, free for a backend to tag (verbs puts the queue
+//! pair's table number there, since its completions do not name the queue pair).
 
 use super::region::LocalBuf;
 use super::work::WcOpcode;
@@ -21,7 +23,7 @@ pub struct Entry {
 
 #[derive(Debug)]
 struct Slot {
-    generation: u32,
+    generation: u16,
     entry: Option<Entry>,
 }
 
@@ -71,13 +73,16 @@ impl InFlight {
         debug_assert!(slot.entry.is_none());
         slot.generation = slot.generation.wrapping_add(1);
         slot.entry = Some(entry);
-        Ok(u64::from(slot.generation) << 32 | u64::from(index))
+        Ok((u64::from(slot.generation) << 32) | u64::from(index))
     }
 
     /// Releases the entry of `token`; `None` when the token matches no posted request.
     pub fn remove(&mut self, token: u64) -> Option<Entry> {
+        if token >> 48 != 0 {
+            return None;
+        }
         let index = (token & 0xFFFF_FFFF) as usize;
-        let generation = (token >> 32) as u32;
+        let generation = (token >> 32) as u16;
         let slot = self.slots.get_mut(index)?;
         if slot.generation != generation {
             return None;
@@ -89,8 +94,11 @@ impl InFlight {
 
     /// The entry of `token`, left in place.
     pub fn get(&self, token: u64) -> Option<&Entry> {
+        if token >> 48 != 0 {
+            return None;
+        }
         let slot = self.slots.get((token & 0xFFFF_FFFF) as usize)?;
-        if slot.generation != (token >> 32) as u32 {
+        if slot.generation != (token >> 32) as u16 {
             return None;
         }
         slot.entry.as_ref()

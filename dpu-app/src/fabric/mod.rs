@@ -24,6 +24,8 @@ mod memory;
 mod qp;
 mod qp_state;
 mod region;
+#[cfg(feature = "verbs")]
+pub mod verbs;
 mod work;
 
 use std::sync::Arc;

@@ -69,12 +69,13 @@ impl<T: Send + Sync> Registration for T {}
 /// Memory registered with a fabric: its local key (for work requests) and remote key (for
 /// peers). Shared as `Arc<MemoryRegion>`; deregistered when the last `Arc` goes.
 pub struct MemoryRegion {
+    // Field order matters: fields drop in declaration order, and the registration must
+    // go (deregister) before the memory is unmapped.
+    _registration: Box<dyn Registration>,
     memory: Arc<Memory>,
     access: Access,
     lkey: u32,
     rkey: u32,
-    // Field order matters: the registration is dropped (deregistered) before the memory.
-    _registration: Box<dyn Registration>,
 }
 
 impl std::fmt::Debug for MemoryRegion {

@@ -35,11 +35,10 @@ pub enum Op {
         /// Addend.
         add: u64,
     },
-    /// SEND of the local buffer into the peer's next posted receive.
-    Send {
-        /// Immediate data, if any.
-        imm: Option<u32>,
-    },
+    /// SEND of the local buffer into the peer's next posted receive. (No SEND with
+    /// immediate: WRITE_WITH_IMM covers notification, and verbs wrappers do not report
+    /// whether a received SEND carried one.)
+    Send,
 }
 
 impl Op {
@@ -50,7 +49,7 @@ impl Op {
             Op::Read { .. } => WcOpcode::Read,
             Op::CompareSwap { .. } => WcOpcode::CompareSwap,
             Op::FetchAdd { .. } => WcOpcode::FetchAdd,
-            Op::Send { .. } => WcOpcode::Send,
+            Op::Send => WcOpcode::Send,
         }
     }
 }

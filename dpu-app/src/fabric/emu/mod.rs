@@ -253,7 +253,7 @@ mod tests {
         qp.post_recv(2, mr.buf(0, 8).unwrap()).unwrap();
         let _ = WorkRequest {
             wr_id: 0,
-            op: Op::Send { imm: None },
+            op: Op::Send,
             buf: mr.buf(0, 0).unwrap(),
         };
     }

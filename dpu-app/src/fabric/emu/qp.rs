@@ -40,6 +40,9 @@ pub(crate) enum Link {
         stream: TcpStream,
         conn: u64,
         peer_node: u32,
+        /// The connection closed while nothing was outstanding: like a dead peer on
+        /// hardware, the queue pair learns only when its next request times out.
+        broken: bool,
     },
 }
 
@@ -88,6 +91,9 @@ pub(crate) struct QpInner {
     recv_posted: Condvar,
     peer: Mutex<Option<Weak<QpInner>>>,
     pending: AtomicBool,
+    /// Set when the owner destroys the queue pair; threads that still hold it briefly
+    /// must treat it as gone.
+    destroyed: AtomicBool,
 }
 
 fn encode_state(s: QpState) -> u8 {
@@ -153,6 +159,7 @@ impl QpInner {
                 recv_posted: Condvar::new(),
                 peer: Mutex::new(None),
                 pending: AtomicBool::new(false),
+                destroyed: AtomicBool::new(false),
             })
         })?;
         send_cq.inner.attach(Arc::downgrade(&qp))?;
@@ -167,7 +174,8 @@ impl QpInner {
     }
 
     pub(crate) fn accepts_requests(&self) -> bool {
-        matches!(self.state(), QpState::Rtr | QpState::Rts)
+        !self.destroyed.load(Ordering::Acquire)
+            && matches!(self.state(), QpState::Rtr | QpState::Rts)
     }
 
     fn apply(&self, sq: &mut SendQueue, event: QpEvent, op: &'static str) -> Result<()> {
@@ -438,9 +446,9 @@ impl QpInner {
                 swap,
             },
             Op::FetchAdd { remote, add } => Incoming::FetchAdd { remote, add },
-            Op::Send { imm } => Incoming::Send {
+            Op::Send => Incoming::Send {
                 len,
-                imm,
+                imm: None,
                 payload: Payload::Memory {
                     memory: local,
                     offset,
@@ -528,7 +536,10 @@ impl QpInner {
     pub(crate) fn wait_until_ready(&self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
         while !self.accepts_requests() {
-            if Instant::now() >= deadline || self.state() == QpState::Error {
+            if Instant::now() >= deadline
+                || self.state() == QpState::Error
+                || self.destroyed.load(Ordering::Acquire)
+            {
                 return false;
             }
             std::thread::sleep(Duration::from_micros(200));
@@ -714,7 +725,9 @@ impl std::fmt::Debug for EmuQp {
 
 impl Drop for EmuQp {
     fn drop(&mut self) {
-        // Destroying a queue pair: its connection closes, so the peer sees it gone.
+        // Destroying a queue pair: it stops answering and its connection closes, so the
+        // peer sees it gone.
+        self.inner.destroyed.store(true, Ordering::Release);
         let mut sq = self.inner.lock_sq();
         if let Link::Tcp { stream, .. } = &sq.link {
             let _ = stream.shutdown(std::net::Shutdown::Both);

@@ -133,12 +133,16 @@ pub(crate) fn connect(qp: &Arc<QpInner>, remote: &Endpoint) -> Result<Link> {
         stream,
         conn,
         peer_node,
+        broken: false,
     })
 }
 
 /// Sends one request (called with the send queue locked, so frames leave in post order).
 pub(crate) fn send_request(qp: &QpInner, sq: &mut SendQueue, token: u64, op: Op, psn: u32) {
-    let Link::Tcp { peer_node, .. } = sq.link else {
+    let Link::Tcp {
+        peer_node, broken, ..
+    } = sq.link
+    else {
         unreachable!("TCP link")
     };
     let entry = sq.inflight.get(token).expect("just inserted");
@@ -158,6 +162,17 @@ pub(crate) fn send_request(qp: &QpInner, sq: &mut SendQueue, token: u64, op: Op,
         src_qpn: qp.qpn,
         psn,
     };
+    if broken {
+        let after_ns = (u64::from(o.retry_count) + 1) * timeout_ns;
+        sq.waiting.push_back(waiting(
+            token,
+            op,
+            psn,
+            Some((WcStatus::RetryExceeded, after_ns)),
+        ));
+        qp.drain_doomed_head(sq);
+        return;
+    }
     let doomed_ahead = sq.waiting.iter().any(|w| w.doomed.is_some());
     let delay_ns = match qp
         .node
@@ -191,7 +206,7 @@ pub(crate) fn send_request(qp: &QpInner, sq: &mut SendQueue, token: u64, op: Op,
             swap,
         } => (Kind::CompareSwap, None, remote, compare, swap),
         Op::FetchAdd { remote, add } => (Kind::FetchAdd, None, remote, add, 0),
-        Op::Send { imm } => (Kind::Send, imm, RemoteAddr { addr: 0, rkey: 0 }, 0, 0),
+        Op::Send => (Kind::Send, None, RemoteAddr { addr: 0, rkey: 0 }, 0, 0),
     };
     let req = Request {
         kind,
@@ -260,11 +275,19 @@ fn read_responses(mut stream: TcpStream, qp: Weak<QpInner>, conn: u64) {
             return; // the queue pair was reset or reconnected: this connection is stale
         }
         let Ok(resp) = got else {
-            // Connection lost: the head request times out, the rest are flushed.
-            if let Some(head) = sq.waiting.pop_front() {
-                qp.complete_send(&mut sq, head.token, WcStatus::RetryExceeded, 0, 0);
+            // Connection lost: the head request times out, the rest are flushed; with
+            // nothing outstanding, the next request will.
+            match sq.waiting.pop_front() {
+                Some(head) => {
+                    qp.complete_send(&mut sq, head.token, WcStatus::RetryExceeded, 0, 0);
+                    qp.fail(&mut sq);
+                }
+                None => {
+                    if let Link::Tcp { broken, .. } = &mut sq.link {
+                        *broken = true;
+                    }
+                }
             }
-            qp.fail(&mut sq);
             return;
         };
         let Some(head) = sq.waiting.pop_front() else {
