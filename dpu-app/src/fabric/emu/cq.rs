@@ -106,7 +106,10 @@ impl CqInner {
     }
 
     fn drive_pending(&self) {
-        if !self.any_pending.swap(false, Ordering::AcqRel) {
+        // A plain load first: the flag's line stays shared while nothing is pending.
+        if !self.any_pending.load(Ordering::Acquire)
+            || !self.any_pending.swap(false, Ordering::AcqRel)
+        {
             return;
         }
         let attached = self.attached.lock().expect("cq lock");

@@ -142,6 +142,11 @@ impl Model {
         &self.config
     }
 
+    /// True when decisions depend on the clock (latency, loss, scheduled partitions).
+    pub fn needs_clock(&self) -> bool {
+        !self.ideal
+    }
+
     /// Cuts the link between nodes `a` and `b` until [`Model::heal`].
     pub fn partition(&self, a: u32, b: u32) {
         let mut cut = self.cut.lock().expect("model lock");

@@ -78,6 +78,12 @@ impl NodeInner {
         }
     }
 
+    /// The region table, read-locked (the responder holds it across one access instead of
+    /// cloning the entry).
+    pub(crate) fn regions(&self) -> std::sync::RwLockReadGuard<'_, Vec<Option<RegionEntry>>> {
+        self.regions.read().expect("regions lock")
+    }
+
     /// True when `key` names exactly this memory on this node (the lkey check).
     pub(crate) fn owns(&self, key: u32, memory: &Memory) -> bool {
         let regions = self.regions.read().expect("regions lock");

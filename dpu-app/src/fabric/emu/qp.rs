@@ -331,7 +331,9 @@ impl QpInner {
             self.pending.store(false, Ordering::Release);
             return false;
         }
-        let now_ns = self.now_ns();
+        // An ideal model needs no time: skip the clock read on the fast path.
+        let timed = self.node.model.needs_clock();
+        let now_ns = if timed { self.now_ns() } else { 0 };
         while let Some(head) = sq.waiting.front() {
             let (token, op, psn, deadline_ns) = (head.token, head.op, head.psn, head.deadline_ns);
             match self.attempt(sq, token, op, psn, now_ns) {
@@ -348,6 +350,7 @@ impl QpInner {
                     }
                 }
                 Attempt::Wait { status, budget_ns } => {
+                    let now_ns = if timed { now_ns } else { self.now_ns() };
                     let deadline_ns = if deadline_ns == 0 {
                         now_ns + budget_ns.max(1)
                     } else {

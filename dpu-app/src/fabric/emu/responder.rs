@@ -73,8 +73,13 @@ fn resolve(
     remote: RemoteAddr,
     len: usize,
     right: Access,
-) -> Result<(std::sync::Arc<Memory>, usize), Nak> {
-    let region = qp.node.region(remote.rkey).ok_or(Nak::RemoteAccess)?;
+) -> Result<(Resolved<'_>, usize), Nak> {
+    let regions = qp.node.regions();
+    let index = (remote.rkey & 0xFFFF) as usize;
+    let region = match regions.get(index) {
+        Some(Some(e)) if e.key == remote.rkey => e,
+        _ => return Err(Nak::RemoteAccess),
+    };
     if !region.access.contains(right) {
         return Err(Nak::RemoteAccess);
     }
@@ -86,7 +91,24 @@ fn resolve(
     if end > region.memory.len() as u64 {
         return Err(Nak::RemoteAccess);
     }
-    Ok((region.memory, offset as usize))
+    Ok((Resolved { regions, index }, offset as usize))
+}
+
+/// A checked region, with the region table read-locked so it cannot be deregistered
+/// while the access runs.
+struct Resolved<'a> {
+    regions: std::sync::RwLockReadGuard<'a, Vec<Option<super::node::RegionEntry>>>,
+    index: usize,
+}
+
+impl std::ops::Deref for Resolved<'_> {
+    type Target = Memory;
+    fn deref(&self) -> &Memory {
+        &self.regions[self.index]
+            .as_ref()
+            .expect("resolved entries exist")
+            .memory
+    }
 }
 
 fn copy_in(payload: &Payload<'_>, dst: &Memory, dst_offset: usize, len: usize) -> Result<(), Nak> {

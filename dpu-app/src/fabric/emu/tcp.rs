@@ -254,7 +254,10 @@ fn waiting(token: u64, op: Op, psn: u32, doomed: Option<(WcStatus, u64)>) -> Wai
 }
 
 /// The requester's reader: completes requests in order from the peer's responses.
-fn read_responses(mut stream: TcpStream, qp: Weak<QpInner>, conn: u64) {
+fn read_responses(stream: TcpStream, qp: Weak<QpInner>, conn: u64) {
+    // Buffered: a response header and its READ data arrive together, so read them with
+    // one syscall (a partial read of a segment costs a whole extra wake-up).
+    let mut stream = std::io::BufReader::with_capacity(64 * 1024, stream);
     let mut header = [0u8; response::HEADER_LEN];
     let mut data = Vec::new();
     loop {
@@ -348,12 +351,19 @@ fn serve(mut stream: TcpStream, node: Weak<NodeInner>) {
     let mut header = [0u8; request::HEADER_LEN];
     let mut payload = Vec::new();
     let mut out = Vec::with_capacity(response::HEADER_LEN);
-    while stream.read_exact(&mut header).is_ok() {
+    // One read syscall per request where header and payload arrive together.
+    let Ok(mut reader) = stream
+        .try_clone()
+        .map(|s| std::io::BufReader::with_capacity(64 * 1024, s))
+    else {
+        return;
+    };
+    while reader.read_exact(&mut header).is_ok() {
         let Ok(req) = Request::parse(&header) else {
             break;
         };
         payload.resize(req.payload_len(), 0);
-        if stream.read_exact(&mut payload).is_err() {
+        if reader.read_exact(&mut payload).is_err() {
             break;
         }
         if req.delay_us > 0 {
