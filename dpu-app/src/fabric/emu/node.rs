@@ -69,15 +69,6 @@ impl NodeInner {
         self.alive.load(Ordering::Acquire)
     }
 
-    /// The region of `key` (an rkey or lkey), if registered.
-    pub(crate) fn region(&self, key: u32) -> Option<RegionEntry> {
-        let regions = self.regions.read().expect("regions lock");
-        match regions.get((key & 0xFFFF) as usize) {
-            Some(Some(e)) if e.key == key => Some(e.clone()),
-            _ => None,
-        }
-    }
-
     /// The region table, read-locked (the responder holds it across one access instead of
     /// cloning the entry).
     pub(crate) fn regions(&self) -> std::sync::RwLockReadGuard<'_, Vec<Option<RegionEntry>>> {
