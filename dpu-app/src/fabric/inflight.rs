@@ -125,8 +125,8 @@ mod tests {
         let mr = Arc::new(MemoryRegion::new(
             Arc::new(Memory::anonymous(8).unwrap()),
             Access::LOCAL_WRITE,
-            1,
-            1,
+            (1, 1),
+            0,
             Box::new(()),
         ));
         mr.buf(0, 8).unwrap()

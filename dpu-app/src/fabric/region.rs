@@ -76,6 +76,7 @@ pub struct MemoryRegion {
     access: Access,
     lkey: u32,
     rkey: u32,
+    domain: u64,
 }
 
 impl std::fmt::Debug for MemoryRegion {
@@ -92,20 +93,29 @@ impl std::fmt::Debug for MemoryRegion {
 
 impl MemoryRegion {
     /// Assembles a region; used by backends once the NIC has accepted the registration.
+    /// `domain` identifies the protection domain (a buffer of another domain posted to a
+    /// queue pair is a local protection error).
     pub fn new(
         memory: Arc<Memory>,
         access: Access,
-        lkey: u32,
-        rkey: u32,
+        keys: (u32, u32),
+        domain: u64,
         registration: Box<dyn Registration>,
     ) -> Self {
+        let (lkey, rkey) = keys;
         Self {
+            _registration: registration,
             memory,
             access,
             lkey,
             rkey,
-            _registration: registration,
+            domain,
         }
+    }
+
+    /// The protection domain that registered the region.
+    pub fn domain(&self) -> u64 {
+        self.domain
     }
 
     /// The registered memory.

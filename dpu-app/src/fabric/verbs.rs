@@ -343,11 +343,12 @@ impl Fabric for VerbsNode {
         }
         .map_err(|e| verbs_err("ibv_reg_mr")(format!("{e} ({} bytes)", memory.len())))?;
         let (lkey, rkey) = (mr.lkey(), mr.rkey());
+        let domain = Arc::as_ptr(&self.pd) as u64;
         Ok(Arc::new(MemoryRegion::new(
             memory,
             access,
-            lkey,
-            rkey,
+            (lkey, rkey),
+            domain,
             Box::new(mr),
         )))
     }

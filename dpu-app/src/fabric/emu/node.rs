@@ -75,10 +75,9 @@ impl NodeInner {
         self.regions.read().expect("regions lock")
     }
 
-    /// True when `key` names exactly this memory on this node (the lkey check).
-    pub(crate) fn owns(&self, key: u32, memory: &Memory) -> bool {
-        let regions = self.regions.read().expect("regions lock");
-        matches!(regions.get((key & 0xFFFF) as usize), Some(Some(e)) if e.key == key && std::ptr::eq(&*e.memory, memory))
+    /// This node's protection-domain identity (its address, unique while it lives).
+    pub(crate) fn domain(&self) -> u64 {
+        self as *const Self as u64
     }
 
     fn register(&self, memory: Arc<Memory>, access: Access) -> Result<u32> {
@@ -231,8 +230,8 @@ impl Fabric for EmuNode {
         Ok(Arc::new(MemoryRegion::new(
             memory,
             access,
-            key,
-            key,
+            (key, key),
+            self.inner.domain(),
             Box::new(guard),
         )))
     }

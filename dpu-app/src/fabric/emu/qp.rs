@@ -33,7 +33,9 @@ use crate::fabric::{
 pub(crate) enum Link {
     None,
     InProcess {
-        peer: Weak<QpInner>,
+        /// Held strongly (no upgrade per request); a destroyed peer is seen by its
+        /// `destroyed` flag, and the owner's drop clears this link, breaking the cycle.
+        peer: Arc<QpInner>,
         peer_node: u32,
     },
     Tcp {
@@ -392,12 +394,7 @@ impl QpInner {
                 rtt_ns: 0,
             };
         }
-        let Some(peer) = peer.upgrade() else {
-            return Attempt::Wait {
-                status: WcStatus::RetryExceeded,
-                budget_ns: retry_budget_ns,
-            };
-        };
+
         let msg = Message {
             src_node: self.node.id,
             dst_node: *peer_node,
@@ -458,7 +455,7 @@ impl QpInner {
                 },
             },
         };
-        match execute(&peer, incoming, now_ns + delay_ns) {
+        match execute(peer, incoming, now_ns + delay_ns) {
             Ok(value) => Attempt::Done {
                 status: WcStatus::Success,
                 value,
@@ -489,7 +486,7 @@ impl QpInner {
     /// where the NIC writes into it.
     pub(crate) fn local_check(&self, entry: &InFlightEntry, op: Op) -> Option<WcStatus> {
         let mr = entry.buf.region();
-        if !self.node.owns(mr.lkey(), mr.memory()) {
+        if mr.domain() != self.node.domain() {
             return Some(WcStatus::LocalProtection);
         }
         let writes_locally = matches!(
@@ -643,7 +640,7 @@ impl QpInner {
             });
         }
         let mr = buf.region();
-        if !self.node.owns(mr.lkey(), mr.memory()) || !mr.access().contains(Access::LOCAL_WRITE) {
+        if mr.domain() != self.node.domain() || !mr.access().contains(Access::LOCAL_WRITE) {
             return Err(PostError {
                 error: FabricError::InvalidRequest(
                     "a receive buffer must be registered on this node with LOCAL_WRITE",
@@ -801,10 +798,7 @@ impl RawQp for EmuQp {
                     why: "no such queue pair".into(),
                 })?;
                 *inner.peer.lock().expect("peer lock") = Some(Arc::downgrade(&peer));
-                Link::InProcess {
-                    peer: Arc::downgrade(&peer),
-                    peer_node,
-                }
+                Link::InProcess { peer, peer_node }
             }
             Attachment::Tcp(_) => tcp::connect(inner, remote)?,
         };
