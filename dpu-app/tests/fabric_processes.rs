@@ -99,6 +99,15 @@ fn lookup(dir: &Path, id: u32, peer: u32) -> (Endpoint, RemoteRegion) {
     }
 }
 
+/// Waits until the peer's queue pair is in RTS (it writes `<peer>-<id>.ready`).
+fn wait_ready(dir: &Path, id: u32, peer: u32) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !dir.join(format!("{peer}-{id}.ready")).exists() {
+        assert!(Instant::now() < deadline, "peer never became ready");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
 #[test]
 fn a_dead_peer_process_fails_the_queue_pair_and_a_new_one_reconnects() {
     let me = EmuNode::tcp(
@@ -133,6 +142,7 @@ fn a_dead_peer_process_fails_the_queue_pair_and_a_new_one_reconnects() {
     publish(&dir, 10, 11, &qp.endpoint(), &mr.remote());
     let (ep, region) = lookup(&dir, 10, 11);
     let qp = qp.ready_to_receive(&ep).unwrap().ready_to_send().unwrap();
+    wait_ready(&dir, 10, 11);
     mr.memory().write(0, b"12345678").unwrap();
     qp.post(WorkRequest {
         wr_id: 1,
@@ -143,7 +153,8 @@ fn a_dead_peer_process_fails_the_queue_pair_and_a_new_one_reconnects() {
         buf: mr.buf(0, 8).unwrap(),
     })
     .unwrap();
-    assert!(next().is_ok());
+    let c = next();
+    assert!(c.is_ok(), "{c:?}");
 
     let mut peer = peer;
     peer.kill().unwrap();
@@ -176,6 +187,7 @@ fn a_dead_peer_process_fails_the_queue_pair_and_a_new_one_reconnects() {
     publish(&dir2, 10, 11, &qp.endpoint(), &mr.remote());
     let (ep, region) = lookup(&dir2, 10, 11);
     let qp = qp.ready_to_receive(&ep).unwrap().ready_to_send().unwrap();
+    wait_ready(&dir2, 10, 11);
     qp.post(WorkRequest {
         wr_id: 4,
         op: Op::FetchAdd {
@@ -185,7 +197,8 @@ fn a_dead_peer_process_fails_the_queue_pair_and_a_new_one_reconnects() {
         buf: mr.buf(16, 8).unwrap(),
     })
     .unwrap();
-    assert!(next().is_ok());
+    let c = next();
+    assert!(c.is_ok(), "{c:?}");
     qp.post(WorkRequest {
         wr_id: 5,
         op: Op::Write {
@@ -195,7 +208,8 @@ fn a_dead_peer_process_fails_the_queue_pair_and_a_new_one_reconnects() {
         buf: mr.buf(0, 0).unwrap(),
     })
     .unwrap();
-    assert!(next().is_ok());
+    let c = next();
+    assert!(c.is_ok(), "{c:?}");
     assert_eq!(finish(peer).trim(), "FINAL 0 5 0");
     std::fs::remove_dir_all(&dir).unwrap();
     std::fs::remove_dir_all(&dir2).unwrap();

@@ -105,6 +105,19 @@ fn lookup(dir: &Path, id: u32, peer: u32) -> Result<(Endpoint, RemoteRegion), St
     }
 }
 
+/// Waits for `<dir>/<peer>-<id>.ready`: the peer's queue pair is in RTS.
+fn wait_ready(dir: &Path, id: u32, peer: u32) -> Result<(), String> {
+    let path = dir.join(format!("{peer}-{id}.ready"));
+    let deadline = Instant::now() + WAIT;
+    while !path.exists() {
+        if Instant::now() > deadline {
+            return Err(format!("peer {peer} never became ready"));
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    Ok(())
+}
+
 fn run(a: Args) -> Result<(), String> {
     let listen = a
         .listen
@@ -137,12 +150,17 @@ fn run(a: Args) -> Result<(), String> {
             .map_err(|e| e.to_string())?;
         publish(&a.dir, a.id, peer, &qp.endpoint(), &mr.remote())?;
         let (ep, region) = lookup(&a.dir, a.id, peer)?;
-        let qp = qp.ready_to_receive(&ep).map_err(|e| e.to_string())?;
+        // Receives go up before RTR, so no peer request ever finds the queue empty.
         for i in 0..opts.recv_depth {
             qp.post_recv(i as u64, mr.buf(0, 0).map_err(|e| e.to_string())?)
                 .map_err(|e| e.to_string())?;
         }
+        let qp = qp.ready_to_receive(&ep).map_err(|e| e.to_string())?;
         qps.push((qp.ready_to_send().map_err(|e| e.to_string())?, region));
+        // Tell the peer we answer requests now (a request that reaches a queue pair
+        // before RTR is dropped, on hardware as here).
+        std::fs::write(a.dir.join(format!("{}-{peer}.ready", a.id)), b"")
+            .map_err(|e| format!("write ready marker: {e}"))?;
     }
     let mut out = Vec::with_capacity(16);
     let mut next = || -> Result<prescient_dpu::fabric::Completion, String> {
@@ -189,6 +207,7 @@ fn run(a: Args) -> Result<(), String> {
         }
         "client" => {
             let (qp, region) = qps.first().ok_or("client needs --peer")?;
+            wait_ready(&a.dir, a.id, a.peers[0])?;
             let post = |wr_id, op, off, len| {
                 qp.post(WorkRequest {
                     wr_id,

@@ -118,6 +118,14 @@ fn decode_state(v: u8) -> QpState {
     }
 }
 
+/// When a receive completion becomes visible.
+pub(crate) enum Publish<'a> {
+    /// At this clock time.
+    At(u64),
+    /// Later: the caller publishes it with [`QpInner::publish_receive`].
+    Defer(&'a mut Option<Completion>),
+}
+
 /// What one attempt at the head request came to.
 enum Attempt {
     /// Completed (successfully or not) `rtt_ns` from now, with an atomic's old value.
@@ -257,7 +265,7 @@ impl QpInner {
         len: usize,
         imm: Option<u32>,
         payload: Option<&Payload<'_>>,
-        ready_ns: u64,
+        publish: Publish<'_>,
     ) -> bool {
         let Some(token) = rq.posted.pop_front() else {
             return false;
@@ -282,23 +290,29 @@ impl QpInner {
                 }
             }
         }
-        self.recv_cq.push(
-            ready_ns,
-            Completion {
-                wr_id: entry.wr_id,
-                status,
-                opcode,
-                byte_len: if status == WcStatus::Success {
-                    len as u32
-                } else {
-                    0
-                },
-                imm,
-                qp_num: self.qpn,
-                buf: Some(entry.buf),
+        let c = Completion {
+            wr_id: entry.wr_id,
+            status,
+            opcode,
+            byte_len: if status == WcStatus::Success {
+                len as u32
+            } else {
+                0
             },
-        );
+            imm,
+            qp_num: self.qpn,
+            buf: Some(entry.buf),
+        };
+        match publish {
+            Publish::Defer(slot) => *slot = Some(c),
+            Publish::At(ready_ns) => self.recv_cq.push(ready_ns, c),
+        }
         status == WcStatus::Success
+    }
+
+    /// Makes a receive completion that [`QpInner::complete_receive`] held back visible.
+    pub(crate) fn publish_receive(&self, c: Completion) {
+        self.recv_cq.push(0, c);
     }
 
     /// Moves the queue pair to ERR and flushes every waiting request and posted receive.
@@ -455,7 +469,7 @@ impl QpInner {
                 },
             },
         };
-        match execute(peer, incoming, now_ns + delay_ns) {
+        match execute(peer, incoming, now_ns + delay_ns, None) {
             Ok(value) => Attempt::Done {
                 status: WcStatus::Success,
                 value,

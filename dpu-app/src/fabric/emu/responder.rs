@@ -4,9 +4,9 @@
 //! alignment of atomics (invalid request), a posted receive for SEND and WRITE_WITH_IMM
 //! (receiver not ready). The same code serves in-process peers and TCP connections.
 
-use super::qp::QpInner;
+use super::qp::{Publish, QpInner};
 use crate::fabric::config::ATOMIC_BYTES;
-use crate::fabric::{Access, Memory, RemoteAddr, WcOpcode};
+use crate::fabric::{Access, Completion, Memory, RemoteAddr, WcOpcode};
 
 /// Where the bytes of a WRITE or SEND come from.
 pub(crate) enum Payload<'a> {
@@ -119,9 +119,20 @@ fn copy_in(payload: &Payload<'_>, dst: &Memory, dst_offset: usize, len: usize) -
     .map_err(|_| Nak::InvalidRequest)
 }
 
-/// Executes `incoming` at `qp`; receive completions become visible at `ready_ns`. Returns
-/// the old value of an atomic (0 for other operations).
-pub(crate) fn execute(qp: &QpInner, incoming: Incoming<'_>, ready_ns: u64) -> Result<u64, Nak> {
+fn publish(ready_ns: u64, defer: Option<&mut Option<Completion>>) -> Publish<'_> {
+    defer.map_or(Publish::At(ready_ns), Publish::Defer)
+}
+
+/// Executes `incoming` at `qp`; receive completions become visible at `ready_ns`, or,
+/// with `defer`, are handed back to be published after the response is on its way (over
+/// TCP, so that a process that exits on seeing the receive has answered first, as a NIC
+/// would have). Returns the old value of an atomic (0 for other operations).
+pub(crate) fn execute(
+    qp: &QpInner,
+    incoming: Incoming<'_>,
+    ready_ns: u64,
+    defer: Option<&mut Option<Completion>>,
+) -> Result<u64, Nak> {
     if !qp.node.is_alive() || !qp.accepts_requests() {
         return Err(Nak::Silent);
     }
@@ -159,7 +170,7 @@ pub(crate) fn execute(qp: &QpInner, incoming: Incoming<'_>, ready_ns: u64) -> Re
                 len,
                 Some(imm),
                 None,
-                ready_ns,
+                publish(ready_ns, defer),
             );
             Ok(0)
         }
@@ -168,7 +179,14 @@ pub(crate) fn execute(qp: &QpInner, incoming: Incoming<'_>, ready_ns: u64) -> Re
             if !rq.has_receive() {
                 return Err(Nak::ReceiverNotReady);
             }
-            if qp.complete_receive(&mut rq, WcOpcode::Recv, len, imm, Some(&payload), ready_ns) {
+            if qp.complete_receive(
+                &mut rq,
+                WcOpcode::Recv,
+                len,
+                imm,
+                Some(&payload),
+                publish(ready_ns, defer),
+            ) {
                 Ok(0)
             } else {
                 Err(Nak::InvalidRequest)

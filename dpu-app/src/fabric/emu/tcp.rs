@@ -20,7 +20,7 @@ use super::qp::{Link, QpInner, SendQueue, Waiting};
 use super::responder::{execute, Incoming, Nak, Payload, Sink};
 use super::wire::{hello, request, response, Hello, Kind, Request, Response, Status};
 use crate::fabric::config::MESSAGE_BYTES_MAX;
-use crate::fabric::{Endpoint, FabricError, Op, RemoteAddr, Result, WcStatus};
+use crate::fabric::{Completion, Endpoint, FabricError, Op, RemoteAddr, Result, WcStatus};
 
 static CONNECTIONS: AtomicU64 = AtomicU64::new(1);
 
@@ -375,12 +375,13 @@ fn serve(mut stream: TcpStream, node: Weak<NodeInner>) {
         }
         out.clear();
         out.resize(response::HEADER_LEN, 0);
-        let mut result = run(&qp, &req, &payload, &mut out);
+        let mut received = None;
+        let mut result = run(&qp, &req, &payload, &mut out, &mut received);
         if result == Err(Nak::ReceiverNotReady)
             && qp.wait_for_receive(Duration::from_micros(u64::from(h.rnr_wait_us)))
         {
             out.truncate(response::HEADER_LEN);
-            result = run(&qp, &req, &payload, &mut out);
+            result = run(&qp, &req, &payload, &mut out, &mut received);
         }
         let (status, value) = match result {
             Ok(v) => (Status::Ok, v),
@@ -401,7 +402,11 @@ fn serve(mut stream: TcpStream, node: Weak<NodeInner>) {
             value,
         }
         .emit(&mut out);
-        if stream.write_all(&out).is_err() {
+        let sent = stream.write_all(&out);
+        if let Some(c) = received.take() {
+            qp.publish_receive(c);
+        }
+        if sent.is_err() {
             break;
         }
     }
@@ -413,6 +418,7 @@ fn run(
     req: &Request,
     payload: &[u8],
     out: &mut Vec<u8>,
+    received: &mut Option<Completion>,
 ) -> std::result::Result<u64, Nak> {
     let remote = RemoteAddr {
         addr: req.addr,
@@ -446,7 +452,7 @@ fn run(
             payload: Payload::Bytes(payload),
         },
     };
-    execute(qp, incoming, 0)
+    execute(qp, incoming, 0, Some(received))
 }
 
 #[cfg(test)]
