@@ -16,6 +16,7 @@ pub mod codec_config;
 pub mod delay;
 pub mod demo;
 pub mod error;
+pub mod fabric;
 pub mod inflight;
 pub mod metrics;
 pub mod pipeline;

@@ -1,0 +1,281 @@
+//! An emulated node: the NIC context and protection domain of one participant, with its
+//! table of registered regions (rkey -> memory, rights) and of queue pairs (qpn -> queue
+//! pair). Nodes of one process meet in a [`Network`]; nodes in different processes meet
+//! over TCP (see `tcp`).
+
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+
+use super::clock::Clock;
+use super::cq::EmuCq;
+use super::model::{Model, ModelConfig};
+use super::qp::{EmuQp, QpInner};
+use crate::fabric::config::{NODES_PER_NETWORK_MAX, QPS_PER_NODE_MAX, REGIONS_PER_NODE_MAX};
+use crate::fabric::{Access, Fabric, FabricError, Memory, MemoryRegion, QpOptions, QueuePair, Reset, Result};
+
+/// A registered region as the NIC sees it.
+#[derive(Clone)]
+pub(crate) struct RegionEntry {
+    pub(crate) key: u32,
+    pub(crate) memory: Arc<Memory>,
+    pub(crate) access: Access,
+}
+
+/// Where a node lives.
+pub(crate) enum Attachment {
+    /// In this process, on a [`Network`].
+    InProcess(Weak<NetInner>),
+    /// Reachable over TCP at this address.
+    Tcp(SocketAddr),
+}
+
+pub(crate) struct NodeInner {
+    pub(crate) id: u32,
+    pub(crate) alive: AtomicBool,
+    pub(crate) model: Arc<Model>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) attachment: Attachment,
+    regions: RwLock<Vec<Option<RegionEntry>>>,
+    key_generation: AtomicU32,
+    qps: RwLock<Vec<Option<Weak<QpInner>>>>,
+    /// Accepted connections, shut down when the node dies.
+    pub(crate) accepted: Mutex<Vec<TcpStream>>,
+}
+
+impl NodeInner {
+    pub(crate) fn new(id: u32, model: Arc<Model>, clock: Arc<dyn Clock>, attachment: Attachment) -> Self {
+        Self {
+            id,
+            alive: AtomicBool::new(true),
+            model,
+            clock,
+            attachment,
+            regions: RwLock::new(Vec::new()),
+            key_generation: AtomicU32::new(0),
+            qps: RwLock::new(Vec::new()),
+            accepted: Mutex::new(Vec::new()),
+        }
+    }
+
+    pub(crate) fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::Acquire)
+    }
+
+    /// The region table, read-locked (the responder holds it across one access instead of
+    /// cloning the entry).
+    pub(crate) fn regions(&self) -> std::sync::RwLockReadGuard<'_, Vec<Option<RegionEntry>>> {
+        self.regions.read().expect("regions lock")
+    }
+
+    /// This node's protection-domain identity (its address, unique while it lives).
+    pub(crate) fn domain(&self) -> u64 {
+        self as *const Self as u64
+    }
+
+    fn register(&self, memory: Arc<Memory>, access: Access) -> Result<u32> {
+        let mut regions = self.regions.write().expect("regions lock");
+        let index = match regions.iter().position(Option::is_none) {
+            Some(i) => i,
+            None if regions.len() < REGIONS_PER_NODE_MAX => {
+                regions.push(None);
+                regions.len() - 1
+            }
+            None => return Err(FabricError::Limit { what: "memory regions per node", limit: REGIONS_PER_NODE_MAX }),
+        };
+        // Keys carry a generation so that a stale rkey of a deregistered region never
+        // reaches a new region in the same slot.
+        let generation = self.key_generation.fetch_add(1, Ordering::Relaxed).wrapping_add(1) & 0xFFFF;
+        let key = (generation.max(1) << 16) | index as u32;
+        regions[index] = Some(RegionEntry { key, memory, access });
+        Ok(key)
+    }
+
+    fn deregister(&self, key: u32) {
+        let mut regions = self.regions.write().expect("regions lock");
+        if let Some(slot) = regions.get_mut((key & 0xFFFF) as usize) {
+            if matches!(slot, Some(e) if e.key == key) {
+                *slot = None;
+            }
+        }
+    }
+
+    /// Numbers and records a new queue pair built by `make` from its number.
+    pub(crate) fn add_qp(&self, make: impl FnOnce(u32) -> Arc<QpInner>) -> Result<Arc<QpInner>> {
+        let mut qps = self.qps.write().expect("qps lock");
+        let index = match qps.iter().position(|q| q.as_ref().is_none_or(|w| w.strong_count() == 0)) {
+            Some(i) => i,
+            None if qps.len() < QPS_PER_NODE_MAX => {
+                qps.push(None);
+                qps.len() - 1
+            }
+            None => return Err(FabricError::Limit { what: "queue pairs per node", limit: QPS_PER_NODE_MAX }),
+        };
+        // Queue pair numbers start at 1 (0 is special on hardware).
+        let qp = make(index as u32 + 1);
+        qps[index] = Some(Arc::downgrade(&qp));
+        Ok(qp)
+    }
+
+    /// The live queue pair numbered `qpn`.
+    pub(crate) fn qp(&self, qpn: u32) -> Option<Arc<QpInner>> {
+        let qps = self.qps.read().expect("qps lock");
+        qps.get(qpn.checked_sub(1)? as usize)?.as_ref()?.upgrade()
+    }
+}
+
+struct Deregister {
+    node: Weak<NodeInner>,
+    key: u32,
+}
+
+impl Drop for Deregister {
+    fn drop(&mut self) {
+        if let Some(node) = self.node.upgrade() {
+            node.deregister(self.key);
+        }
+    }
+}
+
+/// An emulated NIC: one node of the emulated fabric.
+#[derive(Clone)]
+pub struct EmuNode {
+    pub(crate) inner: Arc<NodeInner>,
+}
+
+impl std::fmt::Debug for EmuNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmuNode").field("id", &self.inner.id).finish()
+    }
+}
+
+impl EmuNode {
+    /// This node's id in the model.
+    pub fn id(&self) -> u32 {
+        self.inner.id
+    }
+
+    /// Kills the node as a crash would: its peers' requests go unanswered (they time out
+    /// with `RetryExceeded`) and its TCP connections close.
+    pub fn kill(&self) {
+        self.inner.alive.store(false, Ordering::Release);
+        for s in self.inner.accepted.lock().expect("accepted lock").drain(..) {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+        super::tcp::unblock_listener(&self.inner);
+    }
+
+    /// The node's model (to cut and heal links at run time).
+    pub fn model(&self) -> &Model {
+        &self.inner.model
+    }
+
+    /// The TCP address peers connect to, for a TCP node.
+    pub fn tcp_addr(&self) -> Option<SocketAddr> {
+        match self.inner.attachment {
+            Attachment::Tcp(a) => Some(a),
+            Attachment::InProcess(_) => None,
+        }
+    }
+}
+
+impl Fabric for EmuNode {
+    type Cq = EmuCq;
+    type Qp = EmuQp;
+
+    fn name(&self) -> &'static str {
+        match self.inner.attachment {
+            Attachment::InProcess(_) => "emu",
+            Attachment::Tcp(_) => "emu-tcp",
+        }
+    }
+
+    fn register(&self, memory: Arc<Memory>, access: Access) -> Result<Arc<MemoryRegion>> {
+        access.validate()?;
+        let key = self.inner.register(Arc::clone(&memory), access)?;
+        let guard = Deregister { node: Arc::downgrade(&self.inner), key };
+        Ok(Arc::new(MemoryRegion::new(memory, access, (key, key), self.inner.domain(), Box::new(guard))))
+    }
+
+    fn create_cq(&self, depth: usize) -> Result<EmuCq> {
+        EmuCq::new(depth, Arc::clone(&self.inner.clock))
+    }
+
+    fn create_qp(&self, send_cq: &EmuCq, recv_cq: &EmuCq, options: QpOptions) -> Result<QueuePair<EmuQp, Reset>> {
+        options.validate()?;
+        let qp = QpInner::create(&self.inner, send_cq, recv_cq, options)?;
+        Ok(QueuePair::from_raw(EmuQp { inner: qp }))
+    }
+}
+
+pub(crate) struct NetInner {
+    pub(crate) nodes: RwLock<Vec<Weak<NodeInner>>>,
+    model: Arc<Model>,
+    clock: Arc<dyn Clock>,
+}
+
+/// The switch of in-process emulated nodes: nodes created here reach each other directly
+/// (the requesting thread performs the remote operation against the peer's memory, as the
+/// NIC's DMA would), with the shared model deciding latency, loss and partitions.
+#[derive(Clone)]
+pub struct Network {
+    inner: Arc<NetInner>,
+}
+
+impl std::fmt::Debug for Network {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Network").field("model", self.inner.model.config()).finish()
+    }
+}
+
+impl Network {
+    /// A network with `model`, reading time from `clock`.
+    pub fn new(model: ModelConfig, clock: Arc<dyn Clock>) -> Result<Self> {
+        Ok(Self {
+            inner: Arc::new(NetInner { nodes: RwLock::new(Vec::new()), model: Arc::new(Model::new(model)?), clock }),
+        })
+    }
+
+    /// The shared model.
+    pub fn model(&self) -> &Model {
+        &self.inner.model
+    }
+
+    /// A new node; ids count from 0 in creation order.
+    pub fn node(&self) -> Result<EmuNode> {
+        let mut nodes = self.inner.nodes.write().expect("nodes lock");
+        if nodes.len() >= NODES_PER_NETWORK_MAX {
+            return Err(FabricError::Limit { what: "nodes per network", limit: NODES_PER_NETWORK_MAX });
+        }
+        let id = nodes.len() as u32;
+        let inner = Arc::new(NodeInner::new(
+            id,
+            Arc::clone(&self.inner.model),
+            Arc::clone(&self.inner.clock),
+            Attachment::InProcess(Arc::downgrade(&self.inner)),
+        ));
+        nodes.push(Arc::downgrade(&inner));
+        Ok(EmuNode { inner })
+    }
+}
+
+impl NetInner {
+    pub(crate) fn node(&self, id: u32) -> Option<Arc<NodeInner>> {
+        self.nodes.read().expect("nodes lock").get(id as usize)?.upgrade()
+    }
+}
+
+/// The GID an in-process node's endpoints carry: fe80::<id>.
+pub(crate) fn in_process_gid(id: u32) -> [u8; 16] {
+    let mut g = [0u8; 16];
+    g[0] = 0xfe;
+    g[1] = 0x80;
+    g[12..16].copy_from_slice(&id.to_be_bytes());
+    g
+}
+
+/// The node id inside an in-process GID.
+pub(crate) fn in_process_id(gid: &[u8; 16]) -> Option<u32> {
+    (gid[0] == 0xfe && gid[1] == 0x80 && gid[2..12].iter().all(|&b| b == 0))
+        .then(|| u32::from_be_bytes(gid[12..16].try_into().expect("4 bytes")))
+}

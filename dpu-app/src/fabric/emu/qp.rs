@@ -1,0 +1,673 @@
+//! The requester half of the emulated NIC and the queue pair it belongs to.
+//!
+//! Requests run in post order per queue pair. In process, the posting thread performs a
+//! request against the peer at once (the DMA a NIC would do) and the completion becomes
+//! visible after the model's round trip. A request that cannot run yet - no receive
+//! posted at the peer, the peer not answering - waits at the head of the send queue, and
+//! everything behind it waits too (per-QP ordering); it is retried when the peer posts a
+//! receive or a poll drives the timers, and fails with `RnrRetryExceeded` or
+//! `RetryExceeded` once its retry budget has passed on the clock. Over TCP, requests
+//! stream to the peer's node and responses complete them in order (see `tcp`).
+//!
+//! A fatal completion moves the queue pair to ERR and flushes everything behind it and
+//! every posted receive with `Flushed`; posts in ERR complete at once with `Flushed`.
+
+use std::collections::VecDeque;
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
+
+use super::cq::{CqInner, EmuCq};
+use super::model::{Fate, Message};
+use super::node::{in_process_gid, in_process_id, Attachment, NodeInner};
+use super::responder::{execute, Incoming, Nak, Payload, Sink};
+use super::tcp;
+use crate::fabric::config::{ATOMIC_BYTES, MESSAGE_BYTES_MAX};
+use crate::fabric::{
+    Access, Completion, Endpoint, FabricError, InFlight, InFlightEntry, LocalBuf, Op, PostError, QpEvent, QpOptions,
+    QpState, RawQp, Result, StateCell, WcOpcode, WcStatus, WorkRequest,
+};
+
+/// How a queue pair reaches its peer.
+pub(crate) enum Link {
+    None,
+    InProcess {
+        /// Held strongly (no upgrade per request); a destroyed peer is seen by its
+        /// `destroyed` flag, and the owner's drop clears this link, breaking the cycle.
+        peer: Arc<QpInner>,
+        peer_node: u32,
+    },
+    Tcp {
+        stream: TcpStream,
+        conn: u64,
+        peer_node: u32,
+        /// The connection closed while nothing was outstanding: like a dead peer on
+        /// hardware, the queue pair learns only when its next request times out.
+        broken: bool,
+    },
+}
+
+/// A posted send request that has not completed.
+pub(crate) struct Waiting {
+    pub(crate) token: u64,
+    pub(crate) op: Op,
+    pub(crate) psn: u32,
+    /// Clock time after which a waiting request fails (0: not waiting on a timer yet).
+    pub(crate) deadline_ns: u64,
+    /// Over TCP: a request that never went out (lost by the model, or failing a local
+    /// check) fails with this status, this long after it reaches the head.
+    pub(crate) doomed: Option<(WcStatus, u64)>,
+}
+
+pub(crate) struct SendQueue {
+    pub(crate) state: StateCell,
+    pub(crate) link: Link,
+    pub(crate) inflight: InFlight,
+    pub(crate) waiting: VecDeque<Waiting>,
+    next_psn: u32,
+    last_ready_ns: u64,
+    pub(crate) frame: Vec<u8>,
+}
+
+pub(crate) struct RecvQueue {
+    inflight: InFlight,
+    posted: VecDeque<u64>,
+}
+
+impl RecvQueue {
+    pub(crate) fn has_receive(&self) -> bool {
+        !self.posted.is_empty()
+    }
+}
+
+pub(crate) struct QpInner {
+    pub(crate) qpn: u32,
+    pub(crate) node: Arc<NodeInner>,
+    send_cq: Arc<CqInner>,
+    recv_cq: Arc<CqInner>,
+    pub(crate) options: QpOptions,
+    state_mirror: AtomicU8,
+    pub(crate) sq: Mutex<SendQueue>,
+    rq: Mutex<RecvQueue>,
+    recv_posted: Condvar,
+    peer: Mutex<Option<Weak<QpInner>>>,
+    pending: AtomicBool,
+    /// Set when the owner destroys the queue pair; threads that still hold it briefly
+    /// must treat it as gone.
+    destroyed: AtomicBool,
+}
+
+fn encode_state(s: QpState) -> u8 {
+    match s {
+        QpState::Reset => 0,
+        QpState::Init => 1,
+        QpState::Rtr => 2,
+        QpState::Rts => 3,
+        QpState::Error => 4,
+    }
+}
+
+fn decode_state(v: u8) -> QpState {
+    match v {
+        0 => QpState::Reset,
+        1 => QpState::Init,
+        2 => QpState::Rtr,
+        3 => QpState::Rts,
+        _ => QpState::Error,
+    }
+}
+
+/// When a receive completion becomes visible.
+pub(crate) enum Publish<'a> {
+    /// At this clock time.
+    At(u64),
+    /// Later: the caller publishes it with [`QpInner::publish_receive`].
+    Defer(&'a mut Option<Completion>),
+}
+
+/// What one attempt at the head request came to.
+enum Attempt {
+    /// Completed (successfully or not) `rtt_ns` from now, with an atomic's old value.
+    Done { status: WcStatus, value: u64, rtt_ns: u64 },
+    /// Cannot run yet; fails with `status` once `budget_ns` has passed.
+    Wait { status: WcStatus, budget_ns: u64 },
+}
+
+impl QpInner {
+    pub(crate) fn create(
+        node: &Arc<NodeInner>,
+        send_cq: &EmuCq,
+        recv_cq: &EmuCq,
+        options: QpOptions,
+    ) -> Result<Arc<Self>> {
+        let qp = node.add_qp(|qpn| {
+            Arc::new(QpInner {
+                qpn,
+                node: Arc::clone(node),
+                send_cq: Arc::clone(&send_cq.inner),
+                recv_cq: Arc::clone(&recv_cq.inner),
+                options,
+                state_mirror: AtomicU8::new(encode_state(QpState::Reset)),
+                sq: Mutex::new(SendQueue {
+                    state: StateCell::new(qpn),
+                    link: Link::None,
+                    inflight: InFlight::new(options.send_depth),
+                    waiting: VecDeque::with_capacity(options.send_depth),
+                    next_psn: initial_psn(node.id, qpn),
+                    last_ready_ns: 0,
+                    frame: Vec::new(),
+                }),
+                rq: Mutex::new(RecvQueue {
+                    inflight: InFlight::new(options.recv_depth),
+                    posted: VecDeque::with_capacity(options.recv_depth),
+                }),
+                recv_posted: Condvar::new(),
+                peer: Mutex::new(None),
+                pending: AtomicBool::new(false),
+                destroyed: AtomicBool::new(false),
+            })
+        })?;
+        send_cq.inner.attach(Arc::downgrade(&qp))?;
+        if !Arc::ptr_eq(&send_cq.inner, &recv_cq.inner) {
+            recv_cq.inner.attach(Arc::downgrade(&qp))?;
+        }
+        Ok(qp)
+    }
+
+    pub(crate) fn state(&self) -> QpState {
+        decode_state(self.state_mirror.load(Ordering::Acquire))
+    }
+
+    pub(crate) fn accepts_requests(&self) -> bool {
+        !self.destroyed.load(Ordering::Acquire) && matches!(self.state(), QpState::Rtr | QpState::Rts)
+    }
+
+    fn apply(&self, sq: &mut SendQueue, event: QpEvent, op: &'static str) -> Result<()> {
+        let to = sq.state.apply(event).map_err(|state| FabricError::QpState { qpn: self.qpn, state, op })?;
+        self.state_mirror.store(encode_state(to), Ordering::Release);
+        Ok(())
+    }
+
+    pub(crate) fn lock_sq(&self) -> MutexGuard<'_, SendQueue> {
+        self.sq.lock().expect("send queue lock")
+    }
+
+    pub(crate) fn lock_rq(&self) -> MutexGuard<'_, RecvQueue> {
+        self.rq.lock().expect("receive queue lock")
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.node.clock.now_ns()
+    }
+
+    /// Completes send request `token` with `status`, visible at `ready_ns`.
+    pub(crate) fn complete_send(&self, sq: &mut SendQueue, token: u64, status: WcStatus, value: u64, ready_ns: u64) {
+        let Some(entry) = sq.inflight.remove(token) else {
+            return;
+        };
+        let ready_ns = ready_ns.max(sq.last_ready_ns);
+        sq.last_ready_ns = ready_ns;
+        let byte_len = match entry.opcode {
+            WcOpcode::CompareSwap | WcOpcode::FetchAdd => {
+                if status == WcStatus::Success {
+                    // The buffer was checked to be 8 bytes at post time.
+                    let _ = entry.buf.write(&value.to_le_bytes());
+                }
+                ATOMIC_BYTES
+            }
+            _ => entry.buf.len(),
+        };
+        self.send_cq.push(
+            ready_ns,
+            Completion {
+                wr_id: entry.wr_id,
+                status,
+                opcode: entry.opcode,
+                byte_len: if status == WcStatus::Success { byte_len as u32 } else { 0 },
+                imm: None,
+                qp_num: self.qpn,
+                buf: Some(entry.buf),
+            },
+        );
+    }
+
+    /// Consumes the head receive for an incoming SEND (`payload` given) or WRITE_WITH_IMM.
+    /// Returns false when a SEND does not fit the receive buffer (the receive then
+    /// completes with `LocalLength`).
+    pub(crate) fn complete_receive(
+        &self,
+        rq: &mut RecvQueue,
+        opcode: WcOpcode,
+        len: usize,
+        imm: Option<u32>,
+        payload: Option<&Payload<'_>>,
+        publish: Publish<'_>,
+    ) -> bool {
+        let Some(token) = rq.posted.pop_front() else {
+            return false;
+        };
+        let Some(entry) = rq.inflight.remove(token) else {
+            return false;
+        };
+        let mut status = WcStatus::Success;
+        if let Some(payload) = payload {
+            if len > entry.buf.len() {
+                status = WcStatus::LocalLength;
+            } else {
+                let mem = entry.buf.region().memory();
+                let ok = match payload {
+                    Payload::Memory { memory, offset } => memory.copy_to(*offset, mem, entry.buf.offset(), len),
+                    Payload::Bytes(b) => mem.write(entry.buf.offset(), &b[..len]),
+                };
+                if ok.is_err() {
+                    status = WcStatus::LocalLength;
+                }
+            }
+        }
+        let c = Completion {
+            wr_id: entry.wr_id,
+            status,
+            opcode,
+            byte_len: if status == WcStatus::Success { len as u32 } else { 0 },
+            imm,
+            qp_num: self.qpn,
+            buf: Some(entry.buf),
+        };
+        match publish {
+            Publish::Defer(slot) => *slot = Some(c),
+            Publish::At(ready_ns) => self.recv_cq.push(ready_ns, c),
+        }
+        status == WcStatus::Success
+    }
+
+    /// Makes a receive completion that [`QpInner::complete_receive`] held back visible.
+    pub(crate) fn publish_receive(&self, c: Completion) {
+        self.recv_cq.push(0, c);
+    }
+
+    /// Moves the queue pair to ERR and flushes every waiting request and posted receive.
+    pub(crate) fn fail(&self, sq: &mut SendQueue) {
+        if sq.state.get() == QpState::Error {
+            return;
+        }
+        let _ = self.apply(sq, QpEvent::Fail, "fail");
+        if let Link::Tcp { stream, .. } = &sq.link {
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+        }
+        let ready_ns = sq.last_ready_ns;
+        while let Some(w) = sq.waiting.pop_front() {
+            self.complete_send(sq, w.token, WcStatus::Flushed, 0, ready_ns);
+        }
+        let mut rq = self.lock_rq();
+        while let Some(token) = rq.posted.pop_front() {
+            if let Some(entry) = rq.inflight.remove(token) {
+                self.recv_cq.push(ready_ns, flushed(entry, self.qpn));
+            }
+        }
+    }
+
+    /// Drives the head of the send queue; true while requests still wait on a timer.
+    pub(crate) fn progress(&self) -> bool {
+        let mut sq = self.lock_sq();
+        self.run_waiting(&mut sq)
+    }
+
+    fn run_waiting(&self, sq: &mut SendQueue) -> bool {
+        if !matches!(sq.link, Link::InProcess { .. }) || sq.state.get() != QpState::Rts {
+            self.pending.store(false, Ordering::Release);
+            return false;
+        }
+        // An ideal model needs no time: skip the clock read on the fast path.
+        let timed = self.node.model.needs_clock();
+        let now_ns = if timed { self.now_ns() } else { 0 };
+        while let Some(head) = sq.waiting.front() {
+            let (token, op, psn, deadline_ns) = (head.token, head.op, head.psn, head.deadline_ns);
+            match self.attempt(sq, token, op, psn, now_ns) {
+                Attempt::Done { status, value, rtt_ns } => {
+                    sq.waiting.pop_front();
+                    self.complete_send(sq, token, status, value, now_ns + rtt_ns);
+                    if status != WcStatus::Success {
+                        self.fail(sq);
+                        break;
+                    }
+                }
+                Attempt::Wait { status, budget_ns } => {
+                    let now_ns = if timed { now_ns } else { self.now_ns() };
+                    let deadline_ns = if deadline_ns == 0 { now_ns + budget_ns.max(1) } else { deadline_ns };
+                    if now_ns >= deadline_ns {
+                        sq.waiting.pop_front();
+                        self.complete_send(sq, token, status, 0, deadline_ns);
+                        self.fail(sq);
+                        break;
+                    }
+                    sq.waiting.front_mut().expect("head exists").deadline_ns = deadline_ns;
+                    self.pending.store(true, Ordering::Release);
+                    self.send_cq.note_pending();
+                    return true;
+                }
+            }
+        }
+        self.pending.store(false, Ordering::Release);
+        false
+    }
+
+    /// One attempt at an in-process request.
+    fn attempt(&self, sq: &SendQueue, token: u64, op: Op, psn: u32, now_ns: u64) -> Attempt {
+        let Link::InProcess { peer, peer_node } = &sq.link else { unreachable!("run_waiting checks the link") };
+        let o = &self.options;
+        let timeout_ns = u64::from(o.timeout_us) * 1_000;
+        let retry_budget_ns = (u64::from(o.retry_count) + 1) * timeout_ns;
+        let entry = sq.inflight.get(token).expect("waiting requests are in flight");
+        if let Some(status) = self.local_check(entry, op) {
+            return Attempt::Done { status, value: 0, rtt_ns: 0 };
+        }
+
+        let msg = Message { src_node: self.node.id, dst_node: *peer_node, src_qpn: self.qpn, psn };
+        let delay_ns = match self.node.model.transmit(msg, now_ns, o.retry_count, timeout_ns) {
+            Fate::Delivered { delay_ns } => delay_ns,
+            Fate::Lost { after_ns } => {
+                return Attempt::Done { status: WcStatus::RetryExceeded, value: 0, rtt_ns: after_ns }
+            }
+        };
+        let local = entry.buf.region().memory();
+        let offset = entry.buf.offset();
+        let len = entry.buf.len();
+        let incoming = match op {
+            Op::Write { remote, imm } => {
+                Incoming::Write { remote, len, imm, payload: Payload::Memory { memory: local, offset } }
+            }
+            Op::Read { remote } => Incoming::Read { remote, len, sink: Sink::Memory { memory: local, offset } },
+            Op::CompareSwap { remote, compare, swap } => Incoming::CompareSwap { remote, compare, swap },
+            Op::FetchAdd { remote, add } => Incoming::FetchAdd { remote, add },
+            Op::Send => Incoming::Send { len, imm: None, payload: Payload::Memory { memory: local, offset } },
+        };
+        match execute(peer, incoming, now_ns + delay_ns, None) {
+            Ok(value) => Attempt::Done { status: WcStatus::Success, value, rtt_ns: 2 * delay_ns },
+            Err(Nak::Silent) => Attempt::Wait { status: WcStatus::RetryExceeded, budget_ns: retry_budget_ns },
+            Err(Nak::ReceiverNotReady) => Attempt::Wait {
+                status: WcStatus::RnrRetryExceeded,
+                budget_ns: (u64::from(o.rnr_retry_count) + 1) * u64::from(o.rnr_timer_us) * 1_000,
+            },
+            Err(Nak::RemoteAccess) => Attempt::Done { status: WcStatus::RemoteAccess, value: 0, rtt_ns: 2 * delay_ns },
+            Err(Nak::InvalidRequest) => {
+                Attempt::Done { status: WcStatus::RemoteInvalidRequest, value: 0, rtt_ns: 2 * delay_ns }
+            }
+        }
+    }
+
+    /// The lkey check: the buffer's region is registered on this node, with local write
+    /// where the NIC writes into it.
+    pub(crate) fn local_check(&self, entry: &InFlightEntry, op: Op) -> Option<WcStatus> {
+        let mr = entry.buf.region();
+        if mr.domain() != self.node.domain() {
+            return Some(WcStatus::LocalProtection);
+        }
+        let writes_locally = matches!(op, Op::Read { .. } | Op::CompareSwap { .. } | Op::FetchAdd { .. });
+        if writes_locally && !mr.access().contains(Access::LOCAL_WRITE) {
+            return Some(WcStatus::LocalProtection);
+        }
+        None
+    }
+
+    /// Over TCP: fails the head while it is a request that never went out.
+    pub(crate) fn drain_doomed_head(&self, sq: &mut SendQueue) {
+        if let Some(Waiting { token, doomed: Some((status, after_ns)), .. }) = sq.waiting.front() {
+            let (token, status, ready_ns) = (*token, *status, self.now_ns() + after_ns);
+            sq.waiting.pop_front();
+            self.complete_send(sq, token, status, 0, ready_ns);
+            self.fail(sq);
+        }
+    }
+
+    /// Waits up to `timeout` for a receive to be posted (the TCP responder's RNR retries).
+    pub(crate) fn wait_for_receive(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut rq = self.lock_rq();
+        while !rq.has_receive() {
+            let now = Instant::now();
+            if now >= deadline || !self.node.is_alive() {
+                return false;
+            }
+            rq = self.recv_posted.wait_timeout(rq, deadline - now).expect("receive queue lock").0;
+        }
+        true
+    }
+
+    /// Waits up to `timeout` for the queue pair to reach RTR (a TCP peer may be faster).
+    pub(crate) fn wait_until_ready(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while !self.accepts_requests() {
+            if Instant::now() >= deadline || self.state() == QpState::Error || self.destroyed.load(Ordering::Acquire) {
+                return false;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        true
+    }
+
+    fn post(&self, request: WorkRequest) -> Result<(), PostError> {
+        let refuse = |error, request| Err(PostError { error, request });
+        let len = request.buf.len();
+        if len > MESSAGE_BYTES_MAX {
+            return refuse(FabricError::TooLong { len, max: MESSAGE_BYTES_MAX }, request);
+        }
+        if matches!(request.op, Op::CompareSwap { .. } | Op::FetchAdd { .. }) && len != ATOMIC_BYTES {
+            return refuse(FabricError::InvalidRequest("an atomic's local buffer must be exactly 8 bytes"), request);
+        }
+        let mut sq = self.lock_sq();
+        let state = sq.state.get();
+        if !matches!(state, QpState::Rts | QpState::Error) {
+            return refuse(FabricError::QpState { qpn: self.qpn, state, op: "post send" }, request);
+        }
+        let WorkRequest { wr_id, op, buf } = request;
+        let token = match sq.inflight.insert(InFlightEntry { wr_id, opcode: op.opcode(), buf }) {
+            Ok(t) => t,
+            Err(entry) => {
+                let depth = sq.inflight.depth();
+                return refuse(
+                    FabricError::QueueFull { queue: "send", qpn: self.qpn, depth },
+                    WorkRequest { wr_id, op, buf: entry.buf },
+                );
+            }
+        };
+        if state == QpState::Error {
+            let ready_ns = sq.last_ready_ns;
+            self.complete_send(&mut sq, token, WcStatus::Flushed, 0, ready_ns);
+            return Ok(());
+        }
+        let psn = sq.next_psn;
+        sq.next_psn = sq.next_psn.wrapping_add(1) & 0x00FF_FFFF;
+        match sq.link {
+            Link::InProcess { .. } => {
+                sq.waiting.push_back(Waiting { token, op, psn, deadline_ns: 0, doomed: None });
+                if sq.waiting.len() == 1 {
+                    self.run_waiting(&mut sq);
+                }
+            }
+            Link::Tcp { .. } => tcp::send_request(self, &mut sq, token, op, psn),
+            Link::None => unreachable!("an RTS queue pair has a link"),
+        }
+        Ok(())
+    }
+
+    fn post_receive(&self, wr_id: u64, buf: LocalBuf) -> Result<(), PostError<LocalBuf>> {
+        let state = self.state();
+        if state == QpState::Reset {
+            return Err(PostError {
+                error: FabricError::QpState { qpn: self.qpn, state, op: "post receive" },
+                request: buf,
+            });
+        }
+        let mr = buf.region();
+        if mr.domain() != self.node.domain() || !mr.access().contains(Access::LOCAL_WRITE) {
+            return Err(PostError {
+                error: FabricError::InvalidRequest("a receive buffer must be registered on this node with LOCAL_WRITE"),
+                request: buf,
+            });
+        }
+        {
+            let mut rq = self.lock_rq();
+            let token = match rq.inflight.insert(InFlightEntry { wr_id, opcode: WcOpcode::Recv, buf }) {
+                Ok(t) => t,
+                Err(entry) => {
+                    let depth = rq.inflight.depth();
+                    return Err(PostError {
+                        error: FabricError::QueueFull { queue: "receive", qpn: self.qpn, depth },
+                        request: entry.buf,
+                    });
+                }
+            };
+            if self.state() == QpState::Error {
+                let entry = rq.inflight.remove(token).expect("just inserted");
+                self.recv_cq.push(0, flushed(entry, self.qpn));
+                return Ok(());
+            }
+            rq.posted.push_back(token);
+        }
+        self.recv_posted.notify_all();
+        // The peer may be waiting for exactly this receive (RNR): let it retry now.
+        let peer = self.peer.lock().expect("peer lock").as_ref().and_then(Weak::upgrade);
+        if let Some(peer) = peer {
+            if peer.pending.load(Ordering::Acquire) {
+                peer.progress();
+            }
+        }
+        Ok(())
+    }
+}
+
+fn flushed(entry: InFlightEntry, qpn: u32) -> Completion {
+    Completion {
+        wr_id: entry.wr_id,
+        status: WcStatus::Flushed,
+        opcode: entry.opcode,
+        byte_len: 0,
+        imm: None,
+        qp_num: qpn,
+        buf: Some(entry.buf),
+    }
+}
+
+/// A deterministic first PSN (hardware picks one at random; we derive it).
+fn initial_psn(node: u32, qpn: u32) -> u32 {
+    (node.wrapping_mul(0x9E37_79B9) ^ qpn.wrapping_mul(0x85EB_CA6B)) & 0x00FF_FFFF
+}
+
+/// A queue pair of the emulated NIC.
+pub struct EmuQp {
+    pub(crate) inner: Arc<QpInner>,
+}
+
+impl std::fmt::Debug for EmuQp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmuQp").field("qpn", &self.inner.qpn).field("state", &self.inner.state()).finish()
+    }
+}
+
+impl Drop for EmuQp {
+    fn drop(&mut self) {
+        // Destroying a queue pair: it stops answering and its connection closes, so the
+        // peer sees it gone.
+        self.inner.destroyed.store(true, Ordering::Release);
+        let mut sq = self.inner.lock_sq();
+        if let Link::Tcp { stream, .. } = &sq.link {
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+        }
+        sq.link = Link::None;
+    }
+}
+
+impl RawQp for EmuQp {
+    fn qpn(&self) -> u32 {
+        self.inner.qpn
+    }
+
+    fn endpoint(&self) -> Endpoint {
+        let psn = self.inner.lock_sq().next_psn;
+        match self.inner.node.attachment {
+            Attachment::InProcess(_) => {
+                Endpoint { gid: in_process_gid(self.inner.node.id), qpn: self.inner.qpn, psn, lid: 0, port: 0 }
+            }
+            Attachment::Tcp(addr) => {
+                Endpoint { gid: tcp::gid_of(addr.ip()), qpn: self.inner.qpn, psn, lid: 0, port: addr.port() }
+            }
+        }
+    }
+
+    fn state(&self) -> QpState {
+        self.inner.state()
+    }
+
+    fn modify_to_init(&mut self) -> Result<()> {
+        let mut sq = self.inner.lock_sq();
+        self.inner.apply(&mut sq, QpEvent::Init, "modify to INIT")
+    }
+
+    fn modify_to_rtr(&mut self, remote: &Endpoint) -> Result<()> {
+        let inner = &self.inner;
+        if inner.state() != QpState::Init {
+            return Err(FabricError::QpState { qpn: inner.qpn, state: inner.state(), op: "modify to RTR" });
+        }
+        let link = match &inner.node.attachment {
+            Attachment::InProcess(net) => {
+                let peer_node = in_process_id(&remote.gid).ok_or_else(|| FabricError::Connect {
+                    peer: format!("{remote:?}"),
+                    why: "not an in-process endpoint".into(),
+                })?;
+                let net = net.upgrade().ok_or_else(|| FabricError::Connect {
+                    peer: format!("{remote:?}"),
+                    why: "network is gone".into(),
+                })?;
+                let node = net.node(peer_node).ok_or_else(|| FabricError::Connect {
+                    peer: format!("node {peer_node}"),
+                    why: "no such node".into(),
+                })?;
+                let peer = node.qp(remote.qpn).ok_or_else(|| FabricError::Connect {
+                    peer: format!("node {peer_node} qp {}", remote.qpn),
+                    why: "no such queue pair".into(),
+                })?;
+                *inner.peer.lock().expect("peer lock") = Some(Arc::downgrade(&peer));
+                Link::InProcess { peer, peer_node }
+            }
+            Attachment::Tcp(_) => tcp::connect(inner, remote)?,
+        };
+        let mut sq = inner.lock_sq();
+        sq.link = link;
+        inner.apply(&mut sq, QpEvent::Rtr, "modify to RTR")
+    }
+
+    fn modify_to_rts(&mut self) -> Result<()> {
+        let mut sq = self.inner.lock_sq();
+        self.inner.apply(&mut sq, QpEvent::Rts, "modify to RTS")
+    }
+
+    fn modify_to_reset(&mut self, out: &mut Vec<LocalBuf>) -> Result<()> {
+        let inner = &self.inner;
+        let mut sq = inner.lock_sq();
+        if let Link::Tcp { stream, .. } = &sq.link {
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+        }
+        sq.link = Link::None;
+        sq.waiting.clear();
+        let mut entries = Vec::new();
+        sq.inflight.drain(&mut entries);
+        {
+            let mut rq = inner.lock_rq();
+            rq.posted.clear();
+            rq.inflight.drain(&mut entries);
+        }
+        out.extend(entries.into_iter().map(|e| e.buf));
+        *inner.peer.lock().expect("peer lock") = None;
+        sq.last_ready_ns = 0;
+        inner.apply(&mut sq, QpEvent::Reset, "modify to RESET")
+    }
+
+    fn post_send(&self, request: WorkRequest) -> Result<(), PostError> {
+        self.inner.post(request)
+    }
+
+    fn post_recv(&self, wr_id: u64, buf: LocalBuf) -> Result<(), PostError<LocalBuf>> {
+        self.inner.post_receive(wr_id, buf)
+    }
+}
