@@ -24,6 +24,8 @@ pub struct Demo {
     pub depth: u32,
     /// The `prescient-dpu` binary to start as the DPU side.
     pub dpu_binary: PathBuf,
+    /// A predictor model for the DPU app (`--model`).
+    pub model: Option<PathBuf>,
 }
 
 /// A throw-away key folder: one random 32-byte key readable by the owner only.
@@ -94,7 +96,9 @@ fn drive(host: Arc<Host>, qp: u32, demo: &Demo) -> Result<ThreadResult, ShimErro
             let value = &mut buf.value_mut()[..n];
             value.fill((tag % 251) as u8);
             value[..8].copy_from_slice(&tag.to_le_bytes());
-            let k = format!("user:{:08}:{}", tag % 100_000, qp.index());
+            // Each thread updates its own 1024 keys in a fixed order (a scan-and-update
+            // workload): a pattern the DPU app's predictor can learn.
+            let k = format!("user:{}:{:05}", qp.index(), tag % 1024);
             key[..k.len()].copy_from_slice(k.as_bytes());
             started[tag as usize % ring] = Some(Instant::now());
             qp.push_put(&key[..k.len()], buf, n, Sla::Fresh, tag).map_err(|(e, _)| e)?;
@@ -131,6 +135,7 @@ pub fn run(demo: &Demo) -> Result<String, String> {
         .arg(&keys.dir)
         .arg("--epoch-file")
         .arg(keys.dir.join("epoch"))
+        .args(demo.model.iter().flat_map(|m| [std::ffi::OsStr::new("--model"), m.as_os_str()]))
         .stdout(Stdio::piped())
         .spawn()
         .map_err(|e| format!("cannot start {}: {e}", demo.dpu_binary.display()))?;

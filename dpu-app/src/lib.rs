@@ -20,6 +20,7 @@ pub mod fabric;
 pub mod inflight;
 pub mod metrics;
 pub mod pipeline;
+pub mod predict;
 pub mod queue;
 pub mod region_server;
 pub mod seal;

@@ -7,11 +7,13 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use prescient_dpu::delay::Delay;
 use prescient_dpu::pipeline::Pipeline;
+use prescient_dpu::predict::PredictStage;
 use prescient_dpu::seal::{SealStage, Sealer};
 use prescient_dpu::sequence::Sequencer;
 use prescient_dpu::serve::{ServeOptions, Server};
 use prescient_dpu::stripe::{ReedSolomon, StripeStage};
 use prescient_dpu::{bench, demo, signal};
+use prescient_models::{Model, Predictor};
 use prescient_shim::config::HOST_TIMEOUT_MS_DEFAULT;
 
 /// Prescient's DPU offload engine.
@@ -56,6 +58,15 @@ enum Command {
         /// Reed-Solomon data and parity fragments, as K+M.
         #[arg(long, default_value = "4+2")]
         stripe: String,
+        /// A predictor model file (e.g. models/shipped/OLTP.model): every written key
+        /// feeds it, and its leases are reported in the summary.
+        #[arg(long)]
+        model: Option<PathBuf>,
+    },
+    /// Train and evaluate the write-stream predictor (same as `prescient-model`).
+    Model {
+        #[command(subcommand)]
+        command: prescient_models::cli::Command,
     },
     /// The README's main job: a host workload of PUTs from several threads against a
     /// real DPU-app process, with a summary.
@@ -72,6 +83,10 @@ enum Command {
         /// Requests in flight per thread.
         #[arg(long, default_value_t = 64)]
         depth: u32,
+        /// Predictor model for the DPU app (default: the shipped OLTP model, if this is
+        /// a source checkout).
+        #[arg(long)]
+        model: Option<PathBuf>,
     },
     /// Benchmarks that print each figure next to a reference measured in the same run.
     Bench {
@@ -109,7 +124,18 @@ fn self_binary() -> Result<PathBuf, String> {
 
 fn run(cli: Cli) -> Result<(), String> {
     match cli.command {
-        Command::Serve { emulate, region, no_pin, host_timeout_ms, delay_us, key_dir, epoch_file, node, stripe } => {
+        Command::Serve {
+            emulate,
+            region,
+            no_pin,
+            host_timeout_ms,
+            delay_us,
+            key_dir,
+            epoch_file,
+            node,
+            stripe,
+            model,
+        } => {
             if !emulate {
                 return Err("this build serves only in CPU-emulation mode: pass --emulate (the BlueField DOCA link is not built in)".into());
             }
@@ -122,6 +148,11 @@ fn run(cli: Cli) -> Result<(), String> {
             let stop = signal::install().map_err(|e| e.to_string())?;
             let mut server = Server::attach(&options).map_err(|e| e.to_string())?;
             let mut pipeline = Pipeline::new();
+            if let Some(path) = model {
+                let model = Model::load(&path).map_err(|e| format!("--model {}: {e}", path.display()))?;
+                let predictor = Predictor::from_model(model).map_err(|e| format!("--model {}: {e}", path.display()))?;
+                pipeline.push(Box::new(PredictStage::new(predictor)));
+            }
             pipeline.push(Box::new(Sequencer::new(server.epoch())));
             if let (Some(key_dir), Some(epoch_file)) = (key_dir, epoch_file) {
                 let (k, m) = parse_stripe(&stripe)?;
@@ -139,10 +170,17 @@ fn run(cli: Cli) -> Result<(), String> {
             tracing::info!(stages = ?pipeline.names(), regions = options.regions.len(), "serving");
             let metrics = server.run(&mut pipeline, &options, stop);
             println!("{}", metrics.summary());
+            for line in pipeline.summaries() {
+                println!("{line}");
+            }
             Ok(())
         }
-        Command::Demo { threads, seconds, value_bytes, depth } => {
-            let summary = demo::run(&demo::Demo { threads, seconds, value_bytes, depth, dpu_binary: self_binary()? })?;
+        Command::Model { command } => prescient_models::cli::run(command).map_err(|e| e.to_string()),
+        Command::Demo { threads, seconds, value_bytes, depth, model } => {
+            let shipped = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../models/shipped/OLTP.model"));
+            let model = model.or_else(|| shipped.exists().then_some(shipped));
+            let summary =
+                demo::run(&demo::Demo { threads, seconds, value_bytes, depth, dpu_binary: self_binary()?, model })?;
             println!("{summary}");
             Ok(())
         }

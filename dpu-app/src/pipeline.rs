@@ -88,6 +88,11 @@ pub trait Stage: Send {
     fn name(&self) -> &'static str;
     /// Processes `req` in place; an error fails the request and skips later stages.
     fn run(&mut self, req: &mut Request<'_>) -> Result<(), StageError>;
+
+    /// A line for the DPU app's summary, if the stage has something to report.
+    fn summary(&self) -> Option<String> {
+        None
+    }
 }
 
 /// An ordered list of stages.
@@ -121,6 +126,11 @@ impl Pipeline {
     /// Stage names, in order.
     pub fn names(&self) -> Vec<&'static str> {
         self.stages.iter().map(|s| s.name()).collect()
+    }
+
+    /// The stages' summary lines.
+    pub fn summaries(&self) -> Vec<String> {
+        self.stages.iter().filter_map(|s| s.summary()).collect()
     }
 
     /// Runs `req` through every stage in order.

@@ -11,6 +11,7 @@
 //! the DPU app's entry point); [`trace`] and [`eval`] serve the command line.
 #![forbid(unsafe_code)]
 
+pub mod cli;
 pub mod config;
 mod error;
 pub mod eval;
