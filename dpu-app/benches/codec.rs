@@ -127,6 +127,7 @@ fn main() {
 }
 
 fn reference_names() -> String {
+    #[allow(unused_mut)] // pushed to only with reference features
     let mut names: Vec<String> = Vec::new();
     #[cfg(feature = "bench-openssl")]
     names.push(format!(
