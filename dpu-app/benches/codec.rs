@@ -210,7 +210,7 @@ struct SealTimes {
 
 type Timed<'a> = (&'static str, Box<dyn FnMut() + 'a>, Box<dyn FnMut() + 'a>);
 
-// Each push depends on a feature, so no `vec![]` literal.
+// Pushes depend on features, so no `vec![]` literal.
 #[allow(clippy::vec_init_then_push)]
 fn reference_seal(size: usize, seal: &mut dyn FnMut(), pair: &mut dyn FnMut()) -> SealTimes {
     let mut refs: Vec<Timed<'_>> = Vec::new();
@@ -218,6 +218,7 @@ fn reference_seal(size: usize, seal: &mut dyn FnMut(), pair: &mut dyn FnMut()) -
     refs.push(openssl_aead(size));
     #[cfg(all(feature = "bench-ring", target_arch = "x86_64"))]
     refs.push(ring_aead(size));
+    refs.push(aws_lc_aead(size));
     let mut fs: Vec<&mut dyn FnMut()> = vec![seal, pair];
     for (_, s, p) in refs.iter_mut() {
         fs.push(s.as_mut());
@@ -242,6 +243,30 @@ fn reference_seal(size: usize, seal: &mut dyn FnMut(), pair: &mut dyn FnMut()) -
         times.extra_open += &format!("; {name} {:.2} GB/s", gbps(size, p - s));
     }
     times
+}
+
+/// AWS-LC through our own key type, whichever backend this CPU picked, so the
+/// table shows both candidates of [`prescient_dpu::seal::aead`].
+fn aws_lc_aead<'a>(size: usize) -> Timed<'a> {
+    use prescient_dpu::seal::aead::{AeadBackend, AeadKey};
+    const IV: [u8; 12] = [3; 12];
+    const AAD: [u8; 24] = [5; 24];
+    let (k1, k2) = (
+        AeadKey::new(AeadBackend::AwsLc, &KEY).unwrap(),
+        AeadKey::new(AeadBackend::AwsLc, &KEY).unwrap(),
+    );
+    let mut buf = Aligned::new(size, 7);
+    let mut buf2 = Aligned::new(size + 16, 8);
+    let seal = move || {
+        black_box(k1.seal(IV, &AAD, buf.get_mut()).unwrap());
+    };
+    let pair = move || {
+        let b = buf2.get_mut();
+        let tag = k2.seal(IV, &AAD, &mut b[..size]).unwrap();
+        b[size..].copy_from_slice(&tag);
+        black_box(k2.open(IV, &AAD, b).unwrap());
+    };
+    ("aws-lc-rs", Box::new(seal), Box::new(pair))
 }
 
 #[cfg(feature = "bench-openssl")]
