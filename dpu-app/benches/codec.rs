@@ -20,7 +20,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use prescient_dpu::seal::{open_in_place, Binding, KeyRing, NonceSequence, Sealer, FRAME_OVERHEAD};
-#[cfg(feature = "bench-reference")]
+#[cfg(feature = "bench-isal")]
 use prescient_dpu::stripe::gf::Matrix;
 use prescient_dpu::stripe::ReedSolomon;
 
@@ -106,7 +106,11 @@ fn main() {
         })
         .unwrap_or_else(|| "unknown CPU".into());
     println!("codec benchmark, single core, {cpu}");
-    println!("sealing: aws-lc-rs (AWS-LC); striping kernels: {}", ReedSolomon::new(4, 2).unwrap().backend().name());
+    println!(
+        "sealing: {}; striping kernels: {}",
+        KeyRing::new().backend().name(),
+        ReedSolomon::new(4, 2).unwrap().backend().name()
+    );
     println!("reference: {}", reference_names());
     println!();
     println!("| operation              |    size | ours GB/s | ref GB/s | ratio | notes");
@@ -115,18 +119,20 @@ fn main() {
     bench_rs();
 }
 
-#[cfg(feature = "bench-reference")]
 fn reference_names() -> String {
-    format!(
-        "{} (sealing), ISA-L {} from isal-sys (Reed-Solomon), ring 0.17 (extra AES-GCM figure)",
-        openssl::version::version(),
-        "2.31"
-    )
-}
-
-#[cfg(not(feature = "bench-reference"))]
-fn reference_names() -> String {
-    "none built (run with --features bench-reference)".into()
+    #[allow(unused_mut)] // pushed to only with reference features
+    let mut names: Vec<String> = Vec::new();
+    #[cfg(feature = "bench-openssl")]
+    names.push(format!("{} built from source (AES-GCM)", openssl::version::version()));
+    #[cfg(all(feature = "bench-ring", target_arch = "x86_64"))]
+    names.push("ring 0.17 (AES-GCM, second figure)".into());
+    #[cfg(feature = "bench-isal")]
+    names.push("ISA-L 2.31 built from source by isal-sys (Reed-Solomon)".into());
+    if names.is_empty() {
+        "none built (run with --features bench-reference)".into()
+    } else {
+        names.join(", ")
+    }
 }
 
 fn bench_seal() {
@@ -173,80 +179,121 @@ struct SealTimes {
     extra_open: String,
 }
 
-#[cfg(not(feature = "bench-reference"))]
+type Timed<'a> = (&'static str, Box<dyn FnMut() + 'a>, Box<dyn FnMut() + 'a>);
+
+// Pushes depend on features, so no `vec![]` literal.
+#[allow(clippy::vec_init_then_push)]
 fn reference_seal(size: usize, seal: &mut dyn FnMut(), pair: &mut dyn FnMut()) -> SealTimes {
-    let t = measure(size, &mut [seal, pair]);
-    SealTimes { ours: (t[0], t[1]), reference: None, extra_seal: String::new(), extra_open: String::new() }
+    let mut refs: Vec<Timed<'_>> = Vec::new();
+    #[cfg(feature = "bench-openssl")]
+    refs.push(openssl_aead(size));
+    #[cfg(all(feature = "bench-ring", target_arch = "x86_64"))]
+    refs.push(ring_aead(size));
+    refs.push(aws_lc_aead(size));
+    let mut fs: Vec<&mut dyn FnMut()> = vec![seal, pair];
+    for (_, s, p) in refs.iter_mut() {
+        fs.push(s.as_mut());
+        fs.push(p.as_mut());
+    }
+    let t = measure(size, &mut fs);
+    let names: Vec<&str> = refs.iter().map(|r| r.0).collect();
+    let mut times =
+        SealTimes { ours: (t[0], t[1]), reference: None, extra_seal: String::new(), extra_open: String::new() };
+    if let Some(first) = names.first() {
+        times.reference = Some((t[2], t[3]));
+        times.extra_seal = format!("ref: {first}");
+        times.extra_open = format!("ref: {first}");
+    }
+    for (i, name) in names.iter().enumerate().skip(1) {
+        let (s, p) = (t[2 + 2 * i], t[3 + 2 * i]);
+        times.extra_seal += &format!("; {name} {:.2} GB/s", gbps(size, s));
+        times.extra_open += &format!("; {name} {:.2} GB/s", gbps(size, p - s));
+    }
+    times
 }
 
-#[cfg(feature = "bench-reference")]
-fn reference_seal(size: usize, seal: &mut dyn FnMut(), pair: &mut dyn FnMut()) -> SealTimes {
+/// AWS-LC through our own key type, whichever backend this CPU picked, so the
+/// table shows both candidates of [`prescient_dpu::seal::aead`].
+fn aws_lc_aead<'a>(size: usize) -> Timed<'a> {
+    use prescient_dpu::seal::aead::{AeadBackend, AeadKey};
+    const IV: [u8; 12] = [3; 12];
+    const AAD: [u8; 24] = [5; 24];
+    let (k1, k2) = (AeadKey::new(AeadBackend::AwsLc, &KEY).unwrap(), AeadKey::new(AeadBackend::AwsLc, &KEY).unwrap());
+    let mut buf = Aligned::new(size, 7);
+    let mut buf2 = Aligned::new(size + 16, 8);
+    let seal = move || {
+        black_box(k1.seal(IV, &AAD, buf.get_mut()).unwrap());
+    };
+    let pair = move || {
+        let b = buf2.get_mut();
+        let tag = k2.seal(IV, &AAD, &mut b[..size]).unwrap();
+        b[size..].copy_from_slice(&tag);
+        black_box(k2.open(IV, &AAD, b).unwrap());
+    };
+    ("aws-lc-rs", Box::new(seal), Box::new(pair))
+}
+
+#[cfg(feature = "bench-openssl")]
+fn openssl_aead<'a>(size: usize) -> Timed<'a> {
     use openssl::cipher::Cipher;
     use openssl::cipher_ctx::CipherCtx;
-    let iv = [3u8; 12];
-    let aad = [5u8; 24];
-    let mut enc = CipherCtx::new().unwrap();
-    enc.encrypt_init(Some(Cipher::aes_256_gcm()), Some(&KEY), None).unwrap();
-    let mut dec = CipherCtx::new().unwrap();
-    dec.decrypt_init(Some(Cipher::aes_256_gcm()), Some(&KEY), None).unwrap();
-    let mut buf = Aligned::new(size, 3);
-    let mut tag = [0u8; 16];
-    let mut ossl_seal_into = |enc: &mut CipherCtx, buf: &mut [u8], tag: &mut [u8; 16]| {
-        enc.encrypt_init(None, None, Some(&iv)).unwrap();
-        enc.cipher_update(&aad, None).unwrap();
-        enc.cipher_update_inplace(buf, size).unwrap();
+    const IV: [u8; 12] = [3; 12];
+    const AAD: [u8; 24] = [5; 24];
+    fn seal_into(enc: &mut CipherCtx, buf: &mut [u8], tag: &mut [u8; 16]) {
+        enc.encrypt_init(None, None, Some(&IV)).unwrap();
+        enc.cipher_update(&AAD, None).unwrap();
+        let n = buf.len();
+        enc.cipher_update_inplace(buf, n).unwrap();
         enc.cipher_final(&mut []).unwrap();
         enc.tag(tag).unwrap();
+    }
+    let new_ctx = |encrypt: bool| {
+        let mut c = CipherCtx::new().unwrap();
+        if encrypt {
+            c.encrypt_init(Some(Cipher::aes_256_gcm()), Some(&KEY), None).unwrap();
+        } else {
+            c.decrypt_init(Some(Cipher::aes_256_gcm()), Some(&KEY), None).unwrap();
+        }
+        c
     };
-    let mut ossl_seal = || ossl_seal_into(&mut enc, buf.get_mut(), &mut tag);
-    let mut enc2 = CipherCtx::new().unwrap();
-    enc2.encrypt_init(Some(Cipher::aes_256_gcm()), Some(&KEY), None).unwrap();
-    let mut buf2 = Aligned::new(size, 4);
-    let mut tag2 = [0u8; 16];
-    let mut ossl_pair = || {
-        ossl_seal_into(&mut enc2, buf2.get_mut(), &mut tag2);
-        dec.decrypt_init(None, None, Some(&iv)).unwrap();
+    let (mut enc, mut enc2, mut dec) = (new_ctx(true), new_ctx(true), new_ctx(false));
+    let (mut buf, mut buf2) = (Aligned::new(size, 3), Aligned::new(size, 4));
+    let (mut tag, mut tag2) = ([0u8; 16], [0u8; 16]);
+    let seal = move || seal_into(&mut enc, buf.get_mut(), &mut tag);
+    let pair = move || {
+        seal_into(&mut enc2, buf2.get_mut(), &mut tag2);
+        dec.decrypt_init(None, None, Some(&IV)).unwrap();
         dec.set_tag(&tag2).unwrap();
-        dec.cipher_update(&aad, None).unwrap();
+        dec.cipher_update(&AAD, None).unwrap();
         dec.cipher_update_inplace(buf2.get_mut(), size).unwrap();
         dec.cipher_final(&mut []).expect("OpenSSL tag verifies");
     };
+    let name = openssl::version::version();
+    (name, Box::new(seal), Box::new(pair))
+}
 
-    let rkey = ring::aead::LessSafeKey::new(ring::aead::UnboundKey::new(&ring::aead::AES_256_GCM, &KEY).unwrap());
-    let mut rbuf = Aligned::new(size + 16, 5);
-    let mut ring_seal = || {
-        let nonce = ring::aead::Nonce::assume_unique_for_key(iv);
-        black_box(
-            rkey.seal_in_place_separate_tag(nonce, ring::aead::Aad::from(&aad), &mut rbuf.get_mut()[..size]).unwrap(),
-        );
+#[cfg(all(feature = "bench-ring", target_arch = "x86_64"))]
+fn ring_aead<'a>(size: usize) -> Timed<'a> {
+    use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
+    const IV: [u8; 12] = [3; 12];
+    const AAD: [u8; 24] = [5; 24];
+    let key = || LessSafeKey::new(UnboundKey::new(&AES_256_GCM, &KEY).unwrap());
+    let (k1, k2) = (key(), key());
+    let mut buf = Aligned::new(size, 5);
+    let mut buf2 = Aligned::new(size + 16, 6);
+    let seal = move || {
+        let tag =
+            k1.seal_in_place_separate_tag(Nonce::assume_unique_for_key(IV), Aad::from(&AAD), buf.get_mut()).unwrap();
+        black_box(tag.as_ref());
     };
-    let mut rbuf2 = Aligned::new(size + 16, 6);
-    let mut ring_pair = || {
-        let b = rbuf2.get_mut();
-        let tag = rkey
-            .seal_in_place_separate_tag(
-                ring::aead::Nonce::assume_unique_for_key(iv),
-                ring::aead::Aad::from(&aad),
-                &mut b[..size],
-            )
-            .unwrap();
+    let pair = move || {
+        let b = buf2.get_mut();
+        let tag =
+            k2.seal_in_place_separate_tag(Nonce::assume_unique_for_key(IV), Aad::from(&AAD), &mut b[..size]).unwrap();
         b[size..].copy_from_slice(tag.as_ref());
-        black_box(
-            rkey.open_in_place(ring::aead::Nonce::assume_unique_for_key(iv), ring::aead::Aad::from(&aad), b).unwrap(),
-        );
+        black_box(k2.open_in_place(Nonce::assume_unique_for_key(IV), Aad::from(&AAD), b).unwrap());
     };
-    let t = measure(size, &mut [seal, pair, &mut ossl_seal, &mut ossl_pair, &mut ring_seal, &mut ring_pair]);
-    let ring_seal_gbps = gbps(size, t[4]);
-    let ring_open_gbps = gbps(size, t[5] - t[4]);
-    SealTimes {
-        ours: (t[0], t[1]),
-        reference: Some((t[2], t[3])),
-        extra_seal: format!("ring {ring_seal_gbps:.2} GB/s ({:.2}x of OpenSSL)", ring_seal_gbps / gbps(size, t[2])),
-        extra_open: format!(
-            "ring {ring_open_gbps:.2} GB/s ({:.2}x of OpenSSL)",
-            ring_open_gbps / gbps(size, t[3] - t[2])
-        ),
-    }
+    ("ring 0.17", Box::new(seal), Box::new(pair))
 }
 
 fn bench_rs() {
@@ -299,7 +346,7 @@ fn bench_rs() {
 
 type RsTimes = ((f64, f64), Option<(f64, f64)>);
 
-#[cfg(not(feature = "bench-reference"))]
+#[cfg(not(feature = "bench-isal"))]
 fn reference_rs(
     k: usize,
     _m: usize,
@@ -313,7 +360,7 @@ fn reference_rs(
     ((t[0], t[1]), None)
 }
 
-#[cfg(feature = "bench-reference")]
+#[cfg(feature = "bench-isal")]
 mod isal {
     // Links the static ISA-L that isal-sys builds; its Rust bindings cover only
     // igzip, so the erasure-code entry points are declared here (isa-l's
@@ -333,7 +380,7 @@ mod isal {
     }
 }
 
-#[cfg(feature = "bench-reference")]
+#[cfg(feature = "bench-isal")]
 fn reference_rs(
     k: usize,
     m: usize,

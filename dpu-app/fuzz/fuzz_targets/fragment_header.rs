@@ -15,7 +15,11 @@ fuzz_target!(|data: &[u8]| {
     let repr = HeaderRepr::parse(&header).expect("a checked header parses");
     let mut again = [0u8; HEADER_LEN];
     repr.emit(&mut again);
-    assert_eq!(&again[..], &data[..HEADER_LEN], "accepted header is not canonical");
+    assert_eq!(
+        &again[..],
+        &data[..HEADER_LEN],
+        "accepted header is not canonical"
+    );
     assert!(usize::from(repr.index) < repr.layout.fragments());
     let _ = header.verify_payload(&data[HEADER_LEN..]);
 });

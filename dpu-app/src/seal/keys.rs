@@ -11,8 +11,7 @@ use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use aws_lc_rs::aead::{LessSafeKey, UnboundKey, AES_256_GCM};
-
+use super::aead::{AeadBackend, AeadKey};
 use super::SealError;
 use crate::codec_config::{KEYS_MAX, KEY_LEN};
 
@@ -21,7 +20,8 @@ pub type KeyId = u32;
 
 /// The keys a node seals and opens with, sorted by id; the last is current.
 pub struct KeyRing {
-    keys: Vec<(KeyId, LessSafeKey)>,
+    keys: Vec<(KeyId, AeadKey)>,
+    backend: AeadBackend,
 }
 
 impl std::fmt::Debug for KeyRing {
@@ -34,7 +34,7 @@ impl std::fmt::Debug for KeyRing {
 impl KeyRing {
     /// An empty ring; add keys with [`Self::insert`].
     pub fn new() -> Self {
-        Self { keys: Vec::with_capacity(KEYS_MAX) }
+        Self { keys: Vec::with_capacity(KEYS_MAX), backend: AeadBackend::detect() }
     }
 
     /// Adds a key under `id`; refuses a duplicate id or more than [`KEYS_MAX`].
@@ -46,8 +46,8 @@ impl KeyRing {
             Ok(_) => return Err(SealError::KeyRing { reason: format!("key id {id} given twice") }),
             Err(pos) => pos,
         };
-        let unbound = UnboundKey::new(&AES_256_GCM, key).map_err(|_| SealError::Crypto { operation: "key setup" })?;
-        self.keys.insert(pos, (id, LessSafeKey::new(unbound)));
+        let key = AeadKey::new(self.backend, key)?;
+        self.keys.insert(pos, (id, key));
         Ok(())
     }
 
@@ -80,13 +80,18 @@ impl KeyRing {
     }
 
     /// The current key: the one with the highest id.
-    pub fn current(&self) -> Option<(KeyId, &LessSafeKey)> {
+    pub fn current(&self) -> Option<(KeyId, &AeadKey)> {
         self.keys.last().map(|(id, k)| (*id, k))
     }
 
     /// The key named `id`.
-    pub fn get(&self, id: KeyId) -> Option<&LessSafeKey> {
+    pub fn get(&self, id: KeyId) -> Option<&AeadKey> {
         self.keys.binary_search_by_key(&id, |(i, _)| *i).ok().map(|pos| &self.keys[pos].1)
+    }
+
+    /// The AES-GCM implementation the keys use on this CPU.
+    pub fn backend(&self) -> AeadBackend {
+        self.backend
     }
 
     /// Ids of all keys, ascending.
