@@ -365,11 +365,16 @@ impl QueuePair {
             user_data,
             wait_us: 0,
         };
+        self.push_checked(&desc);
+        Ok(())
+    }
+
+    /// Emits `desc` into the next slot; the caller checked room.
+    fn push_checked(&mut self, desc: &Descriptor) {
         let mut bytes = [0u8; DESCRIPTOR_BYTES];
         desc.emit(&mut bytes);
         assert!(self.sq.push(&bytes), "room() checked a free slot");
         self.in_flight += 1;
-        Ok(())
     }
 
     /// Queues a NOP: completes at once, names no buffer.
@@ -386,10 +391,7 @@ impl QueuePair {
             user_data,
             wait_us: 0,
         };
-        let mut bytes = [0u8; DESCRIPTOR_BYTES];
-        desc.emit(&mut bytes);
-        assert!(self.sq.push(&bytes), "room() checked a free slot");
-        self.in_flight += 1;
+        self.push_checked(&desc);
         Ok(())
     }
 
