@@ -154,6 +154,21 @@ unsafe fn path_arg<'a>(path: *const c_char) -> Option<&'a Path> {
     Some(Path::new(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(bytes)))
 }
 
+/// Boxes `made` into `*out`, or records its error.
+///
+/// # Safety
+/// `out` must be valid for a write.
+unsafe fn hand_out<T>(out: *mut *mut T, made: Result<T, ShimError>) -> PrescientRc {
+    match made {
+        Ok(handle) => {
+            // SAFETY: `out` is valid for a write per this function's contract.
+            unsafe { *out = Box::into_raw(Box::new(handle)) };
+            PrescientRc::Ok
+        }
+        Err(e) => fail_shim(e),
+    }
+}
+
 fn options(pin: i32) -> HostOptions {
     HostOptions { pin: pin != 0, ..HostOptions::default() }
 }
@@ -190,14 +205,8 @@ pub unsafe extern "C" fn prescient_host_create(
             directory_slots: c.directory_slots,
         }
     };
-    match Host::create(path, config, options(pin)) {
-        Ok(host) => {
-            // SAFETY: `out` is valid for a write per the contract.
-            unsafe { *out = Box::into_raw(Box::new(PrescientHost(host))) };
-            PrescientRc::Ok
-        }
-        Err(e) => fail_shim(e),
-    }
+    // SAFETY: `out` is valid for a write per the contract.
+    unsafe { hand_out(out, Host::create(path, config, options(pin)).map(PrescientHost)) }
 }
 
 /// Attaches to an existing region whose previous host is gone.
@@ -215,14 +224,8 @@ pub unsafe extern "C" fn prescient_host_attach(
     if out.is_null() {
         return fail(PrescientRc::Invalid, "out is null".into());
     }
-    match Host::attach(path, options(pin)) {
-        Ok(host) => {
-            // SAFETY: `out` is valid for a write per the contract.
-            unsafe { *out = Box::into_raw(Box::new(PrescientHost(host))) };
-            PrescientRc::Ok
-        }
-        Err(e) => fail_shim(e),
-    }
+    // SAFETY: `out` is valid for a write per the contract.
+    unsafe { hand_out(out, Host::attach(path, options(pin)).map(PrescientHost)) }
 }
 
 /// Releases a host handle (queue pairs opened from it stay valid until closed).
@@ -252,14 +255,8 @@ pub unsafe extern "C" fn prescient_qp_open(
     }
     // SAFETY: a live handle per the contract.
     let host = unsafe { &*host };
-    match host.0.queue_pair(qp) {
-        Ok(qp) => {
-            // SAFETY: `out` is valid for a write per the contract.
-            unsafe { *out = Box::into_raw(Box::new(PrescientQp(qp))) };
-            PrescientRc::Ok
-        }
-        Err(e) => fail_shim(e),
-    }
+    // SAFETY: `out` is valid for a write per the contract.
+    unsafe { hand_out(out, host.0.queue_pair(qp).map(PrescientQp)) }
 }
 
 /// Closes a queue pair handle.
