@@ -106,15 +106,16 @@ pub mod qp {
     pub const CQ_DOORBELL: usize = 4 * LINE_BYTES;
     /// `u32` host waiting flag.
     pub const HOST_WAITING: usize = 4 * LINE_BYTES + 4;
-    /// DPU state line: `u32` taken index (descriptors handed to the pipeline),
-    /// `u32` fence reason (0: serving), `u64` fence detail.
+    /// DPU journal line: `u32` taken index (descriptors handed to the pipeline),
+    /// written every batch and read by the host never, so it has its own line.
     pub const SQ_TAKEN: usize = 5 * LINE_BYTES;
-    /// `u32` fence reason, see `FenceReason`.
-    pub const FENCE_REASON: usize = 5 * LINE_BYTES + 4;
+    /// DPU fence line, which the host reads on every submission: `u32` fence reason
+    /// (0: serving; see `FenceReason`), `u64` fence detail (the offending index).
+    pub const FENCE_REASON: usize = 6 * LINE_BYTES;
     /// `u64` fence detail (e.g. the offending index).
-    pub const FENCE_DETAIL: usize = 5 * LINE_BYTES + 8;
+    pub const FENCE_DETAIL: usize = 6 * LINE_BYTES + 8;
     /// Bytes of the index and state lines before the entries.
-    pub const ENTRIES: usize = 6 * LINE_BYTES;
+    pub const ENTRIES: usize = 7 * LINE_BYTES;
 }
 
 /// Sizes of a region, chosen by the host at creation.
