@@ -9,9 +9,12 @@
 //! host death) -> [`queue`] (one queue pair: take, check, complete) ->
 //! [`pipeline`] (stages, e.g. [`sequence`]). [`mod@bench`] measures the ring against
 //! references; [`demo`] drives a host workload for the README's main command.
+//! [`cluster`] holds what the nodes of a replicated cluster share (the configuration
+//! file, version stamps).
 #![deny(unsafe_code)]
 
 pub mod bench;
+pub mod cluster;
 pub mod codec_config;
 pub mod delay;
 pub mod demo;

@@ -1,0 +1,1197 @@
+//! The cluster configuration file: `prescient-dpu serve --config cluster.toml --node N`.
+//!
+//! One TOML file describes the whole cluster, and every node reads the same file: the
+//! erasure code (k data and m parity fragments per write), the commit quorum, where the
+//! keys and the predictor model are, the sizes of the logs and stores, the timings of the
+//! failure detector, and one `[[node]]` per node with its listeners and its data folder.
+//! `--node N` picks this node's entry. An example (the test fixture
+//! `cluster.example.toml` next to this file):
+//!
+//! ```toml
+#![doc = include_str!("cluster.example.toml")]
+//! ```
+//!
+//! Relative paths resolve against the folder of the configuration file. Fields of
+//! `[cluster]` other than `name`, `k`, `m`, `quorum` and `key_dir` may be left out and
+//! then take the values of the example above (no `model`: the predictor learns online).
+//!
+//! Invariants: a [`ClusterConfig`] returned by [`ClusterConfig::load`] or
+//! [`ClusterConfig::parse`] has passed [`ClusterConfig::validate`], and its nodes are in
+//! id order (`nodes[i].id == i`). Every check names the file, the field, the value and
+//! what is allowed. [`ClusterConfig::cluster_hash`] covers exactly what all nodes must
+//! agree on, so that nodes of differently configured clusters refuse each other.
+
+use std::fmt::Display;
+use std::net::{SocketAddr, SocketAddrV6};
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::codec_config::FRAGMENTS_MAX;
+
+/// Bits of the writer field of a cache-directory slot word (bits 61..56; the format is
+/// host-shim's `directory.rs`). Every node id must fit it.
+pub const SLOT_WRITER_BITS: u32 = 6;
+/// Bits of the version field of a slot word (bits 55..0): a write's version.
+pub const SLOT_VERSION_BITS: u32 = 56;
+/// Bits of the node field of a version stamp (`version << 8 | node`).
+pub const STAMP_NODE_BITS: u32 = 8;
+/// Fewest nodes of a cluster: one node replicates to nobody.
+pub const NODES_MIN: usize = 2;
+/// Most nodes of a cluster.
+pub const NODES_MAX: usize = 32;
+/// Longest cluster name, in bytes.
+pub const NAME_BYTES_MAX: usize = 64;
+/// Upper limit of `value_bytes_max`: 64 MiB.
+pub const VALUE_BYTES_LIMIT: usize = 64 << 20;
+/// Upper limit of `store_keys`.
+pub const STORE_KEYS_LIMIT: usize = 1 << 24;
+/// Fewest slots of a fragment log.
+pub const LOG_SLOTS_MIN: usize = 8;
+/// Most slots of a fragment log.
+pub const LOG_SLOTS_MAX: usize = 1 << 16;
+/// Fewest entries of an outcome table.
+pub const OUTCOME_ENTRIES_MIN: usize = 1 << 10;
+/// Most entries of an outcome table.
+pub const OUTCOME_ENTRIES_MAX: usize = 1 << 20;
+/// Shortest heartbeat period.
+pub const HEARTBEAT_US_MIN: u64 = 100;
+/// Heartbeat periods a lease must last at least.
+pub const LEASE_HEARTBEATS_MIN: u64 = 4;
+/// Longest of any timing: one hour, so deadlines never overflow and a value given in the
+/// wrong unit is caught.
+pub const TIMING_US_MAX: u64 = 3_600_000_000;
+
+// Node ids are the slot word's writer field and the stamp's node field.
+const _: () = assert!(NODES_MAX <= 1 << SLOT_WRITER_BITS);
+const _: () = assert!(NODES_MAX <= 1 << STAMP_NODE_BITS);
+const _: () = assert!(2 + SLOT_WRITER_BITS + SLOT_VERSION_BITS == 64, "state, writer, version: one u64");
+const _: () = assert!(SLOT_VERSION_BITS + STAMP_NODE_BITS == 64, "a stamp is one u64");
+const _: () = assert!(NODES_MIN >= 2 && NODES_MIN <= NODES_MAX);
+// The smallest code, k = m = 1, is a stripe of two fragments on two nodes.
+const _: () = assert!(FRAGMENTS_MAX >= NODES_MIN);
+const _: () = assert!(VALUE_BYTES_LIMIT <= crate::codec_config::FRAME_LEN_MAX / 2);
+const _: () = assert!(VALUE_BYTES_LIMIT <= u32::MAX as usize);
+const _: () = assert!(LOG_SLOTS_MIN.is_power_of_two() && LOG_SLOTS_MAX.is_power_of_two());
+const _: () = assert!(OUTCOME_ENTRIES_MIN.is_power_of_two() && OUTCOME_ENTRIES_MAX.is_power_of_two());
+const _: () = assert!(LOG_SLOTS_MAX <= u32::MAX as usize);
+const _: () = assert!(OUTCOME_ENTRIES_MAX <= u32::MAX as usize);
+const _: () = assert!(STORE_KEYS_LIMIT <= u32::MAX as usize);
+const _: () = assert!(HEARTBEAT_US_MIN * LEASE_HEARTBEATS_MIN < TIMING_US_MAX);
+
+/// Defaults of the optional `[cluster]` fields (the example's values).
+const DEFAULT_INVALIDATION: Invalidation = Invalidation::Speculative;
+const DEFAULT_PREDICTIVE: bool = true;
+const DEFAULT_VALUE_BYTES_MAX: usize = 8192;
+const DEFAULT_STORE_KEYS: usize = 65536;
+const DEFAULT_LOG_SLOTS: usize = 256;
+const DEFAULT_OUTCOME_ENTRIES: usize = 65536;
+const DEFAULT_DURABILITY: Durability = Durability::Process;
+const DEFAULT_HEARTBEAT_US: u64 = 1_000;
+const DEFAULT_LEASE_US: u64 = 20_000;
+const DEFAULT_DEAD_AFTER_US: u64 = 50_000;
+const DEFAULT_WRITE_TIMEOUT_US: u64 = 2_000_000;
+
+/// Why a cluster configuration was refused.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read cluster config {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The text is not TOML, has a field of the wrong type, lacks a required field or has
+    /// an unknown one.
+    #[error("cluster config {origin}: {message}")]
+    Syntax {
+        /// Where the configuration came from.
+        origin: String,
+        /// The TOML parser's message (with line, column and field).
+        message: String,
+    },
+    /// A field has a value that is not allowed.
+    #[error("cluster config {origin}: {field} = {value}: {allowed}")]
+    Invalid {
+        /// Where the configuration came from.
+        origin: String,
+        /// The field, e.g. `cluster.quorum` or `[[node]] id = 2: fabric`.
+        field: String,
+        /// The value given.
+        value: String,
+        /// What is allowed, and why.
+        allowed: String,
+    },
+    /// `--node N` names a node the configuration does not have.
+    #[error("cluster config {origin}: --node {id} is not a node of cluster {name:?}; its nodes are {ids}")]
+    UnknownNode {
+        /// Where the configuration came from.
+        origin: String,
+        /// The cluster's name.
+        name: String,
+        /// The id asked for.
+        id: u32,
+        /// The ids there are.
+        ids: String,
+    },
+}
+
+/// How a write invalidates the peers' cached copies of its key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Invalidation {
+    /// Mark the peers' directory slots Pending while the fragments replicate (`speculative`).
+    Speculative,
+    /// Invalidate only once the write has committed: one more round trip (`after-commit`).
+    AfterCommit,
+    /// Never invalidate: caches may serve stale values indefinitely (`none`); a benchmark
+    /// reference only, refused unless `allow_unsafe_no_invalidation = true`.
+    None,
+}
+
+impl Invalidation {
+    /// The name in the configuration file.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Invalidation::Speculative => "speculative",
+            Invalidation::AfterCommit => "after-commit",
+            Invalidation::None => "none",
+        }
+    }
+
+    /// The code in the cluster hash.
+    const fn code(self) -> u8 {
+        match self {
+            Invalidation::Speculative => 1,
+            Invalidation::AfterCommit => 2,
+            Invalidation::None => 3,
+        }
+    }
+}
+
+/// What a holder's acknowledgement of a fragment promises.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Durability {
+    /// The fragment is in the file-backed log's page cache: it survives the process
+    /// (`kill -9`), not the machine losing power (`process`).
+    Process,
+    /// The holder msyncs the fragment before acknowledging: it survives power loss (`sync`).
+    Sync,
+}
+
+impl Durability {
+    /// The name in the configuration file.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Durability::Process => "process",
+            Durability::Sync => "sync",
+        }
+    }
+}
+
+/// One node of the cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeConfig {
+    /// The node id: its writer id in slot words and its node in stamps (0..n-1).
+    pub id: u8,
+    /// Listener of the emulated fabric (emu over TCP).
+    pub fabric: SocketAddr,
+    /// Rendezvous listener (queue pair and region exchange).
+    pub control: SocketAddr,
+    /// Folder of the fragment logs, the store, the outcome table and the epoch files.
+    pub data_dir: PathBuf,
+}
+
+/// The whole cluster's configuration. Build one with [`ClusterConfig::load`],
+/// [`ClusterConfig::parse`] or [`ClusterConfig::in_process`]; after changing fields,
+/// [`ClusterConfig::validate`] runs the checks that loading runs.
+///
+/// ```
+/// use prescient_dpu::cluster::config::ClusterConfig;
+/// let base = std::env::temp_dir().join(format!("prescient-config-doc-{}", std::process::id()));
+/// std::fs::create_dir_all(base.join("keys")).unwrap();
+/// let mut config = ClusterConfig::in_process(5, 3, 2, &base);
+/// assert_eq!(config.quorum, 4);
+/// config.validate().unwrap();
+/// config.quorum = 2; // fewer than k holders could not rebuild the value
+/// assert!(config.validate().unwrap_err().to_string().contains("cluster.quorum = 2"));
+/// # std::fs::remove_dir_all(&base).unwrap();
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterConfig {
+    /// Where this configuration came from (the file, for error messages).
+    pub origin: String,
+    /// The cluster's name, part of the cluster hash.
+    pub name: String,
+    /// Data fragments per write.
+    pub k: usize,
+    /// Parity fragments per write.
+    pub m: usize,
+    /// Holders that must persist a fragment before a write commits.
+    pub quorum: usize,
+    /// The AES-256 key folder (`<id>.key` files), resolved.
+    pub key_dir: PathBuf,
+    /// The predictor model file, resolved; `None`: the predictor learns online.
+    pub model: Option<PathBuf>,
+    /// How writes invalidate cached copies.
+    pub invalidation: Invalidation,
+    /// Whether predictor leases pre-invalidate predicted keys.
+    pub predictive: bool,
+    /// Largest value a PUT may carry, in bytes.
+    pub value_bytes_max: usize,
+    /// Keys each node's fragment store holds.
+    pub store_keys: usize,
+    /// Slots of each writer's fragment log on each node (a power of two).
+    pub log_slots: usize,
+    /// Writes each writer's outcome table tracks (a power of two).
+    pub outcome_entries: usize,
+    /// What a holder's acknowledgement promises.
+    pub durability: Durability,
+    /// How often each node reads every peer's heartbeat block.
+    pub heartbeat_us: u64,
+    /// How long a directory may be trusted without hearing every peer.
+    pub lease_us: u64,
+    /// Silence after which a peer is declared dead (its marks cleared).
+    pub dead_after_us: u64,
+    /// A write that has not reached its quorum by then fails.
+    pub write_timeout_us: u64,
+    /// Permits `invalidation = "none"`.
+    pub allow_unsafe_no_invalidation: bool,
+    /// The nodes (in id order once loaded).
+    pub nodes: Vec<NodeConfig>,
+}
+
+/// The file as written, before any check beyond TOML types.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    cluster: RawCluster,
+    #[serde(default)]
+    node: Vec<RawNode>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCluster {
+    name: String,
+    k: i64,
+    m: i64,
+    quorum: i64,
+    key_dir: String,
+    model: Option<String>,
+    invalidation: Option<String>,
+    predictive: Option<bool>,
+    value_bytes_max: Option<i64>,
+    store_keys: Option<i64>,
+    log_slots: Option<i64>,
+    outcome_entries: Option<i64>,
+    durability: Option<String>,
+    heartbeat_us: Option<i64>,
+    lease_us: Option<i64>,
+    dead_after_us: Option<i64>,
+    write_timeout_us: Option<i64>,
+    allow_unsafe_no_invalidation: Option<bool>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawNode {
+    id: i64,
+    fabric: String,
+    control: String,
+    data_dir: String,
+}
+
+impl ClusterConfig {
+    /// Reads and checks the configuration file at `path`; relative paths in it resolve
+    /// against its folder.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text =
+            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+        let base_dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        Self::parse_from(&text, base_dir, path.display().to_string())
+    }
+
+    /// Parses and checks configuration `text`; relative paths resolve against `base_dir`.
+    pub fn parse(text: &str, base_dir: &Path) -> Result<Self, ConfigError> {
+        Self::parse_from(text, base_dir, format!("text (relative paths from {})", base_dir.display()))
+    }
+
+    fn parse_from(text: &str, base_dir: &Path, origin: String) -> Result<Self, ConfigError> {
+        let raw: RawFile =
+            toml::from_str(text).map_err(|e| ConfigError::Syntax { origin: origin.clone(), message: e.to_string() })?;
+        let mut config = Self::from_raw(raw, base_dir, origin)?;
+        config.validate()?;
+        config.nodes.sort_by_key(|n| n.id);
+        Ok(config)
+    }
+
+    /// Converts the file's types into ours; range rules are left to `validate`.
+    fn from_raw(raw: RawFile, base_dir: &Path, origin: String) -> Result<Self, ConfigError> {
+        let o = origin.as_str();
+        let c = raw.cluster;
+        let count = |field: &str, v: i64| usize::try_from(v).map_err(|_| negative(o, field, v));
+        let micros = |field: &str, v: Option<i64>, default: u64| match v {
+            None => Ok(default),
+            Some(v) => u64::try_from(v).map_err(|_| negative(o, field, v)),
+        };
+        let sized = |field: &str, v: Option<i64>, default: usize| v.map_or(Ok(default), |v| count(field, v));
+        let invalidation = match c.invalidation.as_deref() {
+            None => DEFAULT_INVALIDATION,
+            Some("speculative") => Invalidation::Speculative,
+            Some("after-commit") => Invalidation::AfterCommit,
+            Some("none") => Invalidation::None,
+            Some(other) => {
+                return Err(invalid(
+                    o,
+                    "cluster.invalidation",
+                    format!("{other:?}"),
+                    "must be \"speculative\", \"after-commit\" or \"none\"",
+                ));
+            }
+        };
+        let durability = match c.durability.as_deref() {
+            None => DEFAULT_DURABILITY,
+            Some("process") => Durability::Process,
+            Some("sync") => Durability::Sync,
+            Some(other) => {
+                return Err(invalid(
+                    o,
+                    "cluster.durability",
+                    format!("{other:?}"),
+                    "must be \"process\" (a fragment survives kill -9) or \"sync\" (msync before acknowledging: survives power loss)",
+                ));
+            }
+        };
+        let mut nodes = Vec::with_capacity(raw.node.len());
+        for (position, n) in raw.node.iter().enumerate() {
+            let field = |name: &str| format!("[[node]] #{} {name}", position + 1);
+            let id = u8::try_from(n.id).map_err(|_| {
+                invalid(
+                    o,
+                    field("id"),
+                    n.id,
+                    format!("node ids are 0..n-1 for the n [[node]] entries, at most {}", NODES_MAX - 1),
+                )
+            })?;
+            let address = |name: &str, text: &str| {
+                text.parse::<SocketAddr>().map_err(|_| {
+                    invalid(
+                        o,
+                        format!("[[node]] id = {id}: {name}"),
+                        format!("{text:?}"),
+                        "must be an IP address and port such as \"127.0.0.1:7100\" or \"[::1]:7100\" (host names are not resolved)",
+                    )
+                })
+            };
+            nodes.push(NodeConfig {
+                id,
+                fabric: address("fabric", &n.fabric)?,
+                control: address("control", &n.control)?,
+                data_dir: resolve(base_dir, &n.data_dir),
+            });
+        }
+        Ok(Self {
+            origin: origin.clone(),
+            name: c.name,
+            k: count("cluster.k", c.k)?,
+            m: count("cluster.m", c.m)?,
+            quorum: count("cluster.quorum", c.quorum)?,
+            key_dir: resolve(base_dir, &c.key_dir),
+            model: c.model.as_deref().map(|m| resolve(base_dir, m)),
+            invalidation,
+            predictive: c.predictive.unwrap_or(DEFAULT_PREDICTIVE),
+            value_bytes_max: sized("cluster.value_bytes_max", c.value_bytes_max, DEFAULT_VALUE_BYTES_MAX)?,
+            store_keys: sized("cluster.store_keys", c.store_keys, DEFAULT_STORE_KEYS)?,
+            log_slots: sized("cluster.log_slots", c.log_slots, DEFAULT_LOG_SLOTS)?,
+            outcome_entries: sized("cluster.outcome_entries", c.outcome_entries, DEFAULT_OUTCOME_ENTRIES)?,
+            durability,
+            heartbeat_us: micros("cluster.heartbeat_us", c.heartbeat_us, DEFAULT_HEARTBEAT_US)?,
+            lease_us: micros("cluster.lease_us", c.lease_us, DEFAULT_LEASE_US)?,
+            dead_after_us: micros("cluster.dead_after_us", c.dead_after_us, DEFAULT_DEAD_AFTER_US)?,
+            write_timeout_us: micros("cluster.write_timeout_us", c.write_timeout_us, DEFAULT_WRITE_TIMEOUT_US)?,
+            allow_unsafe_no_invalidation: c.allow_unsafe_no_invalidation.unwrap_or(false),
+            nodes,
+        })
+    }
+
+    /// A cluster of `nodes` nodes on one machine with Reed-Solomon(`k`, `m`) and every
+    /// other field at its default: name `in-process`, quorum `max(k + 1, m + 1)` capped
+    /// at `k + m` (a committed write survives the loss of one holder where the code
+    /// allows), keys in `base_dir/keys`, node `i` on `127.0.0.1:7100 + i` (fabric) and
+    /// `127.0.0.1:7200 + i` (control) with its data in `base_dir/node<i>`. Not checked:
+    /// change fields as needed, then call [`ClusterConfig::validate`].
+    pub fn in_process(nodes: usize, k: usize, m: usize, base_dir: &Path) -> Self {
+        let port = |base: u16, i: usize| base.saturating_add(u16::try_from(i).unwrap_or(u16::MAX));
+        Self {
+            origin: format!("in-process cluster in {}", base_dir.display()),
+            name: "in-process".to_owned(),
+            k,
+            m,
+            quorum: (k + 1).max(m + 1).min(k + m),
+            key_dir: base_dir.join("keys"),
+            model: None,
+            invalidation: DEFAULT_INVALIDATION,
+            predictive: DEFAULT_PREDICTIVE,
+            value_bytes_max: DEFAULT_VALUE_BYTES_MAX,
+            store_keys: DEFAULT_STORE_KEYS,
+            log_slots: DEFAULT_LOG_SLOTS,
+            outcome_entries: DEFAULT_OUTCOME_ENTRIES,
+            durability: DEFAULT_DURABILITY,
+            heartbeat_us: DEFAULT_HEARTBEAT_US,
+            lease_us: DEFAULT_LEASE_US,
+            dead_after_us: DEFAULT_DEAD_AFTER_US,
+            write_timeout_us: DEFAULT_WRITE_TIMEOUT_US,
+            allow_unsafe_no_invalidation: false,
+            nodes: (0..nodes)
+                .map(|i| NodeConfig {
+                    id: u8::try_from(i).unwrap_or(u8::MAX),
+                    fabric: SocketAddr::from(([127, 0, 0, 1], port(7100, i))),
+                    control: SocketAddr::from(([127, 0, 0, 1], port(7200, i))),
+                    data_dir: base_dir.join(format!("node{i}")),
+                })
+                .collect(),
+        }
+    }
+
+    /// Runs every check of loading: the first rule broken is the error.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.check_code()?;
+        self.check_nodes()?;
+        self.check_paths()?;
+        self.check_sizes()?;
+        self.check_timings()
+    }
+
+    fn invalid(&self, field: impl Into<String>, value: impl Display, allowed: impl Into<String>) -> ConfigError {
+        invalid(&self.origin, field, value, allowed)
+    }
+
+    /// Name, node count, k, m and quorum.
+    fn check_code(&self) -> Result<(), ConfigError> {
+        let name_ok = !self.name.is_empty()
+            && self.name.len() <= NAME_BYTES_MAX
+            && self.name.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+        if !name_ok {
+            return Err(self.invalid(
+                "cluster.name",
+                format!("{:?}", self.name),
+                format!("must be 1 to {NAME_BYTES_MAX} characters of A-Z a-z 0-9 - _ ."),
+            ));
+        }
+        let n = self.nodes.len();
+        if !(NODES_MIN..=NODES_MAX).contains(&n) {
+            return Err(self.invalid(
+                "[[node]] entries",
+                n,
+                format!("a cluster has {NODES_MIN} to {NODES_MAX} nodes (node ids are the slot word's 6-bit writer field); add one [[node]] per node"),
+            ));
+        }
+        let (k, m) = (self.k, self.m);
+        if k < 1 {
+            return Err(self.invalid("cluster.k", k, "must be at least 1 data fragment"));
+        }
+        if m < 1 {
+            return Err(self.invalid("cluster.m", m, "must be at least 1 parity fragment, or a lost node loses data"));
+        }
+        if k + m > FRAGMENTS_MAX {
+            return Err(self.invalid(
+                "cluster.k + cluster.m",
+                format!("{k} + {m} = {}", k + m),
+                format!("at most {FRAGMENTS_MAX} fragments per stripe; lower k or m"),
+            ));
+        }
+        if k + m > n {
+            return Err(self.invalid(
+                "cluster.k + cluster.m",
+                format!("{k} + {m} = {}", k + m),
+                format!("each fragment goes to its own node, and there are {n} [[node]] entries: lower k or m, or add nodes"),
+            ));
+        }
+        let low = k.max(m + 1);
+        if self.quorum < low || self.quorum > k + m {
+            return Err(self.invalid(
+                "cluster.quorum",
+                self.quorum,
+                format!(
+                    "must be between max(k, m + 1) = {low} and k + m = {}: at least k = {k} holders must persist a fragment so the value can be rebuilt, at least m + 1 = {} so that any reader with at most m = {m} nodes down still meets a node that persisted the decision, and there are only k + m holders",
+                    k + m,
+                    m + 1
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Ids, addresses and data folders of the nodes.
+    fn check_nodes(&self) -> Result<(), ConfigError> {
+        let n = self.nodes.len();
+        let mut seen = [false; NODES_MAX];
+        for (position, node) in self.nodes.iter().enumerate() {
+            let id = usize::from(node.id);
+            if id >= n {
+                return Err(self.invalid(
+                    format!("[[node]] #{} id", position + 1),
+                    node.id,
+                    format!("node ids are exactly 0..{} for the {n} [[node]] entries", n - 1),
+                ));
+            }
+            if std::mem::replace(&mut seen[id], true) {
+                return Err(self.invalid(
+                    format!("[[node]] #{} id", position + 1),
+                    node.id,
+                    "is the id of an earlier [[node]] too; each node has its own id",
+                ));
+            }
+        }
+        let addresses: Vec<(String, SocketAddr)> = self
+            .nodes
+            .iter()
+            .flat_map(|node| {
+                [
+                    (format!("[[node]] id = {}: fabric", node.id), node.fabric),
+                    (format!("[[node]] id = {}: control", node.id), node.control),
+                ]
+            })
+            .collect();
+        for (i, (field, address)) in addresses.iter().enumerate() {
+            if address.port() == 0 {
+                return Err(self.invalid(
+                    field.as_str(),
+                    format!("\"{address}\""),
+                    "needs a port other than 0: peers connect to the address written here",
+                ));
+            }
+            if let Some((other, _)) = addresses[..i].iter().find(|(_, a)| a == address) {
+                return Err(self.invalid(
+                    field.as_str(),
+                    format!("\"{address}\""),
+                    format!("is also {other}; every listener needs its own address"),
+                ));
+            }
+        }
+        for (i, node) in self.nodes.iter().enumerate() {
+            let field = format!("[[node]] id = {}: data_dir", node.id);
+            if node.data_dir.as_os_str().is_empty() {
+                return Err(self.invalid(field, "\"\"", "must name a folder"));
+            }
+            if let Some(other) = self.nodes[..i].iter().find(|o| o.data_dir == node.data_dir) {
+                return Err(self.invalid(
+                    field,
+                    format!("{:?}", node.data_dir),
+                    format!(
+                        "is also the data_dir of node {}; each node keeps its logs and store in its own folder",
+                        other.id
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The key folder and the model file exist.
+    fn check_paths(&self) -> Result<(), ConfigError> {
+        let key_dir = format!("{:?}", self.key_dir);
+        match std::fs::metadata(&self.key_dir) {
+            Ok(meta) if meta.is_dir() => {}
+            Ok(_) => {
+                return Err(self.invalid(
+                    "cluster.key_dir",
+                    key_dir,
+                    "is not a folder; name the folder that holds the <id>.key files",
+                ))
+            }
+            Err(e) => {
+                return Err(self.invalid(
+                    "cluster.key_dir",
+                    key_dir,
+                    format!("cannot be opened ({e}); name an existing folder that holds the <id>.key files (32 bytes, mode 600)"),
+                ));
+            }
+        }
+        if let Some(model) = &self.model {
+            let value = format!("{model:?}");
+            match std::fs::metadata(model) {
+                Ok(meta) if meta.is_file() => {}
+                Ok(_) => {
+                    return Err(self.invalid("cluster.model", value, "is not a file; name a predictor model file"))
+                }
+                Err(e) => {
+                    return Err(self.invalid(
+                        "cluster.model",
+                        value,
+                        format!(
+                            "cannot be opened ({e}); name an existing model file, or leave model out to learn online"
+                        ),
+                    ));
+                }
+            }
+        }
+        if self.invalidation == Invalidation::None && !self.allow_unsafe_no_invalidation {
+            return Err(self.invalid(
+                "cluster.invalidation",
+                "\"none\"",
+                "lets caches serve stale values forever and is a benchmark reference only; use \"speculative\" or \"after-commit\", or set allow_unsafe_no_invalidation = true to measure it",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Sizes of values, stores, logs and outcome tables.
+    fn check_sizes(&self) -> Result<(), ConfigError> {
+        if !(1..=VALUE_BYTES_LIMIT).contains(&self.value_bytes_max) {
+            return Err(self.invalid(
+                "cluster.value_bytes_max",
+                self.value_bytes_max,
+                format!("must be 1 to {VALUE_BYTES_LIMIT} (64 MiB); logs and stores are sized from it"),
+            ));
+        }
+        if !(1..=STORE_KEYS_LIMIT).contains(&self.store_keys) {
+            return Err(self.invalid(
+                "cluster.store_keys",
+                self.store_keys,
+                format!("must be 1 to {STORE_KEYS_LIMIT} (2^24)"),
+            ));
+        }
+        if !self.log_slots.is_power_of_two() || !(LOG_SLOTS_MIN..=LOG_SLOTS_MAX).contains(&self.log_slots) {
+            return Err(self.invalid(
+                "cluster.log_slots",
+                self.log_slots,
+                format!("must be a power of two from {LOG_SLOTS_MIN} to {LOG_SLOTS_MAX} (slot = sequence % slots)"),
+            ));
+        }
+        if !self.outcome_entries.is_power_of_two()
+            || !(OUTCOME_ENTRIES_MIN..=OUTCOME_ENTRIES_MAX).contains(&self.outcome_entries)
+        {
+            return Err(self.invalid(
+                "cluster.outcome_entries",
+                self.outcome_entries,
+                format!("must be a power of two from {OUTCOME_ENTRIES_MIN} to {OUTCOME_ENTRIES_MAX} (2^20)"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The failure detector's timings and how they relate.
+    fn check_timings(&self) -> Result<(), ConfigError> {
+        for (field, value) in [
+            ("cluster.heartbeat_us", self.heartbeat_us),
+            ("cluster.lease_us", self.lease_us),
+            ("cluster.dead_after_us", self.dead_after_us),
+            ("cluster.write_timeout_us", self.write_timeout_us),
+        ] {
+            if value > TIMING_US_MAX {
+                return Err(self.invalid(
+                    field,
+                    value,
+                    format!("must be at most {TIMING_US_MAX} (one hour); timings are in microseconds"),
+                ));
+            }
+        }
+        if self.heartbeat_us < HEARTBEAT_US_MIN {
+            return Err(self.invalid(
+                "cluster.heartbeat_us",
+                self.heartbeat_us,
+                format!("must be at least {HEARTBEAT_US_MIN}: reading every peer's heartbeat more often spends the fabric and the cores on liveness instead of writes"),
+            ));
+        }
+        let lease_min = LEASE_HEARTBEATS_MIN * self.heartbeat_us;
+        if self.lease_us < lease_min {
+            return Err(self.invalid(
+                "cluster.lease_us",
+                self.lease_us,
+                format!("must be at least {LEASE_HEARTBEATS_MIN} * heartbeat_us = {lease_min}: a lease must outlast several heartbeat reads, or one late read drops every reader's directory lease"),
+            ));
+        }
+        if self.dead_after_us <= self.lease_us {
+            return Err(self.invalid(
+                "cluster.dead_after_us",
+                self.dead_after_us,
+                format!("must be more than lease_us = {}: a peer's marks may be cleared only after any lease it held has run out, so a node cut off from the others has stopped trusting its directory before they act as if it were gone", self.lease_us),
+            ));
+        }
+        if self.write_timeout_us <= self.dead_after_us {
+            return Err(self.invalid(
+                "cluster.write_timeout_us",
+                self.write_timeout_us,
+                format!("must be more than dead_after_us = {}: a write must outwait the failure detector, so that a holder that died is declared dead and the write goes on with the others instead of failing", self.dead_after_us),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The node with id `id` (`--node N`); an id not in the configuration is an error
+    /// listing the ids there are.
+    pub fn node(&self, id: u32) -> Result<&NodeConfig, ConfigError> {
+        self.nodes.iter().find(|n| u32::from(n.id) == id).ok_or_else(|| {
+            let mut ids: Vec<u8> = self.nodes.iter().map(|n| n.id).collect();
+            ids.sort_unstable();
+            ConfigError::UnknownNode {
+                origin: self.origin.clone(),
+                name: self.name.clone(),
+                id,
+                ids: ids.iter().map(u8::to_string).collect::<Vec<_>>().join(", "),
+            }
+        })
+    }
+
+    /// A stable hash of what all nodes must agree on: the first 8 bytes (little-endian)
+    /// of SHA-256 over a canonical encoding of the name, k, m, quorum, every node's id
+    /// and addresses (in id order), value_bytes_max, store_keys, log_slots,
+    /// invalidation and the four timings. Folders, the model and per-node choices
+    /// (predictive, durability, outcome_entries) are left out: they may differ between
+    /// nodes of one cluster.
+    ///
+    /// The encoding: `b"prescient-cluster-v1"`, then the name as u32 LE length and
+    /// bytes, k, m, quorum and the node count as u32 LE, per node its id (u8) and
+    /// fabric and control addresses (family byte 4 or 6, the address octets, the port
+    /// as u16 LE, for IPv6 the scope id as u32 LE), then value_bytes_max, store_keys,
+    /// log_slots as u64 LE, the invalidation code (u8: 1 speculative, 2 after-commit,
+    /// 3 none), and heartbeat_us, lease_us, dead_after_us, write_timeout_us as u64 LE.
+    pub fn cluster_hash(&self) -> u64 {
+        let mut ctx = aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA256);
+        let u32_le = |v: usize| u32::try_from(v).unwrap_or(u32::MAX).to_le_bytes();
+        ctx.update(b"prescient-cluster-v1");
+        ctx.update(&u32_le(self.name.len()));
+        ctx.update(self.name.as_bytes());
+        for v in [self.k, self.m, self.quorum, self.nodes.len()] {
+            ctx.update(&u32_le(v));
+        }
+        let mut order: Vec<&NodeConfig> = self.nodes.iter().collect();
+        order.sort_by_key(|n| n.id);
+        for node in order {
+            ctx.update(&[node.id]);
+            for address in [node.fabric, node.control] {
+                match address {
+                    SocketAddr::V4(a) => {
+                        ctx.update(&[4]);
+                        ctx.update(&a.ip().octets());
+                        ctx.update(&a.port().to_le_bytes());
+                    }
+                    SocketAddr::V6(a) => hash_v6(&mut ctx, &a),
+                }
+            }
+        }
+        for v in [self.value_bytes_max, self.store_keys, self.log_slots] {
+            ctx.update(&(v as u64).to_le_bytes());
+        }
+        ctx.update(&[self.invalidation.code()]);
+        for v in [self.heartbeat_us, self.lease_us, self.dead_after_us, self.write_timeout_us] {
+            ctx.update(&v.to_le_bytes());
+        }
+        let digest = ctx.finish();
+        let mut first = [0u8; 8];
+        first.copy_from_slice(&digest.as_ref()[..8]);
+        u64::from_le_bytes(first)
+    }
+}
+
+fn hash_v6(ctx: &mut aws_lc_rs::digest::Context, a: &SocketAddrV6) {
+    ctx.update(&[6]);
+    ctx.update(&a.ip().octets());
+    ctx.update(&a.port().to_le_bytes());
+    ctx.update(&a.scope_id().to_le_bytes());
+}
+
+fn invalid(origin: &str, field: impl Into<String>, value: impl Display, allowed: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        origin: origin.to_owned(),
+        field: field.into(),
+        value: value.to_string(),
+        allowed: allowed.into(),
+    }
+}
+
+fn negative(origin: &str, field: &str, value: i64) -> ConfigError {
+    invalid(origin, field, value, "must not be negative")
+}
+
+/// `path` as written, or under `base_dir` if relative.
+fn resolve(base_dir: &Path, path: &str) -> PathBuf {
+    if path.is_empty() {
+        PathBuf::new() // refused by validate, not turned into base_dir itself
+    } else {
+        base_dir.join(path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EXAMPLE: &str = include_str!("cluster.example.toml");
+
+    /// A folder laid out for the example: `conf/` (the file and its `keys/`), and the
+    /// model at `models/shipped/OLTP.model` beside it.
+    struct Fixture {
+        root: PathBuf,
+        conf: PathBuf,
+    }
+
+    impl Fixture {
+        fn new(name: &str) -> Self {
+            let root = std::env::temp_dir().join(format!("prescient-config-{name}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&root);
+            let conf = root.join("conf");
+            std::fs::create_dir_all(conf.join("keys")).unwrap();
+            std::fs::create_dir_all(root.join("models/shipped")).unwrap();
+            std::fs::write(root.join("models/shipped/OLTP.model"), b"model").unwrap();
+            Self { root, conf }
+        }
+
+        fn parse(&self, text: &str) -> Result<ClusterConfig, ConfigError> {
+            ClusterConfig::parse(text, &self.conf)
+        }
+
+        /// The error of the example with `from` replaced by `to`.
+        fn error_with(&self, from: &str, to: &str) -> String {
+            assert!(EXAMPLE.contains(from), "{from:?} is not in the example");
+            let text = EXAMPLE.replacen(from, to, 1);
+            match self.parse(&text) {
+                Ok(_) => panic!("accepted with {from:?} -> {to:?}"),
+                Err(e) => e.to_string(),
+            }
+        }
+    }
+
+    impl Drop for Fixture {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.root);
+        }
+    }
+
+    fn assert_names(err: &str, parts: &[&str]) {
+        for part in parts {
+            assert!(err.contains(part), "{err:?} does not say {part:?}");
+        }
+    }
+
+    #[test]
+    fn the_example_parses() {
+        let fx = Fixture::new("example");
+        let c = fx.parse(EXAMPLE).unwrap();
+        assert_eq!((c.name.as_str(), c.k, c.m, c.quorum), ("demo", 3, 2, 4));
+        assert_eq!(c.key_dir, fx.conf.join("keys"));
+        assert_eq!(c.model.as_deref(), Some(fx.conf.join("../models/shipped/OLTP.model").as_path()));
+        assert_eq!(
+            (c.invalidation, c.predictive, c.durability),
+            (Invalidation::Speculative, true, Durability::Process)
+        );
+        assert_eq!((c.value_bytes_max, c.store_keys, c.log_slots, c.outcome_entries), (8192, 65536, 256, 65536));
+        assert_eq!((c.heartbeat_us, c.lease_us, c.dead_after_us, c.write_timeout_us), (1000, 20000, 50000, 2000000));
+        assert!(!c.allow_unsafe_no_invalidation);
+        assert_eq!(c.nodes.len(), 5);
+        for (i, node) in c.nodes.iter().enumerate() {
+            assert_eq!(usize::from(node.id), i);
+            assert_eq!(node.fabric, format!("127.0.0.1:{}", 7100 + i).parse().unwrap());
+            assert_eq!(node.control, format!("127.0.0.1:{}", 7200 + i).parse().unwrap());
+            assert_eq!(node.data_dir, fx.conf.join(format!("data/node{i}")));
+        }
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn load_resolves_paths_against_the_files_folder_and_names_the_file() {
+        let fx = Fixture::new("load");
+        let path = fx.conf.join("cluster.toml");
+        std::fs::write(&path, EXAMPLE).unwrap();
+        let c = ClusterConfig::load(&path).unwrap();
+        assert_eq!(c.key_dir, fx.conf.join("keys"));
+        assert_eq!(c.nodes[3].data_dir, fx.conf.join("data/node3"));
+        assert_eq!(c, ClusterConfig { origin: c.origin.clone(), ..fx.parse(EXAMPLE).unwrap() });
+        std::fs::write(&path, EXAMPLE.replace("quorum = 4", "quorum = 6")).unwrap();
+        let err = ClusterConfig::load(&path).unwrap_err().to_string();
+        assert_names(&err, &[&path.display().to_string(), "cluster.quorum = 6"]);
+        let missing = fx.conf.join("absent.toml");
+        let err = ClusterConfig::load(&missing).unwrap_err();
+        assert!(matches!(err, ConfigError::Read { .. }));
+        assert_names(&err.to_string(), &["absent.toml"]);
+    }
+
+    #[test]
+    fn nodes_are_in_id_order_whatever_the_file_order() {
+        let fx = Fixture::new("order");
+        let (head, nodes) = EXAMPLE.split_once("[[node]]").unwrap();
+        let mut entries: Vec<&str> = nodes.split("[[node]]").collect();
+        entries.reverse();
+        let text = format!("{head}[[node]]{}", entries.join("[[node]]"));
+        let c = fx.parse(&text).unwrap();
+        assert!(c.nodes.iter().enumerate().all(|(i, n)| usize::from(n.id) == i));
+        assert_eq!(c.cluster_hash(), fx.parse(EXAMPLE).unwrap().cluster_hash());
+    }
+
+    #[test]
+    fn optional_fields_take_the_example_values() {
+        let fx = Fixture::new("defaults");
+        let required =
+            ["name", "k ", "m ", "quorum", "key_dir", "[[node]]", "id ", "fabric", "control", "data_dir", "[cluster]"];
+        let text: String = EXAMPLE
+            .lines()
+            .filter(|l| l.is_empty() || required.iter().any(|r| l.starts_with(r)))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let c = fx.parse(&text).unwrap();
+        let full = fx.parse(EXAMPLE).unwrap();
+        assert_eq!(c.model, None);
+        assert_eq!(c, ClusterConfig { model: None, origin: c.origin.clone(), ..full });
+    }
+
+    #[test]
+    fn unknown_fields_and_wrong_types_are_refused() {
+        let fx = Fixture::new("syntax");
+        let err = fx.error_with("k = 3 ", "kk = 3\nk = 3 ");
+        assert_names(&err, &["unknown field", "kk"]);
+        let err = fx.error_with("data_dir = \"data/node0\"", "data_dir = \"data/node0\"\nweight = 2");
+        assert_names(&err, &["unknown field", "weight"]);
+        let err = fx.error_with("[cluster]", "[clusterr]");
+        assert_names(&err, &["clusterr"]);
+        let err = fx.error_with("k = 3 ", "k = \"three\" ");
+        assert_names(&err, &["line 3", "k = \"three\"", "expected i64"]);
+        let err = fx.error_with("name = \"demo\"", "");
+        assert_names(&err, &["missing field", "name"]);
+    }
+
+    #[test]
+    fn the_code_rules_name_their_field() {
+        let fx = Fixture::new("code");
+        assert_names(&fx.error_with("name = \"demo\"", "name = \"\""), &["cluster.name = \"\"", "1 to 64"]);
+        assert_names(&fx.error_with("name = \"demo\"", "name = \"de mo\""), &["cluster.name = \"de mo\""]);
+        assert_names(&fx.error_with("k = 3 ", "k = 0 "), &["cluster.k = 0", "at least 1"]);
+        assert_names(&fx.error_with("k = 3 ", "k = -3 "), &["cluster.k = -3", "negative"]);
+        assert_names(&fx.error_with("m = 2 ", "m = 0 "), &["cluster.m = 0", "at least 1"]);
+        assert_names(&fx.error_with("m = 2 ", "m = 3 "), &["cluster.k + cluster.m = 3 + 3 = 6", "5 [[node]] entries"]);
+        let err = fx.error_with("quorum = 4 ", "quorum = 2 ");
+        assert_names(&err, &["cluster.quorum = 2", "max(k, m + 1) = 3", "k + m = 5", "at most m = 2 nodes down"]);
+        assert_names(&fx.error_with("quorum = 4 ", "quorum = 6 "), &["cluster.quorum = 6", "between"]);
+        // m + 1 can be the binding lower bound: k = 1, m = 3 needs a quorum of 4.
+        let err = fx.error_with("k = 3 ", "k = 1 ");
+        assert_names(&err, &["cluster.quorum = 4", "k + m = 3"]);
+        let mut c = fx.parse(EXAMPLE).unwrap();
+        (c.k, c.m, c.quorum) = (1, 3, 3);
+        assert_names(&c.validate().unwrap_err().to_string(), &["cluster.quorum = 3", "max(k, m + 1) = 4"]);
+        c.quorum = 4;
+        c.validate().unwrap();
+        // More fragments than a stripe carries, with enough nodes.
+        let mut c = ClusterConfig::in_process(32, 30, 3, &fx.conf);
+        c.quorum = 31;
+        assert_names(&c.validate().unwrap_err().to_string(), &["cluster.k + cluster.m = 30 + 3 = 33", "at most 32"]);
+    }
+
+    #[test]
+    fn the_node_rules_name_their_field() {
+        let fx = Fixture::new("nodes");
+        let mut c = ClusterConfig::in_process(1, 1, 1, &fx.conf);
+        assert_names(&c.validate().unwrap_err().to_string(), &["[[node]] entries = 1", "2 to 32"]);
+        c = ClusterConfig::in_process(33, 3, 2, &fx.conf);
+        assert_names(&c.validate().unwrap_err().to_string(), &["[[node]] entries = 33", "6-bit writer"]);
+        assert_names(&fx.error_with("id = 4", "id = 5"), &["[[node]] #5 id = 5", "exactly 0..4"]);
+        assert_names(&fx.error_with("id = 4", "id = 2"), &["[[node]] #5 id = 2", "earlier [[node]]"]);
+        assert_names(&fx.error_with("id = 4", "id = -1"), &["[[node]] #5 id = -1", "0..n-1"]);
+        assert_names(&fx.error_with("id = 4", "id = 300"), &["[[node]] #5 id = 300"]);
+        let err = fx.error_with("\"127.0.0.1:7103\"", "\"localhost:7103\"");
+        assert_names(&err, &["[[node]] id = 3: fabric = \"localhost:7103\"", "IP address and port"]);
+        let err = fx.error_with("\"127.0.0.1:7203\"", "\"127.0.0.1\"");
+        assert_names(&err, &["[[node]] id = 3: control = \"127.0.0.1\""]);
+        let err = fx.error_with("\"127.0.0.1:7203\"", "\"127.0.0.1:7101\"");
+        assert_names(&err, &["[[node]] id = 3: control = \"127.0.0.1:7101\"", "also [[node]] id = 1: fabric"]);
+        let err = fx.error_with("\"127.0.0.1:7104\"", "\"127.0.0.1:7204\"");
+        assert_names(&err, &["[[node]] id = 4: control = \"127.0.0.1:7204\"", "also [[node]] id = 4: fabric"]);
+        let err = fx.error_with("\"127.0.0.1:7104\"", "\"[::1]:0\"");
+        assert_names(&err, &["[[node]] id = 4: fabric = \"[::1]:0\"", "port other than 0"]);
+        let err = fx.error_with("\"data/node4\"", "\"data/./node1\"");
+        assert_names(&err, &["[[node]] id = 4: data_dir", "node1", "data_dir of node 1"]);
+        let err = fx.error_with("\"data/node4\"", "\"\"");
+        assert_names(&err, &["[[node]] id = 4: data_dir = \"\""]);
+        assert_names(&fx.error_with("data_dir = \"data/node4\"", ""), &["missing field", "data_dir"]);
+    }
+
+    #[test]
+    fn the_path_rules_name_their_field() {
+        let fx = Fixture::new("paths");
+        let err = fx.error_with("\"keys\"", "\"no-keys\"");
+        assert_names(&err, &["cluster.key_dir = ", "no-keys", "existing folder"]);
+        std::fs::write(fx.conf.join("a-file"), b"").unwrap();
+        assert_names(&fx.error_with("\"keys\"", "\"a-file\""), &["cluster.key_dir = ", "a-file", "not a folder"]);
+        let err = fx.error_with("\"../models/shipped/OLTP.model\"", "\"../models/shipped/KV.model\"");
+        assert_names(&err, &["cluster.model = ", "KV.model", "existing model file"]);
+        assert_names(
+            &fx.error_with("\"../models/shipped/OLTP.model\"", "\"keys\""),
+            &["cluster.model = ", "not a file"],
+        );
+        // Absolute paths stay as written.
+        let keys = fx.conf.join("keys").display().to_string();
+        let c = fx.parse(&EXAMPLE.replace("\"keys\"", &format!("{keys:?}"))).unwrap();
+        assert_eq!(c.key_dir, fx.conf.join("keys"));
+    }
+
+    #[test]
+    fn the_mode_rules_name_their_field() {
+        let fx = Fixture::new("modes");
+        let err = fx.error_with("\"speculative\"", "\"none\"");
+        assert_names(&err, &["cluster.invalidation = \"none\"", "allow_unsafe_no_invalidation = true"]);
+        let text = EXAMPLE
+            .replace("\"speculative\"", "\"none\"")
+            .replace("allow_unsafe_no_invalidation = false", "allow_unsafe_no_invalidation = true");
+        assert_eq!(fx.parse(&text).unwrap().invalidation, Invalidation::None);
+        let text = EXAMPLE.replace("\"speculative\"", "\"after-commit\"").replace("\"process\"", "\"sync\"");
+        let c = fx.parse(&text).unwrap();
+        assert_eq!((c.invalidation, c.durability), (Invalidation::AfterCommit, Durability::Sync));
+        assert_names(
+            &fx.error_with("\"speculative\"", "\"eager\""),
+            &["cluster.invalidation = \"eager\"", "after-commit"],
+        );
+        assert_names(&fx.error_with("\"process\"", "\"fsync\""), &["cluster.durability = \"fsync\"", "\"sync\""]);
+    }
+
+    #[test]
+    fn the_size_rules_name_their_field() {
+        let fx = Fixture::new("sizes");
+        let cases: [(&str, &str, &[&str]); 10] = [
+            ("value_bytes_max = 8192", "value_bytes_max = 0", &["cluster.value_bytes_max = 0", "64 MiB"]),
+            ("value_bytes_max = 8192", "value_bytes_max = 67108865", &["cluster.value_bytes_max = 67108865"]),
+            ("store_keys = 65536", "store_keys = 0", &["cluster.store_keys = 0", "2^24"]),
+            ("store_keys = 65536", "store_keys = 16777217", &["cluster.store_keys = 16777217"]),
+            ("log_slots = 256", "log_slots = 4", &["cluster.log_slots = 4", "power of two from 8 to 65536"]),
+            ("log_slots = 256", "log_slots = 300", &["cluster.log_slots = 300"]),
+            ("log_slots = 256", "log_slots = 131072", &["cluster.log_slots = 131072"]),
+            ("outcome_entries = 65536", "outcome_entries = 512", &["cluster.outcome_entries = 512", "from 1024"]),
+            ("outcome_entries = 65536", "outcome_entries = 65535", &["cluster.outcome_entries = 65535"]),
+            ("outcome_entries = 65536", "outcome_entries = 2097152", &["cluster.outcome_entries = 2097152", "2^20"]),
+        ];
+        for (from, to, parts) in cases {
+            assert_names(&fx.error_with(from, to), parts);
+        }
+        // The edges are allowed.
+        let text = EXAMPLE
+            .replace("value_bytes_max = 8192", "value_bytes_max = 67108864")
+            .replace("store_keys = 65536", "store_keys = 16777216")
+            .replace("log_slots = 256", "log_slots = 8")
+            .replace("outcome_entries = 65536", "outcome_entries = 1048576");
+        fx.parse(&text).unwrap();
+    }
+
+    #[test]
+    fn the_timing_rules_name_their_field_and_say_why() {
+        let fx = Fixture::new("timings");
+        let cases: [(&str, &str, &[&str]); 6] = [
+            ("heartbeat_us = 1000", "heartbeat_us = 99", &["cluster.heartbeat_us = 99", "at least 100"]),
+            (
+                "lease_us = 20000",
+                "lease_us = 3999",
+                &["cluster.lease_us = 3999", "4 * heartbeat_us = 4000", "late read"],
+            ),
+            (
+                "dead_after_us = 50000",
+                "dead_after_us = 20000",
+                &["cluster.dead_after_us = 20000", "lease_us = 20000", "stopped trusting"],
+            ),
+            (
+                "write_timeout_us = 2000000",
+                "write_timeout_us = 50000",
+                &["cluster.write_timeout_us = 50000", "dead_after_us = 50000", "failure detector"],
+            ),
+            (
+                "write_timeout_us = 2000000",
+                "write_timeout_us = 3600000001",
+                &["cluster.write_timeout_us = 3600000001", "one hour"],
+            ),
+            ("lease_us = 20000", "lease_us = -1", &["cluster.lease_us = -1", "negative"]),
+        ];
+        for (from, to, parts) in cases {
+            assert_names(&fx.error_with(from, to), parts);
+        }
+        let text = EXAMPLE
+            .replace("heartbeat_us = 1000", "heartbeat_us = 100")
+            .replace("lease_us = 20000", "lease_us = 400")
+            .replace("dead_after_us = 50000", "dead_after_us = 401")
+            .replace("write_timeout_us = 2000000", "write_timeout_us = 402");
+        fx.parse(&text).unwrap();
+    }
+
+    #[test]
+    fn an_unknown_node_lists_the_ids_there_are() {
+        let fx = Fixture::new("node");
+        let c = fx.parse(EXAMPLE).unwrap();
+        assert_eq!(c.node(3).unwrap().fabric, "127.0.0.1:7103".parse().unwrap());
+        let err = c.node(5).unwrap_err().to_string();
+        assert_names(&err, &["--node 5", "\"demo\"", "0, 1, 2, 3, 4"]);
+        assert!(c.node(u32::MAX).is_err());
+    }
+
+    #[test]
+    fn the_in_process_builder_is_valid_and_runs_the_same_checks() {
+        let fx = Fixture::new("builder");
+        for (n, k, m, quorum) in [(2, 1, 1, 2), (5, 3, 2, 4), (8, 4, 4, 5), (32, 16, 16, 17), (4, 1, 3, 4)] {
+            let c = ClusterConfig::in_process(n, k, m, &fx.conf);
+            assert_eq!(c.quorum, quorum, "({k}, {m})");
+            c.validate().unwrap_or_else(|e| panic!("({n}, {k}, {m}): {e}"));
+        }
+        let mut c = ClusterConfig::in_process(5, 3, 2, &fx.conf);
+        c.nodes[2].control = c.nodes[0].control;
+        assert_names(&c.validate().unwrap_err().to_string(), &["in-process cluster", "[[node]] id = 2: control"]);
+        let mut c = ClusterConfig::in_process(5, 3, 2, &fx.root.join("elsewhere"));
+        assert_names(&c.validate().unwrap_err().to_string(), &["cluster.key_dir"]);
+        c.key_dir = fx.conf.join("keys");
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn the_cluster_hash_covers_what_nodes_share_and_only_that() {
+        let fx = Fixture::new("hash");
+        let base = fx.parse(EXAMPLE).unwrap();
+        // Pinned: computed from the documented encoding by an independent script; a
+        // change here means nodes of two builds would refuse each other.
+        assert_eq!(base.cluster_hash(), 0xfa17_101b_7290_4c7e);
+        let hash = |f: &dyn Fn(&mut ClusterConfig)| {
+            let mut c = base.clone();
+            f(&mut c);
+            c.cluster_hash()
+        };
+        let same: [&dyn Fn(&mut ClusterConfig); 7] = [
+            &|c| c.origin = "elsewhere".into(),
+            &|c| c.key_dir = "/other/keys".into(),
+            &|c| c.model = None,
+            &|c| c.nodes[1].data_dir = "/other/data".into(),
+            &|c| c.predictive = false,
+            &|c| c.durability = Durability::Sync,
+            &|c| c.outcome_entries = 1024,
+        ];
+        for change in same {
+            assert_eq!(hash(change), base.cluster_hash());
+        }
+        let different: [&dyn Fn(&mut ClusterConfig); 14] = [
+            &|c| c.name = "demo2".into(),
+            &|c| c.k = 2,
+            &|c| c.m = 3,
+            &|c| c.quorum = 5,
+            &|c| c.nodes[4].fabric = "127.0.0.1:7999".parse().unwrap(),
+            &|c| c.nodes[0].control = "[::1]:7200".parse().unwrap(),
+            &|c| c.nodes.truncate(4),
+            &|c| c.value_bytes_max = 4096,
+            &|c| c.store_keys = 1,
+            &|c| c.log_slots = 512,
+            &|c| c.invalidation = Invalidation::AfterCommit,
+            &|c| c.heartbeat_us = 999,
+            &|c| c.dead_after_us = 50_001,
+            &|c| c.write_timeout_us = 1_999_999,
+        ];
+        let mut seen = vec![base.cluster_hash()];
+        for change in different {
+            let h = hash(change);
+            assert!(!seen.contains(&h), "a change left the hash at {h:#x}");
+            seen.push(h);
+        }
+        assert_ne!(hash(&|c| c.lease_us = 20_001), base.cluster_hash());
+        // Swapping two nodes' addresses is a different cluster.
+        assert_ne!(
+            hash(&|c| {
+                let fabric = c.nodes[0].fabric;
+                c.nodes[0].fabric = c.nodes[1].fabric;
+                c.nodes[1].fabric = fabric;
+            }),
+            base.cluster_hash()
+        );
+    }
+}
