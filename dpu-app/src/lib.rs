@@ -10,7 +10,7 @@
 //! [`pipeline`] (stages, e.g. [`sequence`]). [`mod@bench`] measures the ring against
 //! references; [`demo`] drives a host workload for the README's main command.
 //! [`cluster`] holds what the nodes of a replicated cluster share (the configuration
-//! file, version stamps).
+//! file, version stamps); [`histogram`] keeps latencies per stage in fixed memory.
 #![deny(unsafe_code)]
 
 pub mod bench;
@@ -20,6 +20,7 @@ pub mod delay;
 pub mod demo;
 pub mod error;
 pub mod fabric;
+pub mod histogram;
 pub mod inflight;
 pub mod metrics;
 pub mod pipeline;
