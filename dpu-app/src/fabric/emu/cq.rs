@@ -1,6 +1,9 @@
 //! The emulated completion queue: completions with the clock time they become visible
 //! (the model's latency), handed out in order; busy polling, and waits that spin, then
-//! block on a condition variable.
+//! block on a condition variable. Every poll and wait first drives the attached queue
+//! pairs that are pending - requests due for delivery, receiver-not-ready retries,
+//! timeouts - as the NIC would on its own: in process, the NIC's work runs on the
+//! threads that poll.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -27,7 +30,8 @@ pub(crate) struct CqInner {
     depth: usize,
     clock: Arc<dyn Clock>,
     /// Queue pairs that report here, so that polling can drive their pending requests
-    /// (receiver-not-ready retries and timeouts), as the NIC's timers would.
+    /// (deliveries that have come due, receiver-not-ready retries and timeouts), as the
+    /// NIC's timers would.
     attached: Mutex<Vec<Weak<QpInner>>>,
     any_pending: AtomicBool,
 }
@@ -74,7 +78,8 @@ impl CqInner {
         Ok(())
     }
 
-    /// Marks that an attached queue pair has requests waiting on a timer.
+    /// Marks that an attached queue pair has requests waiting for their delivery time or
+    /// on a timer.
     pub(crate) fn note_pending(&self) {
         self.any_pending.store(true, Ordering::Release);
     }
@@ -102,7 +107,7 @@ impl CqInner {
         let attached = self.attached.lock().expect("cq lock");
         for qp in attached.iter() {
             if let Some(qp) = qp.upgrade() {
-                if qp.progress() {
+                if qp.is_pending() && qp.progress() {
                     self.any_pending.store(true, Ordering::Release);
                 }
             }

@@ -117,6 +117,16 @@ impl NodeInner {
         Ok(qp)
     }
 
+    /// Drives every pending queue pair of this node (see [`Network::progress`]).
+    fn progress(&self) {
+        let qps = self.qps.read().expect("qps lock");
+        for qp in qps.iter().flatten().filter_map(Weak::upgrade) {
+            if qp.is_pending() {
+                qp.progress();
+            }
+        }
+    }
+
     /// The live queue pair numbered `qpn`.
     pub(crate) fn qp(&self, qpn: u32) -> Option<Arc<QpInner>> {
         let qps = self.qps.read().expect("qps lock");
@@ -214,9 +224,15 @@ pub(crate) struct NetInner {
     clock: Arc<dyn Clock>,
 }
 
-/// The switch of in-process emulated nodes: nodes created here reach each other directly
-/// (the requesting thread performs the remote operation against the peer's memory, as the
-/// NIC's DMA would), with the shared model deciding latency, loss and partitions.
+/// The switch of in-process emulated nodes: nodes created here reach each other directly,
+/// with the shared model deciding latency, loss and partitions.
+///
+/// There is no NIC thread: the emulated NIC's DMA - a request acting on the peer's memory
+/// and receive queue - runs on the threads that post on a queue pair, poll or wait on a
+/// completion queue it reports to, post a receive at its peer, or call
+/// [`Network::progress`]. With the ideal model a request acts at once when posted; with a
+/// timed model it acts once the clock has reached its delivery time, on the first of
+/// those calls after that.
 #[derive(Clone)]
 pub struct Network {
     inner: Arc<NetInner>,
@@ -256,6 +272,30 @@ impl Network {
         ));
         nodes.push(Arc::downgrade(&inner));
         Ok(EmuNode { inner })
+    }
+}
+
+impl Network {
+    /// Performs every request that is due by now on every queue pair of every node of
+    /// this network: deliveries whose time has come (memory effects, atomics, receive
+    /// completions), receiver-not-ready retries and timeouts. A simulator calls this after
+    /// each clock step so that all that is due happens at that step, whoever polls.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use prescient_dpu::fabric::emu::{ManualClock, ModelConfig, Network};
+    /// let clock = Arc::new(ManualClock::new());
+    /// let net = Network::new(ModelConfig { latency_ns: 1_000, ..ModelConfig::ideal() }, clock.clone())?;
+    /// // ... nodes, queue pairs, posts ...
+    /// clock.advance(1_000);
+    /// net.progress(); // every request posted at 0 has now acted on its peer
+    /// # Ok::<(), prescient_dpu::fabric::FabricError>(())
+    /// ```
+    pub fn progress(&self) {
+        let nodes = self.inner.nodes.read().expect("nodes lock");
+        for node in nodes.iter().filter_map(Weak::upgrade) {
+            node.progress();
+        }
     }
 }
 

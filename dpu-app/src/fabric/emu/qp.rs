@@ -1,13 +1,25 @@
 //! The requester half of the emulated NIC and the queue pair it belongs to.
 //!
-//! Requests run in post order per queue pair. In process, the posting thread performs a
-//! request against the peer at once (the DMA a NIC would do) and the completion becomes
-//! visible after the model's round trip. A request that cannot run yet - no receive
-//! posted at the peer, the peer not answering - waits at the head of the send queue, and
-//! everything behind it waits too (per-QP ordering); it is retried when the peer posts a
-//! receive or a poll drives the timers, and fails with `RnrRetryExceeded` or
-//! `RetryExceeded` once its retry budget has passed on the clock. Over TCP, requests
-//! stream to the peer's node and responses complete them in order (see `tcp`).
+//! Requests run in post order per queue pair. In process with the ideal model (no
+//! latency, loss or partitions), the posting thread performs a request against the peer
+//! at once (the DMA a NIC would do). With a timed model, each request's fate is drawn at
+//! post time ([`Model::transmit`](super::Model::transmit)): it reaches the peer at
+//! `deliver_at = post + one-way delay`, never before the request posted ahead of it on
+//! the same queue pair, and only then does it act on the peer - memory effects, atomics,
+//! receive completions (visible from `deliver_at`); its own completion is visible one
+//! more delay later, when the response is back. A lost request fails with
+//! `RetryExceeded` at `post + retry budget`. Until they are due, requests wait on the
+//! send queue with the pending flag set; whoever polls or waits on a completion queue the
+//! queue pair reports to, posts on it, posts a receive at its peer or calls
+//! [`Network::progress`](super::Network::progress) performs the due ones: in process,
+//! the emulated NIC's DMA runs on those threads.
+//!
+//! A request that cannot run yet (no receive posted at the peer, the peer not answering)
+//! waits at the head of the send queue, and everything behind it waits too (per-QP
+//! ordering); it is retried when the peer posts a receive or a poll drives the timers,
+//! and fails with `RnrRetryExceeded` or `RetryExceeded` once its retry budget has passed
+//! on the clock. Over TCP, requests stream to the peer's node, which holds each for its
+//! delay, and responses complete them in order (see `tcp`).
 //!
 //! A fatal completion moves the queue pair to ERR and flushes everything behind it and
 //! every posted receive with `Flushed`; posts in ERR complete at once with `Flushed`.
@@ -58,6 +70,21 @@ pub(crate) struct Waiting {
     /// Over TCP: a request that never went out (lost by the model, or failing a local
     /// check) fails with this status, this long after it reaches the head.
     pub(crate) doomed: Option<(WcStatus, u64)>,
+    /// In process: when the request takes effect at the peer, fixed at post time.
+    pub(crate) transit: Transit,
+}
+
+/// When an in-process request takes effect at the peer, decided at post time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Transit {
+    /// As soon as it reaches the head of the send queue: the ideal model's fast path.
+    /// TCP requests carry it unused (the TCP responder holds each request for its delay).
+    Now,
+    /// Reaches the peer at clock time `at_ns`; the response takes `back_ns` more.
+    Deliver { at_ns: u64, back_ns: u64 },
+    /// Never reaches the peer (every attempt lost, or the local check failed): completes
+    /// with `status` at clock time `at_ns` and moves the queue pair to ERR.
+    Fail { status: WcStatus, at_ns: u64 },
 }
 
 pub(crate) struct SendQueue {
@@ -67,6 +94,9 @@ pub(crate) struct SendQueue {
     pub(crate) waiting: VecDeque<Waiting>,
     next_psn: u32,
     last_ready_ns: u64,
+    /// The latest delivery time handed out on a timed model: a later request is never
+    /// due before it, so requests of one queue pair reach the peer in post order.
+    last_due_ns: u64,
     pub(crate) frame: Vec<u8>,
 }
 
@@ -128,8 +158,9 @@ pub(crate) enum Publish<'a> {
 
 /// What one attempt at the head request came to.
 enum Attempt {
-    /// Completed (successfully or not) `rtt_ns` from now, with an atomic's old value.
-    Done { status: WcStatus, value: u64, rtt_ns: u64 },
+    /// Completed (successfully or not), visible at clock time `ready_ns`, with an
+    /// atomic's old value.
+    Done { status: WcStatus, value: u64, ready_ns: u64 },
     /// Cannot run yet; fails with `status` once `budget_ns` has passed.
     Wait { status: WcStatus, budget_ns: u64 },
 }
@@ -156,6 +187,7 @@ impl QpInner {
                     waiting: VecDeque::with_capacity(options.send_depth),
                     next_psn: initial_psn(node.id, qpn),
                     last_ready_ns: 0,
+                    last_due_ns: 0,
                     frame: Vec::new(),
                 }),
                 rq: Mutex::new(RecvQueue {
@@ -313,6 +345,22 @@ impl QpInner {
         self.run_waiting(&mut sq)
     }
 
+    /// True while requests wait on this queue pair for their delivery time or a timer.
+    pub(crate) fn is_pending(&self) -> bool {
+        self.pending.load(Ordering::Acquire)
+    }
+
+    /// Marks the queue pair pending, so that polls of its completion queues (and
+    /// [`Network::progress`](super::Network::progress)) come back to it.
+    fn hold(&self) -> bool {
+        self.pending.store(true, Ordering::Release);
+        self.send_cq.note_pending();
+        if !Arc::ptr_eq(&self.send_cq, &self.recv_cq) {
+            self.recv_cq.note_pending();
+        }
+        true
+    }
+
     fn run_waiting(&self, sq: &mut SendQueue) -> bool {
         if !matches!(sq.link, Link::InProcess { .. }) || sq.state.get() != QpState::Rts {
             self.pending.store(false, Ordering::Release);
@@ -322,11 +370,24 @@ impl QpInner {
         let timed = self.node.model.needs_clock();
         let now_ns = if timed { self.now_ns() } else { 0 };
         while let Some(head) = sq.waiting.front() {
-            let (token, op, psn, deadline_ns) = (head.token, head.op, head.psn, head.deadline_ns);
-            match self.attempt(sq, token, op, psn, now_ns) {
-                Attempt::Done { status, value, rtt_ns } => {
+            let (token, op, psn, deadline_ns, transit) =
+                (head.token, head.op, head.psn, head.deadline_ns, head.transit);
+            let attempt = match transit {
+                Transit::Now => self.attempt(sq, token, op, psn, now_ns),
+                // Still on its way (and everything behind it too).
+                Transit::Deliver { at_ns, .. } | Transit::Fail { at_ns, .. } if now_ns < at_ns => return self.hold(),
+                Transit::Deliver { at_ns, back_ns } => {
+                    // The first attempt lands at the delivery time; a retry (RNR, silent
+                    // peer) lands when it is driven.
+                    let arrive_ns = if deadline_ns == 0 { at_ns } else { now_ns };
+                    self.deliver(sq, token, op, arrive_ns, back_ns)
+                }
+                Transit::Fail { status, at_ns } => Attempt::Done { status, value: 0, ready_ns: at_ns },
+            };
+            match attempt {
+                Attempt::Done { status, value, ready_ns } => {
                     sq.waiting.pop_front();
-                    self.complete_send(sq, token, status, value, now_ns + rtt_ns);
+                    self.complete_send(sq, token, status, value, ready_ns);
                     if status != WcStatus::Success {
                         self.fail(sq);
                         break;
@@ -334,7 +395,11 @@ impl QpInner {
                 }
                 Attempt::Wait { status, budget_ns } => {
                     let now_ns = if timed { now_ns } else { self.now_ns() };
-                    let deadline_ns = if deadline_ns == 0 { now_ns + budget_ns.max(1) } else { deadline_ns };
+                    let start_ns = match transit {
+                        Transit::Deliver { at_ns, .. } => at_ns,
+                        Transit::Now | Transit::Fail { .. } => now_ns,
+                    };
+                    let deadline_ns = if deadline_ns == 0 { start_ns + budget_ns.max(1) } else { deadline_ns };
                     if now_ns >= deadline_ns {
                         sq.waiting.pop_front();
                         self.complete_send(sq, token, status, 0, deadline_ns);
@@ -342,9 +407,7 @@ impl QpInner {
                         break;
                     }
                     sq.waiting.front_mut().expect("head exists").deadline_ns = deadline_ns;
-                    self.pending.store(true, Ordering::Release);
-                    self.send_cq.note_pending();
-                    return true;
+                    return self.hold();
                 }
             }
         }
@@ -352,24 +415,58 @@ impl QpInner {
         false
     }
 
-    /// One attempt at an in-process request.
-    fn attempt(&self, sq: &SendQueue, token: u64, op: Op, psn: u32, now_ns: u64) -> Attempt {
-        let Link::InProcess { peer, peer_node } = &sq.link else { unreachable!("run_waiting checks the link") };
-        let o = &self.options;
-        let timeout_ns = u64::from(o.timeout_us) * 1_000;
-        let retry_budget_ns = (u64::from(o.retry_count) + 1) * timeout_ns;
-        let entry = sq.inflight.get(token).expect("waiting requests are in flight");
-        if let Some(status) = self.local_check(entry, op) {
-            return Attempt::Done { status, value: 0, rtt_ns: 0 };
-        }
-
-        let msg = Message { src_node: self.node.id, dst_node: *peer_node, src_qpn: self.qpn, psn };
-        let delay_ns = match self.node.model.transmit(msg, now_ns, o.retry_count, timeout_ns) {
-            Fate::Delivered { delay_ns } => delay_ns,
-            Fate::Lost { after_ns } => {
-                return Attempt::Done { status: WcStatus::RetryExceeded, value: 0, rtt_ns: after_ns }
+    /// On a timed model, draws the fate of request `token` at post time: when it reaches
+    /// the peer (never before the request posted ahead of it), or when it fails.
+    fn transit(&self, sq: &mut SendQueue, token: u64, op: Op, psn: u32, peer_node: u32) -> Transit {
+        let now_ns = self.now_ns();
+        let entry = sq.inflight.get(token).expect("just inserted");
+        let transit = if let Some(status) = self.local_check(entry, op) {
+            Transit::Fail { status, at_ns: now_ns.max(sq.last_due_ns) }
+        } else {
+            let o = &self.options;
+            let timeout_ns = u64::from(o.timeout_us) * 1_000;
+            let msg = Message { src_node: self.node.id, dst_node: peer_node, src_qpn: self.qpn, psn };
+            match self.node.model.transmit(msg, now_ns, o.retry_count, timeout_ns) {
+                Fate::Delivered { delay_ns } => {
+                    Transit::Deliver { at_ns: (now_ns + delay_ns).max(sq.last_due_ns), back_ns: delay_ns }
+                }
+                Fate::Lost { after_ns } => {
+                    Transit::Fail { status: WcStatus::RetryExceeded, at_ns: (now_ns + after_ns).max(sq.last_due_ns) }
+                }
             }
         };
+        let (Transit::Deliver { at_ns, .. } | Transit::Fail { at_ns, .. }) = transit else {
+            unreachable!("a timed request has a time")
+        };
+        sq.last_due_ns = at_ns;
+        transit
+    }
+
+    /// One attempt at an in-process request on the ideal model's fast path: checked,
+    /// transmitted and performed now.
+    fn attempt(&self, sq: &SendQueue, token: u64, op: Op, psn: u32, now_ns: u64) -> Attempt {
+        let Link::InProcess { peer_node, .. } = &sq.link else { unreachable!("run_waiting checks the link") };
+        let o = &self.options;
+        let timeout_ns = u64::from(o.timeout_us) * 1_000;
+        let entry = sq.inflight.get(token).expect("waiting requests are in flight");
+        if let Some(status) = self.local_check(entry, op) {
+            return Attempt::Done { status, value: 0, ready_ns: now_ns };
+        }
+        let msg = Message { src_node: self.node.id, dst_node: *peer_node, src_qpn: self.qpn, psn };
+        match self.node.model.transmit(msg, now_ns, o.retry_count, timeout_ns) {
+            Fate::Delivered { delay_ns } => self.deliver(sq, token, op, now_ns + delay_ns, delay_ns),
+            Fate::Lost { after_ns } => {
+                Attempt::Done { status: WcStatus::RetryExceeded, value: 0, ready_ns: now_ns + after_ns }
+            }
+        }
+    }
+
+    /// Performs request `token` at the peer as arriving at clock time `arrive_ns` (receive
+    /// completions there become visible then); its response takes `back_ns`.
+    fn deliver(&self, sq: &SendQueue, token: u64, op: Op, arrive_ns: u64, back_ns: u64) -> Attempt {
+        let Link::InProcess { peer, .. } = &sq.link else { unreachable!("run_waiting checks the link") };
+        let o = &self.options;
+        let entry = sq.inflight.get(token).expect("waiting requests are in flight");
         let local = entry.buf.region().memory();
         let offset = entry.buf.offset();
         let len = entry.buf.len();
@@ -382,17 +479,19 @@ impl QpInner {
             Op::FetchAdd { remote, add } => Incoming::FetchAdd { remote, add },
             Op::Send => Incoming::Send { len, imm: None, payload: Payload::Memory { memory: local, offset } },
         };
-        match execute(peer, incoming, now_ns + delay_ns, None) {
-            Ok(value) => Attempt::Done { status: WcStatus::Success, value, rtt_ns: 2 * delay_ns },
-            Err(Nak::Silent) => Attempt::Wait { status: WcStatus::RetryExceeded, budget_ns: retry_budget_ns },
+        let ready_ns = arrive_ns + back_ns;
+        match execute(peer, incoming, arrive_ns, None) {
+            Ok(value) => Attempt::Done { status: WcStatus::Success, value, ready_ns },
+            Err(Nak::Silent) => Attempt::Wait {
+                status: WcStatus::RetryExceeded,
+                budget_ns: (u64::from(o.retry_count) + 1) * u64::from(o.timeout_us) * 1_000,
+            },
             Err(Nak::ReceiverNotReady) => Attempt::Wait {
                 status: WcStatus::RnrRetryExceeded,
                 budget_ns: (u64::from(o.rnr_retry_count) + 1) * u64::from(o.rnr_timer_us) * 1_000,
             },
-            Err(Nak::RemoteAccess) => Attempt::Done { status: WcStatus::RemoteAccess, value: 0, rtt_ns: 2 * delay_ns },
-            Err(Nak::InvalidRequest) => {
-                Attempt::Done { status: WcStatus::RemoteInvalidRequest, value: 0, rtt_ns: 2 * delay_ns }
-            }
+            Err(Nak::RemoteAccess) => Attempt::Done { status: WcStatus::RemoteAccess, value: 0, ready_ns },
+            Err(Nak::InvalidRequest) => Attempt::Done { status: WcStatus::RemoteInvalidRequest, value: 0, ready_ns },
         }
     }
 
@@ -479,10 +578,24 @@ impl QpInner {
         let psn = sq.next_psn;
         sq.next_psn = sq.next_psn.wrapping_add(1) & 0x00FF_FFFF;
         match sq.link {
-            Link::InProcess { .. } => {
-                sq.waiting.push_back(Waiting { token, op, psn, deadline_ns: 0, doomed: None });
-                if sq.waiting.len() == 1 {
+            Link::InProcess { peer_node, .. } => {
+                if self.node.model.needs_clock() {
+                    let transit = self.transit(&mut sq, token, op, psn, peer_node);
+                    sq.waiting.push_back(Waiting { token, op, psn, deadline_ns: 0, doomed: None, transit });
+                    // A post also performs what has come due on this queue pair.
                     self.run_waiting(&mut sq);
+                } else {
+                    sq.waiting.push_back(Waiting {
+                        token,
+                        op,
+                        psn,
+                        deadline_ns: 0,
+                        doomed: None,
+                        transit: Transit::Now,
+                    });
+                    if sq.waiting.len() == 1 {
+                        self.run_waiting(&mut sq);
+                    }
                 }
             }
             Link::Tcp { .. } => tcp::send_request(self, &mut sq, token, op, psn),
@@ -660,6 +773,7 @@ impl RawQp for EmuQp {
         out.extend(entries.into_iter().map(|e| e.buf));
         *inner.peer.lock().expect("peer lock") = None;
         sq.last_ready_ns = 0;
+        sq.last_due_ns = 0;
         inner.apply(&mut sq, QpEvent::Reset, "modify to RESET")
     }
 

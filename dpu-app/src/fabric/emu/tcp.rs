@@ -16,7 +16,7 @@ use std::time::Duration;
 use super::clock::Clock;
 use super::model::{Fate, Message, Model, ModelConfig};
 use super::node::{Attachment, EmuNode, NodeInner};
-use super::qp::{Link, QpInner, SendQueue, Waiting};
+use super::qp::{Link, QpInner, SendQueue, Transit, Waiting};
 use super::responder::{execute, Incoming, Nak, Payload, Sink};
 use super::wire::{hello, request, response, Hello, Kind, Request, Response, Status};
 use crate::fabric::config::MESSAGE_BYTES_MAX;
@@ -185,7 +185,7 @@ pub(crate) fn send_request(qp: &QpInner, sq: &mut SendQueue, token: u64, op: Op,
 }
 
 fn waiting(token: u64, op: Op, psn: u32, doomed: Option<(WcStatus, u64)>) -> Waiting {
-    Waiting { token, op, psn, deadline_ns: 0, doomed }
+    Waiting { token, op, psn, deadline_ns: 0, doomed, transit: Transit::Now }
 }
 
 /// The requester's reader: completes requests in order from the peer's responses.
