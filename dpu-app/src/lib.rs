@@ -12,6 +12,7 @@
 #![deny(unsafe_code)]
 
 pub mod bench;
+pub mod cluster;
 pub mod codec_config;
 pub mod delay;
 pub mod demo;
