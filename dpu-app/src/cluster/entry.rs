@@ -173,7 +173,9 @@ pub enum EntryError {
         computed: u32,
     },
     /// An unknown kind.
-    #[error("log entry kind {found} is unknown (1 Fragment, 2 Outcomes); the writer runs another release or is broken")]
+    #[error(
+        "log entry kind {found} is unknown (1 Fragment, 2 Outcomes); the writer runs another release or is broken"
+    )]
     Kind {
         /// Kind found.
         found: u8,
@@ -293,7 +295,11 @@ impl<T: AsRef<[u8]>> EntryHeader<T> {
                     ("flags", self.flags().into()),
                 ] {
                     if value != 0 {
-                        return Err(EntryError::Field { field: name, value, reason: "must be zero in an Outcomes entry" });
+                        return Err(EntryError::Field {
+                            field: name,
+                            value,
+                            reason: "must be zero in an Outcomes entry",
+                        });
                     }
                 }
             }
@@ -488,7 +494,10 @@ impl<T: AsRef<[u8]>> OutcomeRecord<T> {
             return Err(EntryError::OutcomeRecord { index, reason: "shorter than 32 bytes" });
         }
         if Outcome::from_u8(b[outcome_field::OUTCOME]).is_none() {
-            return Err(EntryError::OutcomeRecord { index, reason: "outcome is neither 1 (Committed) nor 2 (Aborted)" });
+            return Err(EntryError::OutcomeRecord {
+                index,
+                reason: "outcome is neither 1 (Committed) nor 2 (Aborted)",
+            });
         }
         if b[outcome_field::PAD].iter().any(|&x| x != 0) {
             return Err(EntryError::OutcomeRecord { index, reason: "padding bytes 25..32 are not zero" });
@@ -716,7 +725,8 @@ mod tests {
         assert_eq!(payload_crc(&[head, body]), crc32c::crc32c(&whole));
         assert_eq!(payload_crc(&[]), crc32c::crc32c(&[]));
         let mut b = [0u8; HEADER_LEN];
-        EntryRepr { payload_len: whole.len() as u32, payload_crc: payload_crc(&[head, body]), ..repr() }.emit_into(&mut b);
+        EntryRepr { payload_len: whole.len() as u32, payload_crc: payload_crc(&[head, body]), ..repr() }
+            .emit_into(&mut b);
         let h = EntryHeader::new_checked(&b[..], CAPACITY).unwrap();
         h.verify_payload(&whole).unwrap();
         let mut bad = whole.clone();
@@ -734,7 +744,12 @@ mod tests {
 
     #[test]
     fn outcome_records_round_trip_through_the_golden_bytes() {
-        let r = OutcomeRecordRepr { write_seq: 9, key_hash: 0x0123_4567_89ab_cdef, stamp: (42 << 8) | 3, outcome: Outcome::Aborted };
+        let r = OutcomeRecordRepr {
+            write_seq: 9,
+            key_hash: 0x0123_4567_89ab_cdef,
+            stamp: (42 << 8) | 3,
+            outcome: Outcome::Aborted,
+        };
         let mut b = [0xffu8; OUTCOME_RECORD_BYTES];
         r.emit(&mut b);
         assert_eq!(b, GOLDEN_OUTCOME);

@@ -205,12 +205,10 @@ pub(super) fn open_or_create(path: &Path, page: &[u8], file_bytes: u64) -> Resul
             Err(e) => return step("open", Err(e)),
         }
         let tmp = temp_path(path);
-        let created = create_at(&tmp, page, file_bytes).and_then(|file| {
-            match fs::hard_link(&tmp, path) {
-                Ok(()) => Ok(Some(file)),
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(None),
-                Err(e) => step("link into place", Err(e)),
-            }
+        let created = create_at(&tmp, page, file_bytes).and_then(|file| match fs::hard_link(&tmp, path) {
+            Ok(()) => Ok(Some(file)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(None),
+            Err(e) => step("link into place", Err(e)),
         });
         let _ = fs::remove_file(&tmp);
         if let Some(file) = created? {
@@ -229,8 +227,7 @@ fn existing(mut file: File) -> Result<Opened, FileIoError> {
 }
 
 fn create_at(tmp: &Path, page: &[u8], file_bytes: u64) -> Result<File, FileIoError> {
-    let mut file =
-        step("create", OpenOptions::new().read(true).write(true).create(true).truncate(true).open(tmp))?;
+    let mut file = step("create", OpenOptions::new().read(true).write(true).create(true).truncate(true).open(tmp))?;
     step("write the header page of", file.write_all(page))?;
     step("size", file.set_len(file_bytes))?;
     step("sync", file.sync_all())?;

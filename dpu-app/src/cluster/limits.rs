@@ -82,9 +82,8 @@ const _: () = assert!(STORE_LOCKS.is_power_of_two() && STORE_LOCKS <= STORE_SETS
 const _: () = assert!(OUTCOME_ENTRY_BYTES == LINE_BYTES);
 const _: () = assert!(OUTCOME_ENTRIES_DEFAULT.is_power_of_two() && OUTCOME_ENTRIES_MAX.is_power_of_two());
 const _: () = assert!(OUTCOME_ENTRIES_DEFAULT <= OUTCOME_ENTRIES_MAX);
-const _: () = assert!(
-    HEADER_PAGE_BYTES as u64 + OUTCOME_ENTRIES_MAX as u64 * OUTCOME_ENTRY_BYTES as u64 <= REGION_BYTES_MAX
-);
+const _: () =
+    assert!(HEADER_PAGE_BYTES as u64 + OUTCOME_ENTRIES_MAX as u64 * OUTCOME_ENTRY_BYTES as u64 <= REGION_BYTES_MAX);
 // Aligned words of the files are stored with native-endian atomics; the formats say
 // little-endian.
 const _: () = assert!(cfg!(target_endian = "little"));

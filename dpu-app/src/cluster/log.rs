@@ -71,7 +71,11 @@ impl LogGeometry {
             .expect("payload_max is bounded") as u32;
         let geometry = Self { slots, slot_bytes };
         if geometry.file_bytes() > LOG_FILE_BYTES_MAX {
-            return Err(bad("slots x slot_bytes", geometry.body_bytes(), format!("at most {LOG_FILE_BYTES_MAX} bytes")));
+            return Err(bad(
+                "slots x slot_bytes",
+                geometry.body_bytes(),
+                format!("at most {LOG_FILE_BYTES_MAX} bytes"),
+            ));
         }
         Ok(geometry)
     }
@@ -163,7 +167,9 @@ pub enum LogError {
         expected: LogIdentity,
     },
     /// The file is not as long as its header says.
-    #[error("fragment log {path} is {len} bytes, its header says {expected}: the file was truncated or extended; remove it")]
+    #[error(
+        "fragment log {path} is {len} bytes, its header says {expected}: the file was truncated or extended; remove it"
+    )]
     Length {
         /// The file.
         path: PathBuf,
@@ -181,7 +187,9 @@ pub enum LogError {
         source: FabricError,
     },
     /// An entry buffer is smaller than this log's slots.
-    #[error("entry buffer of {len} bytes is smaller than a {need}-byte slot; make it with EntryBuf::new(log.geometry())")]
+    #[error(
+        "entry buffer of {len} bytes is smaller than a {need}-byte slot; make it with EntryBuf::new(log.geometry())"
+    )]
     Buffer {
         /// Buffer length.
         len: usize,
@@ -308,12 +316,14 @@ impl<'b> EntryRef<'b> {
         }
         let (head, payload) = self.payload.split_at(FRAGMENT_HEADER_LEN);
         let header = FragmentHeader::new_checked(head).map_err(|source| LogError::Fragment { seq, source })?;
-        let mismatch = |field, value: u64, reason| LogError::Fragment {
-            seq,
-            source: StripeError::Field { field, value, reason },
-        };
+        let mismatch =
+            |field, value: u64, reason| LogError::Fragment { seq, source: StripeError::Field { field, value, reason } };
         if header.fragment_len() != payload.len() {
-            return Err(mismatch("fragment_len", header.fragment_len() as u64, "does not match the entry's payload_len"));
+            return Err(mismatch(
+                "fragment_len",
+                header.fragment_len() as u64,
+                "does not match the entry's payload_len",
+            ));
         }
         if header.key_hash() != self.repr.key_hash {
             return Err(mismatch("key_hash", header.key_hash(), "does not match the entry's key_hash"));

@@ -158,7 +158,11 @@ impl Memory {
         let map = self.owner.downcast_ref::<MmapMut>().expect("a file-backed Memory owns its MmapMut");
         // memmap2 rounds the start down to a page boundary and calls msync(MS_SYNC) on the
         // span; it forms no reference to the bytes, so DMA semantics hold.
-        map.flush_range(offset, len).map_err(|source| FabricError::Flush { offset: offset as u64, len: len as u64, source })
+        map.flush_range(offset, len).map_err(|source| FabricError::Flush {
+            offset: offset as u64,
+            len: len as u64,
+            source,
+        })
     }
 
     fn word(&self, offset: usize) -> Result<&AtomicU64> {
