@@ -11,5 +11,6 @@ pub mod entry;
 pub mod file;
 pub mod limits;
 pub mod log;
+pub mod outcome;
 pub mod record;
 pub mod store;
