@@ -235,7 +235,7 @@ mod tests {
     }
 
     #[test]
-    fn flush_range_is_bounds_checked_and_syncs_file_mappings() {
+    fn flush_range_checks_bounds_and_succeeds_on_file_mappings() {
         let anon = Memory::anonymous(8192).unwrap();
         anon.flush_range(0, 8192).unwrap();
         assert!(matches!(anon.flush_range(8000, 200), Err(FabricError::OutOfRange { offset: 8000, len: 200, .. })));
