@@ -1,6 +1,14 @@
-//! The cluster (being assembled from its parts): configuration, versions, rendezvous.
+//! The cluster (being assembled from its parts): configuration, versions, rendezvous,
+//! and the on-file formats of fragment logs, stores and outcome tables.
 
 pub mod config;
+pub mod entry;
+mod file;
 pub mod hello;
 pub mod hlc;
+pub mod limits;
+pub mod log;
+pub mod outcome;
+pub mod record;
 pub mod rendezvous;
+pub mod store;

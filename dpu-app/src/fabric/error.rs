@@ -16,6 +16,16 @@ pub enum FabricError {
         /// Cause.
         source: io::Error,
     },
+    /// Writing a file mapping back to its file failed (`msync`).
+    #[error("flushing bytes {offset}+{len} of a file mapping failed: {source}; check the disk and the file system")]
+    Flush {
+        /// Start of the span, bytes from the region start.
+        offset: u64,
+        /// Length of the span.
+        len: u64,
+        /// Cause.
+        source: io::Error,
+    },
     /// A range does not lie inside its memory region.
     #[error("range {offset}+{len} lies outside a region of {region_len} bytes; pass a range inside the region")]
     OutOfRange {

@@ -7,7 +7,9 @@
 //! touched concurrently is the protocol's business, as it is with hardware: a buffer posted
 //! to the NIC belongs to the in-flight table until its completion, and remote peers write
 //! only where the protocol lets them. Atomics go through `AtomicU64` on aligned words, so
-//! they are atomic against each other.
+//! they are atomic against each other. A file mapping can be flushed to its file
+//! ([`Memory::flush_range`]) for durability against power loss; a process crash needs no
+//! flush, the page cache keeps every store.
 #![allow(unsafe_code)]
 
 use std::any::Any;
@@ -24,8 +26,21 @@ use super::error::{FabricError, Result};
 pub struct Memory {
     ptr: NonNull<u8>,
     len: usize,
-    /// Keeps the mapping alive; dropped (unmapped) with the `Memory`.
-    _owner: Box<dyn Any + Send + Sync>,
+    backing: Backing,
+    /// Keeps the mapping alive; dropped (unmapped) with the `Memory`. A `MmapMut` for
+    /// [`Backing::Anonymous`] and [`Backing::File`].
+    owner: Box<dyn Any + Send + Sync>,
+}
+
+/// What lies behind a [`Memory`]: decides what [`Memory::flush_range`] does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Backing {
+    /// Anonymous pages: nothing to flush.
+    Anonymous,
+    /// A shared mapping of a file: flushed with `msync`.
+    File,
+    /// Mapped by someone else ([`Memory::from_raw`]): its owner flushes it.
+    Foreign,
 }
 
 // SAFETY: `Memory` is a pointer to a mapping it keeps alive; all access goes through the
@@ -45,7 +60,7 @@ impl Memory {
     pub fn anonymous(len: usize) -> Result<Self> {
         check_len(len)?;
         let map = MmapOptions::new().len(len.max(1)).map_anon().map_err(|source| FabricError::Map { len, source })?;
-        Ok(Self::from_mmap(map, len))
+        Ok(Self::from_mmap(map, len, Backing::Anonymous))
     }
 
     /// A shared, writable mapping of `len` bytes of `file` from `offset` (a multiple of the
@@ -57,12 +72,12 @@ impl Memory {
         // is the same as a peer writing by RDMA.
         let map = unsafe { MmapOptions::new().offset(offset).len(len).map_mut(file) }
             .map_err(|source| FabricError::Map { len, source })?;
-        Ok(Self::from_mmap(map, len))
+        Ok(Self::from_mmap(map, len, Backing::File))
     }
 
-    fn from_mmap(mut map: MmapMut, len: usize) -> Self {
+    fn from_mmap(mut map: MmapMut, len: usize, backing: Backing) -> Self {
         let ptr = NonNull::new(map.as_mut_ptr()).expect("mmap never returns null");
-        Self { ptr, len, _owner: Box::new(map) }
+        Self { ptr, len, backing, owner: Box::new(map) }
     }
 
     /// Memory that someone else mapped (the shared host region, a hugetlbfs mapping).
@@ -73,7 +88,7 @@ impl Memory {
     /// atomics), never through Rust references.
     pub unsafe fn from_raw(ptr: NonNull<u8>, len: usize, owner: Box<dyn Any + Send + Sync>) -> Result<Self> {
         check_len(len)?;
-        Ok(Self { ptr, len, _owner: owner })
+        Ok(Self { ptr, len, backing: Backing::Foreign, owner })
     }
 
     /// Length in bytes.
@@ -129,6 +144,25 @@ impl Memory {
         // SAFETY: both ranges were checked against live mappings; `copy` allows overlap.
         unsafe { std::ptr::copy(self.ptr.as_ptr().add(offset), dst.ptr.as_ptr().add(dst_offset), len) };
         Ok(())
+    }
+
+    /// Writes the bytes `offset..offset + len` of a file mapping back to the file and waits
+    /// for the write (`msync(MS_SYNC)` of the pages covering the span), so they survive a
+    /// power loss, not only a process crash. Anonymous memory has no file: `Ok(())`, as has
+    /// memory mapped by someone else ([`Memory::from_raw`]), which its owner flushes.
+    pub fn flush_range(&self, offset: usize, len: usize) -> Result<()> {
+        self.check(offset, len)?;
+        if self.backing != Backing::File || len == 0 {
+            return Ok(());
+        }
+        let map = self.owner.downcast_ref::<MmapMut>().expect("a file-backed Memory owns its MmapMut");
+        // memmap2 rounds the start down to a page boundary and calls msync(MS_SYNC) on the
+        // span; it forms no reference to the bytes, so DMA semantics hold.
+        map.flush_range(offset, len).map_err(|source| FabricError::Flush {
+            offset: offset as u64,
+            len: len as u64,
+            source,
+        })
     }
 
     fn word(&self, offset: usize) -> Result<&AtomicU64> {
@@ -198,6 +232,30 @@ mod tests {
         assert_eq!(m.load_u64(8).unwrap(), 15);
         assert!(matches!(m.fetch_add(4, 1), Err(FabricError::Misaligned { offset: 4, .. })));
         assert!(m.fetch_add(60, 1).is_err());
+    }
+
+    #[test]
+    fn flush_range_checks_bounds_and_succeeds_on_file_mappings() {
+        let anon = Memory::anonymous(8192).unwrap();
+        anon.flush_range(0, 8192).unwrap();
+        assert!(matches!(anon.flush_range(8000, 200), Err(FabricError::OutOfRange { offset: 8000, len: 200, .. })));
+
+        let path = std::env::temp_dir().join(format!("prescient-fabric-flush-{}", std::process::id()));
+        let file = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path).unwrap();
+        file.set_len(3 * 4096).unwrap();
+        // Mapped from a page offset, so the mapping's first byte is the file's byte 4096.
+        let m = Memory::map_file(&file, 4096, 2 * 4096).unwrap();
+        m.write(4100, b"durable").unwrap();
+        // A span that starts inside a page and crosses into the next.
+        m.flush_range(4100, 7).unwrap();
+        m.flush_range(10, 8000).unwrap();
+        m.flush_range(8192, 0).unwrap();
+        assert!(m.flush_range(8190, 3).is_err());
+        assert!(m.flush_range(usize::MAX, 2).is_err());
+        drop(m);
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(&bytes[4096 + 4100..4096 + 4107], b"durable");
     }
 
     #[test]
