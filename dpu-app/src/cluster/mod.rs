@@ -3,7 +3,7 @@
 
 pub mod config;
 pub mod entry;
-mod file;
+pub mod file;
 pub mod hello;
 pub mod hlc;
 pub mod limits;
