@@ -10,6 +10,7 @@
 //!
 //! Module map, bottom up: [`config`] (every limit), [`layout`] (offsets), [`region`]
 //! (the mapping), [`descriptor`] / [`completion`] / [`status`] (formats),
+//! [`directory`] (the cache-directory word and its rules),
 //! [`ring`] (the SPSC protocol), [`queue`] (a queue pair in the region),
 //! [`arena`] / [`buffer`] (buffer ownership), [`liveness`] (heartbeats),
 //! [`host`] (the API), [`ffi`] (the C ABI).
@@ -20,6 +21,7 @@ pub mod buffer;
 pub mod completion;
 pub mod config;
 pub mod descriptor;
+pub mod directory;
 pub mod error;
 pub mod ffi;
 pub mod host;
@@ -34,6 +36,7 @@ pub mod sys;
 pub use buffer::Buffer;
 pub use completion::Completion;
 pub use descriptor::{OpCode, Sla};
+pub use directory::{ReadCheck, ReadGuard, ReadSla, RefillToken, SlotState, SlotWord};
 pub use error::ShimError;
 pub use host::{Host, HostOptions, QueuePair};
 pub use layout::RegionConfig;
