@@ -27,6 +27,7 @@ use crate::config::*;
 use crate::descriptor::{ArenaShape, Descriptor, OpCode, Sla};
 use crate::directory::{self, ReadCheck, ReadGuard, ReadSla, RefillToken, SlotWord};
 use crate::error::ShimError;
+use crate::get_table::{GetBuffer, GetTable};
 use crate::layout::{header, RegionConfig};
 use crate::liveness::{Beater, Watch};
 use crate::queue::{Completions, FenceReason, QueueWords, Submissions};
@@ -179,6 +180,7 @@ impl Host {
             sq: Producer::new(words.submissions()),
             cq: Consumer::new(words.completions()),
             dpu: Watch::new(self.region.u64_at(header::DPU_HEARTBEAT), self.options.dpu_timeout, now),
+            gets: GetTable::new(self.config().ring_entries),
             host: self.clone(),
             words,
             in_flight: 0,
@@ -419,6 +421,8 @@ pub struct QueuePair {
     cq: Consumer<Completions>,
     dpu: Watch,
     in_flight: u32,
+    /// The buffers of GETs whose value the host has not taken.
+    gets: GetTable,
 }
 
 impl std::fmt::Debug for QueuePair {
@@ -493,6 +497,65 @@ impl QueuePair {
     /// Queues a DELETE of `key`, carried in `buf`, without publishing it.
     pub fn push_delete(&mut self, key: &[u8], buf: Buffer, user_data: u64) -> Result<(), (ShimError, Buffer)> {
         self.push_with_buffer(OpCode::Delete, key, buf, 0, Sla::Stale, user_data)
+    }
+
+    /// Queues a GET of `key`, carried in `buf`, without publishing it. The DPU app
+    /// reads the value into `buf` at [`VALUE_OFFSET`] and completes with the value's
+    /// length in `detail` and its version in `version`; the buffer comes back with
+    /// [`QueuePair::take_value`]. `sla` says how the DPU app resolves a value whose
+    /// last write is still being decided: `Stale` gives the newest committed value it
+    /// can prove, `Fresh` fails rather than risk an older one.
+    ///
+    /// Fails with [`ShimError::RingFull`] (handing the buffer back) while the GET
+    /// submitted `ring_entries` requests earlier has not completed yet: its table
+    /// entry, keyed by submission index, is still taken.
+    pub fn push_get(&mut self, key: &[u8], buf: Buffer, sla: Sla, user_data: u64) -> Result<(), (ShimError, Buffer)> {
+        let sq_index = self.sq.tail();
+        if !self.gets.can_record(sq_index) {
+            return Err((ShimError::RingFull { qp: self.index(), depth: self.host.config().ring_entries }, buf));
+        }
+        let got = GetBuffer { index: buf.index(), generation: buf.generation() };
+        self.push_with_buffer(OpCode::Get, key, buf, 0, sla, user_data)?;
+        if let Some(abandoned) = self.gets.record(sq_index, got) {
+            Self::free_get_buffer(&self.host.region, abandoned);
+        }
+        Ok(())
+    }
+
+    /// Hands back the buffer of a GET completion `c`, whatever its status: the value
+    /// is valid only when the status is `Ok`, and is then
+    /// `buf.value()[..c.detail as usize]` (`buf.value().get(..c.detail as usize)` is
+    /// `None` rather than a panic if a broken DPU app reports more bytes than the
+    /// buffer holds). None for a completion of any other request,
+    /// for a second call, or if the buffer's ownership word does not say the host holds
+    /// it (a DPU app that broke the protocol; the buffer is then left to it).
+    ///
+    /// Take the value before submitting `ring_entries` more requests on this queue
+    /// pair: a GET whose value is never taken keeps its buffer until its table entry is
+    /// reused by a later GET or the queue pair drops, and then the buffer is freed.
+    pub fn take_value(&mut self, c: &Completion) -> Option<Buffer> {
+        let got = self.gets.take(c.sq_index)?;
+        let region = &self.host.region;
+        let cell = region.u32_at(region.layout().buffer_state(got.index));
+        // A DPU app hands a GET's buffer back `Host`; one that refused the descriptor
+        // before accepting it left it `Submitted`, and the completion says it is done
+        // with it. The Host -> Host move checks the word and acquires the DPU app's
+        // writes of the value.
+        let held = arena::transition(cell, got.generation, BufferState::Host, BufferState::Host).is_ok()
+            || arena::transition(cell, got.generation, BufferState::Submitted, BufferState::Host).is_ok();
+        held.then(|| Buffer::new(region.clone(), got.index, got.generation))
+    }
+
+    /// Frees the buffer of a completed GET whose value the host never took.
+    fn free_get_buffer(region: &Region, got: GetBuffer) {
+        let cell = region.u32_at(region.layout().buffer_state(got.index));
+        // As in `take_value`: `Host` normally, `Submitted` if the DPU app refused it. A
+        // word in any other state is not the host's to free.
+        for from in [BufferState::Host, BufferState::Submitted] {
+            if arena::transition(cell, got.generation, from, BufferState::Free).is_ok() {
+                return;
+            }
+        }
     }
 
     fn push_with_buffer(
@@ -612,6 +675,17 @@ impl QueuePair {
         Ok(())
     }
 
+    /// GET and publish at once. Fails, handing the buffer back, if the DPU app is not
+    /// responding. See [`QueuePair::push_get`].
+    pub fn get(&mut self, key: &[u8], buf: Buffer, sla: Sla, user_data: u64) -> Result<(), (ShimError, Buffer)> {
+        if let Err(e) = self.check_dpu() {
+            return Err((e, buf));
+        }
+        self.push_get(key, buf, sla, user_data)?;
+        self.publish();
+        Ok(())
+    }
+
     /// DELETE and publish at once. Fails, handing the buffer back, if the DPU app is
     /// not responding.
     pub fn delete(&mut self, key: &[u8], buf: Buffer, user_data: u64) -> Result<(), (ShimError, Buffer)> {
@@ -641,7 +715,9 @@ impl QueuePair {
         while count < max {
             let Some((_, bytes)) = self.cq.pop() else { break };
             self.in_flight -= 1;
-            on(Completion::parse(&bytes));
+            let completion = Completion::parse(&bytes);
+            self.gets.complete(completion.sq_index);
+            on(completion);
             count += 1;
         }
         if count > 0 {
@@ -702,6 +778,12 @@ impl QueuePair {
 
 impl Drop for QueuePair {
     fn drop(&mut self) {
+        // GET buffers whose value was never taken go back to the arena. Those of GETs
+        // still in flight stay with the DPU app, which hands them back `Host`; they
+        // return to the arena when this host detaches or dies.
+        for got in self.gets.drain_completed() {
+            Self::free_get_buffer(&self.host.region, got);
+        }
         self.host.claimed[self.words.index() as usize].store(false, Ordering::Release);
     }
 }
@@ -710,6 +792,7 @@ impl Drop for QueuePair {
 mod tests {
     use super::*;
     use crate::directory::{SlotState, VERSION_MAX};
+    use crate::status::Status;
 
     struct Fixture {
         host: Arc<Host>,
@@ -728,12 +811,14 @@ mod tests {
         let config = RegionConfig {
             queue_pairs: 1,
             ring_entries: 8,
-            host_buffers: 8,
+            host_buffers: 16,
             dpu_buffers: 0,
             buffer_bytes: 1024,
             directory_slots,
         };
-        let host = Host::create(&path, config, HostOptions { pin: false, ..HostOptions::default() }).unwrap();
+        // No DPU app beats in these tests: give it all the time in the world.
+        let options = HostOptions { pin: false, dpu_timeout: Duration::from_secs(3600) };
+        let host = Host::create(&path, config, options).unwrap();
         Fixture { host, path }
     }
 
@@ -896,5 +981,208 @@ mod tests {
         let guard = f.host.read_guard(b"k", ReadSla::Fresh { max_wait: Duration::from_secs(20) });
         revoker.join().unwrap();
         assert_eq!(guard, ReadGuard::Miss { token: None });
+    }
+
+    /// The DPU end of queue pair 0, driven by hand: what a DPU app does to a GET.
+    struct FakeDpu {
+        region: Arc<Region>,
+        sq: Consumer<Submissions>,
+        cq: Producer<Completions>,
+    }
+
+    impl FakeDpu {
+        fn new(host: &Host) -> Self {
+            let words = QueueWords::new(host.region.clone(), 0);
+            Self { region: host.region.clone(), sq: Consumer::new(words.submissions()), cq: Producer::new(words.completions()) }
+        }
+
+        /// Takes the next descriptor: its submission index, fields and buffer.
+        fn take(&mut self) -> (u32, Descriptor, u32) {
+            self.sq.refresh().unwrap();
+            let (sq_index, bytes) = self.sq.pop().expect("a descriptor");
+            self.sq.release();
+            let c = self.region.layout().config;
+            let shape = ArenaShape { host_buffers: c.host_buffers, buffer_bytes: c.buffer_bytes };
+            let checked = Descriptor::parse_checked(&bytes, &shape).unwrap();
+            (sq_index, checked.desc, checked.buffer.unwrap())
+        }
+
+        /// Accepts the buffer, writes `value` into it and leaves it in `to`.
+        fn serve(&self, desc: &Descriptor, buffer: u32, value: &[u8], to: BufferState) {
+            let layout = self.region.layout();
+            let cell = self.region.u32_at(layout.buffer_state(buffer));
+            arena::transition(cell, desc.buffer_gen, BufferState::Submitted, BufferState::Dpu).unwrap();
+            self.region.write_bytes(layout.buffer(buffer) + VALUE_OFFSET, value);
+            cell.store(arena::word(desc.buffer_gen, to), Ordering::Release);
+        }
+
+        fn complete(&mut self, sq_index: u32, desc: &Descriptor, status: Status, detail: u32) {
+            let c = Completion {
+                user_data: desc.user_data,
+                status,
+                op: desc.op as u8,
+                sq_index,
+                version: 77,
+                detail,
+                cq_index: self.cq.tail(),
+            };
+            let mut bytes = [0u8; COMPLETION_BYTES];
+            c.emit(&mut bytes);
+            self.cq.refresh().unwrap();
+            assert!(self.cq.push(&bytes));
+            self.cq.publish();
+        }
+
+        /// Serves the next GET with `value` and completes it `Ok`.
+        fn get(&mut self, value: &[u8]) -> u32 {
+            let (sq_index, desc, buffer) = self.take();
+            assert_eq!(desc.op, OpCode::Get);
+            self.serve(&desc, buffer, value, BufferState::Host);
+            self.complete(sq_index, &desc, Status::Ok, value.len() as u32);
+            sq_index
+        }
+    }
+
+    fn completions(qp: &mut QueuePair) -> Vec<Completion> {
+        let mut out = Vec::new();
+        qp.poll(|c| out.push(c)).unwrap();
+        out
+    }
+
+    fn free_buffers(host: &Host) -> usize {
+        let held: Vec<Buffer> = std::iter::from_fn(|| host.take_buffer().ok()).collect();
+        held.len()
+    }
+
+    #[test]
+    fn a_get_brings_its_buffer_back_with_the_value() {
+        let f = fixture("get", 16);
+        let mut qp = f.host.queue_pair(0).unwrap();
+        let mut dpu = FakeDpu::new(&f.host);
+        let buf = f.host.take_buffer().unwrap();
+        let index = buf.index();
+        qp.push_get(b"key-1", buf, Sla::Fresh, 42).map_err(|(e, _)| e).unwrap();
+        qp.flush().unwrap();
+        let (sq_index, desc, buffer) = dpu.take();
+        assert_eq!((desc.op, desc.sla, desc.key_len, desc.value_len, buffer), (OpCode::Get, Sla::Fresh, 5, 0, index));
+        let mut key = [0u8; 5];
+        f.host.region.read_bytes(f.host.region.layout().buffer(buffer), &mut key);
+        assert_eq!(&key, b"key-1", "the buffer carries the key");
+        dpu.serve(&desc, buffer, b"the value", BufferState::Host);
+        dpu.complete(sq_index, &desc, Status::Ok, 9);
+        let got = completions(&mut qp);
+        assert_eq!(got.len(), 1);
+        let c = got[0];
+        assert_eq!((c.user_data, c.status, c.detail, c.version), (42, Status::Ok, 9, 77));
+        let value = qp.take_value(&c).expect("the GET's buffer");
+        assert_eq!(value.index(), index);
+        assert_eq!(&value.value()[..c.detail as usize], b"the value");
+        assert!(qp.take_value(&c).is_none(), "taken once");
+        assert_eq!(free_buffers(&f.host), 15, "the host holds the value's buffer");
+        drop(value);
+        assert_eq!(free_buffers(&f.host), 16);
+    }
+
+    #[test]
+    fn other_completions_carry_no_value() {
+        let f = fixture("get-other", 16);
+        let mut qp = f.host.queue_pair(0).unwrap();
+        let mut dpu = FakeDpu::new(&f.host);
+        let buf = f.host.take_buffer().unwrap();
+        qp.push_put(b"k", buf, 1, Sla::Stale, 1).map_err(|(e, _)| e).unwrap();
+        qp.flush().unwrap();
+        let (sq_index, desc, buffer) = dpu.take();
+        dpu.serve(&desc, buffer, b"", BufferState::Free);
+        dpu.complete(sq_index, &desc, Status::Ok, 0);
+        let c = completions(&mut qp)[0];
+        assert!(qp.take_value(&c).is_none(), "a PUT");
+        // A completion the host made up names a GET that is still in the DPU app.
+        let buf = f.host.take_buffer().unwrap();
+        qp.push_get(b"k", buf, Sla::Stale, 2).map_err(|(e, _)| e).unwrap();
+        qp.flush().unwrap();
+        assert!(qp.take_value(&Completion { sq_index: 1, ..c }).is_none(), "not completed yet");
+        assert_eq!(dpu.get(b"v"), 1);
+        let c = completions(&mut qp)[0];
+        assert!(qp.take_value(&c).is_some());
+    }
+
+    #[test]
+    fn a_refused_get_still_brings_its_buffer_back_and_a_hostile_one_does_not() {
+        let f = fixture("get-refused", 16);
+        let mut qp = f.host.queue_pair(0).unwrap();
+        let mut dpu = FakeDpu::new(&f.host);
+        for tag in 0..2 {
+            let buf = f.host.take_buffer().unwrap();
+            qp.push_get(b"k", buf, Sla::Stale, tag).map_err(|(e, _)| e).unwrap();
+        }
+        qp.flush().unwrap();
+        // Refused before it was accepted: the buffer is still `Submitted`.
+        let (i0, d0, _) = dpu.take();
+        dpu.complete(i0, &d0, Status::Unsupported, 0);
+        // A broken DPU app completes a GET but keeps the buffer.
+        let (i1, d1, b1) = dpu.take();
+        dpu.serve(&d1, b1, b"x", BufferState::Dpu);
+        dpu.complete(i1, &d1, Status::Ok, 1);
+        let got = completions(&mut qp);
+        assert_eq!(got[0].status, Status::Unsupported);
+        assert!(qp.take_value(&got[0]).is_some(), "the refused GET's buffer is the host's again");
+        assert!(qp.take_value(&got[1]).is_none(), "the buffer is not the host's to take");
+        assert_eq!(free_buffers(&f.host), 15, "only the broken DPU app's buffer is missing");
+    }
+
+    #[test]
+    fn a_get_is_refused_while_its_table_slot_is_in_flight() {
+        let f = fixture("get-slot", 16);
+        let mut qp = f.host.queue_pair(0).unwrap();
+        let mut dpu = FakeDpu::new(&f.host);
+        let buf = f.host.take_buffer().unwrap();
+        qp.push_get(b"slow", buf, Sla::Stale, 0).map_err(|(e, _)| e).unwrap();
+        for tag in 1..8 {
+            qp.push_nop(tag).unwrap();
+        }
+        qp.flush().unwrap();
+        // The DPU app takes all eight, holds the GET and completes the rest.
+        let (slow_index, slow, slow_buf) = dpu.take();
+        for _ in 1..8 {
+            dpu.sq.refresh().unwrap();
+            let (i, bytes) = dpu.sq.pop().unwrap();
+            dpu.sq.release();
+            let nop = Descriptor { op: OpCode::Nop, user_data: u64::from_le_bytes(bytes[24..32].try_into().unwrap()), ..slow };
+            dpu.complete(i, &nop, Status::Ok, 0);
+        }
+        assert_eq!(completions(&mut qp).len(), 7);
+        // Submission index 8 reuses the GET's table slot: refused, the buffer comes back.
+        let buf = f.host.take_buffer().unwrap();
+        let (err, buf) = qp.push_get(b"next", buf, Sla::Stale, 8).unwrap_err();
+        assert!(matches!(err, ShimError::RingFull { .. }), "{err}");
+        dpu.serve(&slow, slow_buf, b"late", BufferState::Host);
+        dpu.complete(slow_index, &slow, Status::Ok, 4);
+        let c = completions(&mut qp)[0];
+        qp.push_get(b"next", buf, Sla::Stale, 8).map_err(|(e, _)| e).unwrap();
+        // The slot was reused, so the untaken value's buffer went back to the arena.
+        assert!(qp.take_value(&c).is_none());
+        assert_eq!(free_buffers(&f.host), 15, "only the new GET's buffer is out");
+    }
+
+    #[test]
+    fn untaken_values_go_back_to_the_arena() {
+        let f = fixture("get-untaken", 16);
+        let mut qp = f.host.queue_pair(0).unwrap();
+        let mut dpu = FakeDpu::new(&f.host);
+        for round in 0..2u64 {
+            for tag in 0..8 {
+                let buf = f.host.take_buffer().unwrap();
+                qp.push_get(b"k", buf, Sla::Stale, round * 8 + tag).map_err(|(e, _)| e).unwrap();
+            }
+            qp.flush().unwrap();
+            for _ in 0..8 {
+                dpu.get(b"v");
+            }
+            assert_eq!(completions(&mut qp).len(), 8);
+            // Round 1 reused every slot of round 0 and freed its buffers.
+            assert_eq!(free_buffers(&f.host), 8, "round {round}");
+        }
+        drop(qp);
+        assert_eq!(free_buffers(&f.host), 16, "the queue pair frees what was never taken");
     }
 }

@@ -4,7 +4,7 @@
 //! A key-value store links this crate (from Rust, or from C/C++ through the C ABI in
 //! [`ffi`] and the generated `prescient.h`). It creates one shared region per process,
 //! takes [`Buffer`]s from the region's pinned arena, serialises values straight into
-//! them and submits PUT/DELETE requests on one [`QueuePair`] per thread. The DPU app
+//! them and submits PUT/DELETE/GET requests on one [`QueuePair`] per thread. The DPU app
 //! (`prescient-dpu`) maps the same region, consumes the descriptors and posts
 //! completions; no value byte is copied on the way.
 //!
@@ -24,6 +24,7 @@ pub mod descriptor;
 pub mod directory;
 pub mod error;
 pub mod ffi;
+mod get_table;
 pub mod host;
 pub mod layout;
 pub mod liveness;
