@@ -520,7 +520,8 @@ mod tests {
 
     /// A word a reader takes a refill token from: `Invalid` or `Reserved`.
     fn miss_word() -> impl Strategy<Value = u64> {
-        (2..4u64, prop_oneof![0..2u64, 0..64u64], version()).prop_map(|(s, w, v)| s << 62 | w << 56 | v.min(VERSION_MAX))
+        (2..4u64, prop_oneof![0..2u64, 0..64u64], version())
+            .prop_map(|(s, w, v)| s << 62 | w << 56 | v.min(VERSION_MAX))
     }
 
     fn word() -> impl Strategy<Value = u64> {

@@ -993,7 +993,11 @@ mod tests {
     impl FakeDpu {
         fn new(host: &Host) -> Self {
             let words = QueueWords::new(host.region.clone(), 0);
-            Self { region: host.region.clone(), sq: Consumer::new(words.submissions()), cq: Producer::new(words.completions()) }
+            Self {
+                region: host.region.clone(),
+                sq: Consumer::new(words.submissions()),
+                cq: Producer::new(words.completions()),
+            }
         }
 
         /// Takes the next descriptor: its submission index, fields and buffer.
@@ -1147,7 +1151,11 @@ mod tests {
             dpu.sq.refresh().unwrap();
             let (i, bytes) = dpu.sq.pop().unwrap();
             dpu.sq.release();
-            let nop = Descriptor { op: OpCode::Nop, user_data: u64::from_le_bytes(bytes[24..32].try_into().unwrap()), ..slow };
+            let nop = Descriptor {
+                op: OpCode::Nop,
+                user_data: u64::from_le_bytes(bytes[24..32].try_into().unwrap()),
+                ..slow
+            };
             dpu.complete(i, &nop, Status::Ok, 0);
         }
         assert_eq!(completions(&mut qp).len(), 7);
