@@ -83,7 +83,6 @@ fn requests_survive_a_dpu_crash_completed_or_failed_exactly_once() {
         qp.wait(Duration::from_secs(30), |c| batch.push(c)).expect("completions after restart");
         record(&mut qp, batch);
     }
-    drop(record);
     assert_eq!(outcomes.len(), submitted as usize);
     assert_eq!(values, (0..submitted).filter(|t| is_get(*t)).count(), "every GET's buffer came back");
     let failed = outcomes.values().filter(|s| **s == Status::DpuRestarted).count();
