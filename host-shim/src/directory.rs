@@ -27,8 +27,8 @@
 //! - A slot whose version saturated at [`VERSION_MAX`] can never be refilled: it stays
 //!   a miss, which is always safe.
 //! - A `Reserved` word is never written by these rules; a reader treats it as
-//!   `Invalid` without refilling it, and the next commit, revoke or rollback repairs it
-//!   forward to `Invalid`.
+//!   `Invalid` without refilling it, and the next mark, commit or revoke moves it
+//!   forward (to `Pending`, `Invalid`, `Invalid`).
 //! - Any 64-bit word decodes; hostile peers can write anything into the directory
 //!   and nothing here panics on it.
 //!
