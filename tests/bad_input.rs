@@ -1,7 +1,8 @@
 //! A buggy or hostile host against a real `prescient-dpu` process: every malformed
 //! descriptor gets an error completion that names the problem, a ring index moved
 //! backwards or past capacity fences only that queue pair, and the DPU app keeps
-//! serving the others.
+//! serving the others. A GET, which this DPU app does not serve yet, is refused as
+//! unsupported and its buffer comes back to the host.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -164,4 +165,48 @@ fn ring_indices_moved_backwards_or_past_capacity_fence_only_that_queue_pair() {
     assert_eq!(complete_all(&mut q2)[0].status, Status::Ok);
     let (_, stdout, _) = dpu.stop();
     assert!(stdout.contains("fenced 2 queue pairs"), "{stdout}");
+}
+
+#[test]
+fn a_get_is_unsupported_and_its_buffer_comes_back() {
+    let (_region, host, dpu) = host_and_dpu("get", config(), &[]);
+    let mut qp = host.queue_pair(0).unwrap();
+    let buf = host.take_buffer().unwrap();
+    let (index, generation) = (buf.index(), buf.generation());
+    qp.get(b"some-key", buf, Sla::Fresh, 7).map_err(|(e, _)| e).unwrap();
+    // In flight, the buffer is not the host's to free.
+    assert!(matches!(host.free_raw(index, generation), Err(ShimError::BufferState { .. })));
+    let got = complete_all(&mut qp);
+    assert_eq!(got.len(), 1);
+    let c = got[0];
+    assert_eq!((c.user_data, c.status, c.op), (7, Status::Unsupported, OpCode::Get as u8));
+    assert!(c.status.describe().contains("does not serve"), "{}", c.status);
+    let back = qp.take_value(&c).expect("the GET's buffer comes back");
+    assert_eq!((back.index(), back.generation()), (index, generation));
+    assert!(qp.take_value(&c).is_none(), "once");
+    // The buffer is the host's again: it can carry a PUT.
+    let mut back = back;
+    back.value_mut()[..2].copy_from_slice(b"ok");
+    qp.put(b"some-key", back, 2, Sla::Stale, 8).map_err(|(e, _)| e).unwrap();
+    assert_eq!(complete_all(&mut qp)[0].status, Status::Ok);
+
+    // A raw GET that names a value length is refused like any bad descriptor.
+    let shape = ArenaShape { host_buffers: 32, buffer_bytes: 4096 };
+    let raw = Descriptor {
+        op: OpCode::Get,
+        sla: Sla::Stale,
+        key_len: 3,
+        value_offset: shape.value_offset(5),
+        value_len: 10,
+        buffer_gen: 1,
+        user_data: 9,
+        wait_us: 0,
+    };
+    let mut bytes = [0u8; DESCRIPTOR_BYTES];
+    raw.emit(&mut bytes);
+    qp.push_raw(&bytes).unwrap();
+    qp.flush().unwrap();
+    assert_eq!(complete_all(&mut qp)[0].status, Status::BadValueLength);
+    let (_, stdout, _) = dpu.stop();
+    assert!(stdout.contains("1 x this DPU app does not serve this op"), "{stdout}");
 }

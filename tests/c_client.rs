@@ -1,12 +1,13 @@
 //! A C client, built by the root build.rs against the generated `prescient.h`, does
-//! real PUTs through the shim against a real `prescient-dpu` process.
+//! real PUTs and a GET through the shim against a real `prescient-dpu` process, and
+//! reads the fresh region's cache directory.
 
 use std::time::Duration;
 
 use prescient::{run_c_client, wait_until, DpuProcess, TempRegion};
 
 #[test]
-fn c_client_puts_through_the_shim_and_sees_every_completion_once() {
+fn c_client_puts_and_gets_through_the_shim_and_sees_every_completion_once() {
     let region = TempRegion::new("c-client");
     let ready = TempRegion::new("c-client-ready");
     let (region_path, ready_path) = (region.0.clone(), ready.0.clone());
@@ -17,5 +18,7 @@ fn c_client_puts_through_the_shim_and_sees_every_completion_once() {
     let (clean, stdout, stderr) = dpu.stop();
     assert_eq!(rc, 0, "C client failed at line {}; DPU stderr:\n{stderr}", -rc);
     assert!(clean, "prescient-dpu exited uncleanly: {stderr}");
-    assert!(stdout.contains("completed 500 requests (500 ok)"), "{stdout}");
+    // The 500 PUTs, and the GET this DPU app does not serve yet.
+    assert!(stdout.contains("completed 501 requests (500 ok)"), "{stdout}");
+    assert!(stdout.contains("1 x this DPU app does not serve this op"), "{stdout}");
 }

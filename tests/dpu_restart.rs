@@ -1,13 +1,14 @@
 //! The DPU app killed with requests in its pipeline: host calls fail with "DPU app
 //! not responding" within the host's timeout, and a restarted DPU app completes or
-//! fails every submitted request, exactly once.
+//! fails every submitted request, exactly once, and hands every GET's buffer back to
+//! the host.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use prescient::{host_and_dpu, DpuProcess};
-use prescient_shim::{HostOptions, RegionConfig, ShimError, Sla, Status};
+use prescient_shim::{Completion, HostOptions, RegionConfig, ShimError, Sla, Status};
 
 #[test]
 fn requests_survive_a_dpu_crash_completed_or_failed_exactly_once() {
@@ -27,10 +28,17 @@ fn requests_survive_a_dpu_crash_completed_or_failed_exactly_once() {
     let host = prescient_shim::Host::attach(&region.0, options).unwrap();
     let mut qp = host.queue_pair(0).unwrap();
     let submitted = 40u64;
+    // Every fifth request is a GET: a crash must hand its buffer back to the host.
+    let is_get = |tag: u64| tag % 5 == 4;
     for tag in 0..submitted {
         let mut buf = host.take_buffer().unwrap();
-        buf.value_mut()[..8].copy_from_slice(&tag.to_le_bytes());
-        qp.push_put(format!("key-{tag}").as_bytes(), buf, 8, Sla::Fresh, tag).map_err(|(e, _)| e).unwrap();
+        let key = format!("key-{tag}");
+        if is_get(tag) {
+            qp.push_get(key.as_bytes(), buf, Sla::Fresh, tag).map_err(|(e, _)| e).unwrap();
+        } else {
+            buf.value_mut()[..8].copy_from_slice(&tag.to_le_bytes());
+            qp.push_put(key.as_bytes(), buf, 8, Sla::Fresh, tag).map_err(|(e, _)| e).unwrap();
+        }
     }
     qp.flush().unwrap();
     // Kill it once it has taken a batch into the pipeline but not finished it.
@@ -41,11 +49,23 @@ fn requests_survive_a_dpu_crash_completed_or_failed_exactly_once() {
     dpu.kill9();
 
     let mut outcomes: HashMap<u64, Status> = HashMap::new();
+    let mut values = 0;
+    // Records a batch of completions; every GET's buffer must come back.
+    let mut record = |qp: &mut prescient_shim::QueuePair, batch: Vec<Completion>| {
+        for c in batch {
+            assert!(outcomes.insert(c.user_data, c.status).is_none(), "duplicate {c:?}");
+            let back = qp.take_value(&c);
+            assert_eq!(back.is_some(), is_get(c.user_data), "{c:?}");
+            values += usize::from(back.is_some());
+        }
+    };
     // Host calls now fail with a clear error (after draining what was completed).
     let err = loop {
-        match qp.wait(Duration::from_secs(30), |c| assert!(outcomes.insert(c.user_data, c.status).is_none())) {
-            Ok(_) => continue,
-            Err(e) => break e,
+        let mut batch = Vec::new();
+        let result = qp.wait(Duration::from_secs(30), |c| batch.push(c));
+        record(&mut qp, batch);
+        if let Err(e) = result {
+            break e;
         }
     };
     assert!(matches!(err, ShimError::DpuNotResponding { .. }), "{err}");
@@ -58,18 +78,21 @@ fn requests_survive_a_dpu_crash_completed_or_failed_exactly_once() {
     // A restarted DPU app finishes the job.
     let _dpu = DpuProcess::serve(&[&region.0], &[]);
     host.wait_for_dpu(Duration::from_secs(20)).expect("the restarted DPU app serves");
-    while outcomes.len() < submitted as usize {
-        qp.wait(Duration::from_secs(30), |c| {
-            assert!(outcomes.insert(c.user_data, c.status).is_none(), "duplicate {c:?}")
-        })
-        .expect("completions after restart");
+    while qp.in_flight() > 0 {
+        let mut batch = Vec::new();
+        qp.wait(Duration::from_secs(30), |c| batch.push(c)).expect("completions after restart");
+        record(&mut qp, batch);
     }
-    assert_eq!(qp.in_flight(), 0);
     assert_eq!(outcomes.len(), submitted as usize);
+    assert_eq!(values, (0..submitted).filter(|t| is_get(*t)).count(), "every GET's buffer came back");
     let failed = outcomes.values().filter(|s| **s == Status::DpuRestarted).count();
     let ok = outcomes.values().filter(|s| **s == Status::Ok).count();
-    assert_eq!(ok + failed, submitted as usize, "{outcomes:?}");
+    let unsupported = outcomes.values().filter(|s| **s == Status::Unsupported).count();
+    assert_eq!(ok + failed + unsupported, submitted as usize, "{outcomes:?}");
     assert!(failed >= 1, "the crash caught requests in the pipeline: {outcomes:?}");
+    for (tag, status) in &outcomes {
+        assert!(is_get(*tag) || *status != Status::Unsupported, "request {tag}: {status:?}");
+    }
     // Every buffer is back in the arena.
     let all: Vec<_> = (0..128).map(|_| host.take_buffer().unwrap()).collect();
     assert_eq!(all.len(), 128);

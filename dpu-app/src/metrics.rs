@@ -9,8 +9,8 @@ pub struct Metrics {
     pub completed: u64,
     /// Completed with `Status::Ok`.
     pub ok: u64,
-    /// Error completions, by status code.
-    pub errors: [u64; 16],
+    /// Error completions, by status code (codes at or above the last bucket share it).
+    pub errors: [u64; 32],
     /// Requests a stage failed.
     pub stage_failures: u64,
     /// Queue pairs fenced off.

@@ -2,7 +2,9 @@
 //! pipeline, post completions.
 //!
 //! The host is untrusted. Each descriptor is copied out of the ring once and checked
-//! on the copy; a bad field becomes an error completion for that request alone. A ring
+//! on the copy; a bad field becomes an error completion for that request alone. A GET
+//! completes at once with `Unsupported` (this DPU app serves no reads yet), its buffer
+//! handed back to the host as every GET's is. A ring
 //! index that moves backwards or past capacity fences this queue pair off (the host
 //! sees why in the fence word) while every other queue pair keeps being served.
 
@@ -185,6 +187,13 @@ fn run_one(
         inflight.remove(buffer);
         tracing::warn!(sq_index, buffer, found, "buffer not submitted");
         return fail(Status::BufferNotSubmitted, desc.user_data, found.into());
+    }
+    if desc.op == OpCode::Get {
+        // No read path yet. A GET's buffer goes back to the host, not to the arena
+        // (the host takes it back with the completion): Release, as below.
+        cell.store(arena::word(desc.buffer_gen, BufferState::Host), Ordering::Release);
+        inflight.remove(buffer);
+        return fail(Status::Unsupported, desc.user_data, 0);
     }
     let buffer_offset = region.layout().buffer(buffer);
     let mut key = [0u8; KEY_BYTES_MAX];

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use prescient_shim::arena::{self, BufferState};
 use prescient_shim::completion::Completion;
 use prescient_shim::config::COMPLETION_BYTES;
-use prescient_shim::descriptor::{ArenaShape, Checked, Descriptor};
+use prescient_shim::descriptor::{ArenaShape, Checked, Descriptor, OpCode};
 use prescient_shim::host::process_alive;
 use prescient_shim::layout::header;
 use prescient_shim::liveness::Watch;
@@ -121,12 +121,14 @@ impl RegionServer {
                 }
                 let bytes = submissions.read_slot(index & (entries - 1));
                 let user_data = u64::from_le_bytes(bytes[24..32].try_into().expect("8 bytes"));
-                // Its buffer goes back to the arena, whether the predecessor had
-                // accepted it (Dpu) or not yet (Submitted).
+                // Its buffer goes back, whether the predecessor had accepted it (Dpu)
+                // or not yet (Submitted): a GET's to the host, which takes it back with
+                // the completion, any other to the arena.
                 if let Ok(Checked { desc, buffer: Some(buffer) }) = Descriptor::parse_checked(&bytes, &shape) {
                     let cell = self.region.u32_at(self.region.layout().buffer_state(buffer));
+                    let to = if desc.op == OpCode::Get { BufferState::Host } else { BufferState::Free };
                     for from in [BufferState::Dpu, BufferState::Submitted] {
-                        if arena::transition(cell, desc.buffer_gen, from, BufferState::Free).is_ok() {
+                        if arena::transition(cell, desc.buffer_gen, from, to).is_ok() {
                             metrics.buffers_reclaimed += 1;
                         }
                     }

@@ -2,7 +2,7 @@
 
 use std::process::Command;
 
-use prescient_shim::layout::header;
+use prescient_shim::layout::{header, LAYOUT_VERSION};
 use prescient_shim::{Host, HostOptions, RegionConfig};
 
 fn dpu() -> Command {
@@ -33,15 +33,16 @@ fn a_region_of_another_layout_version_is_refused_by_name() {
     host.region().u32_at(header::LAYOUT_VERSION).store(7, std::sync::atomic::Ordering::Release);
     let err = stderr_of(dpu().args(["serve", "--emulate", "--no-pin", "--region"]).arg(&path));
     std::fs::remove_file(&path).unwrap();
-    assert!(err.contains("layout version 7") && err.contains("speaks version 1"), "{err}");
+    let speaks = format!("speaks version {LAYOUT_VERSION}");
+    assert!(err.contains("layout version 7") && err.contains(&speaks), "{err}");
 
     // The host side refuses it the same way.
     let _ = std::fs::remove_file(&path);
     let host = Host::create(&path, RegionConfig::default(), HostOptions { pin: false, ..Default::default() }).unwrap();
-    host.region().u32_at(header::LAYOUT_VERSION).store(2, std::sync::atomic::Ordering::Release);
+    host.region().u32_at(header::LAYOUT_VERSION).store(LAYOUT_VERSION + 1, std::sync::atomic::Ordering::Release);
     let err = Host::attach(&path, HostOptions { pin: false, ..Default::default() }).unwrap_err().to_string();
     std::fs::remove_file(&path).unwrap();
-    assert!(err.contains("layout version 2"), "{err}");
+    assert!(err.contains(&format!("layout version {}", LAYOUT_VERSION + 1)), "{err}");
 }
 
 #[test]

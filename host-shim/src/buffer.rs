@@ -62,6 +62,16 @@ impl Buffer {
         self.region().layout().config.buffer_bytes as usize - VALUE_OFFSET - TAILROOM_BYTES
     }
 
+    /// The value area: after a GET, the value the DPU app read (see
+    /// `QueuePair::take_value`).
+    pub fn value(&self) -> &[u8] {
+        let region = self.region();
+        let offset = region.layout().buffer(self.index) + VALUE_OFFSET;
+        // SAFETY: as in `value_mut`: this handle holds the buffer, and the shared
+        // borrow of `self` excludes a `value_mut` view for the slice's life.
+        unsafe { region.bytes_mut(offset, self.capacity()) }
+    }
+
     /// The value area, to serialise the value straight into.
     pub fn value_mut(&mut self) -> &mut [u8] {
         let region = self.region();

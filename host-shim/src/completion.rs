@@ -4,6 +4,13 @@
 //!  0 user_data u64   8 status u16   10 op u8   11 reserved u8   12 sq_index u32
 //! 16 version u64    24 detail u32  28 cq_index u32
 //! ```
+//! For a GET that completed `Ok`, `detail` is the value's length and `version` the
+//! value's version; the value is at [`crate::config::VALUE_OFFSET`] in the GET's
+//! buffer, which the DPU app leaves held by the host (`Host`, same generation) instead
+//! of freeing it, whatever the status (the host takes it back with
+//! `QueuePair::take_value`). For `NotDurable`, `detail` is the number of holders the
+//! write reached.
+//!
 //! `sq_index` is the free-running submission index of the request and `cq_index` the
 //! completion ring index the entry was written at: a restarted DPU app uses both to
 //! find which taken requests its predecessor completed (a slot whose `cq_index` is not
@@ -42,9 +49,10 @@ pub struct Completion {
     pub op: u8,
     /// The request's free-running submission index.
     pub sq_index: u32,
-    /// Version assigned to a write (0 if none).
+    /// Version assigned to a write, or of the value a GET read (0 if none).
     pub version: u64,
-    /// For errors, the offending value.
+    /// For errors, the offending value; for a GET that completed `Ok`, the value's
+    /// length.
     pub detail: u32,
     /// Completion ring index the entry was written at (set by the poster).
     pub cq_index: u32,

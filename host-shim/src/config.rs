@@ -53,6 +53,16 @@ pub const FUTEX_SLEEP_US_MAX: u64 = 10_000;
 pub const HEARTBEAT_PERIOD_US: u64 = 5_000;
 /// Default time without a DPU heartbeat after which host calls fail.
 pub const DPU_TIMEOUT_MS_DEFAULT: u64 = 500;
+/// Spins a `Fresh` reader makes on a `Pending` directory slot before it sleeps
+/// between rechecks.
+pub const READ_SPIN_ROUNDS: u32 = 1_000;
+/// One sleep of a `Fresh` reader between rechecks of a `Pending` slot.
+pub const READ_SLEEP_US: u64 = 20;
+/// Longest a `Fresh` reader waits for a `Pending` slot to resolve, whatever it asks
+/// for: a write resolves in microseconds, and one that has not after a second has a
+/// dead writer, which the DPU app clears.
+pub const READ_WAIT_US_MAX: u64 = 1_000_000;
+
 /// Default time without a host heartbeat after which the DPU app reclaims the host's
 /// buffers.
 pub const HOST_TIMEOUT_MS_DEFAULT: u64 = 1_000;
@@ -66,3 +76,4 @@ const _: () =
 const _: () = assert!(BUFFER_BYTES_MIN % 64 == 0);
 const _: () = assert!(HEARTBEAT_PERIOD_US * 10 <= DPU_TIMEOUT_MS_DEFAULT * 1000);
 const _: () = assert!(FUTEX_SLEEP_US_MAX <= HEARTBEAT_PERIOD_US * 2);
+const _: () = assert!(READ_SLEEP_US * 10 <= READ_WAIT_US_MAX);

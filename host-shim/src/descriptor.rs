@@ -10,6 +10,14 @@
 //! The key sits at the start of the value's buffer; the value at
 //! [`crate::config::VALUE_OFFSET`] inside it, so `value_offset` must be exactly
 //! `buffer * buffer_bytes + VALUE_OFFSET` for a host buffer.
+//!
+//! A GET names a host buffer the same way: the buffer carries the key at its start and
+//! receives the value at `VALUE_OFFSET`; its `value_len` must be 0 (the DPU app reports
+//! the value's length in the completion). Its `sla` is the read SLA the DPU app resolves
+//! a value whose last write is still being decided with: `Stale` gives the newest
+//! committed value it can prove, `Fresh` fails rather than risk an older one. On
+//! completion the DPU app leaves a GET's buffer held by the host (`Host`, same
+//! generation), not `Free` (see [`crate::completion`]).
 
 use crate::config::{DESCRIPTOR_BYTES, KEY_BYTES_MAX, TAILROOM_BYTES, VALUE_OFFSET};
 use crate::status::Status;
@@ -51,15 +59,21 @@ pub enum OpCode {
     Put = 1,
     /// Removes the buffer's key.
     Delete = 2,
+    /// Reads the key's value into the buffer; the buffer comes back to the host.
+    Get = 3,
 }
 
-/// The read SLA a write carries for readers of its key on other nodes.
+/// The read SLA. A write carries it for readers of its key on other nodes; a GET
+/// carries it for the DPU app resolving a value whose last write is still being
+/// decided.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Sla {
     /// Readers never wait: they may serve the old value while the write is pending.
+    /// A GET gets the newest committed value the DPU app can prove.
     Stale = 0,
-    /// Readers wait, bounded by `wait_us`, for the write to resolve.
+    /// Readers wait, bounded by `wait_us`, for the write to resolve. A GET fails
+    /// rather than risk an older value.
     Fresh = 1,
 }
 
@@ -110,7 +124,7 @@ impl ArenaShape {
 pub struct Checked {
     /// The fields.
     pub desc: Descriptor,
-    /// The host buffer, for `Put` and `Delete`.
+    /// The host buffer, for `Put`, `Delete` and `Get`.
     pub buffer: Option<u32>,
 }
 
@@ -159,6 +173,7 @@ impl Descriptor {
             0 => OpCode::Nop,
             1 => OpCode::Put,
             2 => OpCode::Delete,
+            3 => OpCode::Get,
             other => return refuse(Status::BadOp, other.into()),
         };
         let sla = match b[field::SLA] {
@@ -195,7 +210,8 @@ impl Descriptor {
         if in_buffer != VALUE_OFFSET as u64 || buffer >= u64::from(arena.host_buffers) {
             return refuse(Status::BadOffset, desc.value_offset);
         }
-        let value_max = if op == OpCode::Delete { 0 } else { arena.value_bytes_max() };
+        // A DELETE carries no value and a GET receives one: both name 0 bytes.
+        let value_max = if op == OpCode::Put { arena.value_bytes_max() } else { 0 };
         if desc.value_len as usize > value_max {
             return refuse(Status::BadValueLength, desc.value_len.into());
         }
@@ -269,6 +285,41 @@ mod tests {
             assert_eq!(refused.status, *status, "case {i}");
             assert_eq!(refused.user_data, 0xdead_beef, "case {i}");
         }
+    }
+
+    fn get() -> Descriptor {
+        Descriptor { op: OpCode::Get, sla: Sla::Stale, value_len: 0, wait_us: 0, ..put() }
+    }
+
+    #[test]
+    fn a_get_names_its_buffer_like_a_put_and_carries_no_value() {
+        let mut b = [0u8; 64];
+        get().emit(&mut b);
+        let mut expected = [0u8; 64];
+        expected[..32].copy_from_slice(&[
+            3, 0, 0, 0, 3, 0, 0, 0, // op GET, sla stale, flags, key_len, reserved
+            0x40, 0x09, 0, 0, 0, 0, 0, 0, // value_offset: buffer 2's value
+            0, 0, 0, 0, 7, 0, 0, 0, // value_len 0, buffer_gen
+            0xef, 0xbe, 0xad, 0xde, 0, 0, 0, 0, // user_data
+        ]);
+        assert_eq!(b, expected);
+        assert_eq!(Descriptor::parse_checked(&b, &ARENA), Ok(Checked { desc: get(), buffer: Some(2) }));
+        let fresh = Descriptor { sla: Sla::Fresh, ..get() };
+        fresh.emit(&mut b);
+        assert_eq!(Descriptor::parse_checked(&b, &ARENA).unwrap().desc, fresh);
+
+        let refused = |d: Descriptor| {
+            let mut b = [0u8; 64];
+            d.emit(&mut b);
+            Descriptor::parse_checked(&b, &ARENA).unwrap_err().status
+        };
+        assert_eq!(refused(Descriptor { value_len: 1, ..get() }), Status::BadValueLength);
+        assert_eq!(refused(Descriptor { key_len: 0, ..get() }), Status::BadKeyLength);
+        assert_eq!(refused(Descriptor { key_len: 257, ..get() }), Status::BadKeyLength);
+        assert_eq!(refused(Descriptor { value_offset: ARENA.value_offset(4), ..get() }), Status::BadOffset);
+        assert_eq!(refused(Descriptor { value_offset: ARENA.value_offset(1) - 1, ..get() }), Status::BadOffset);
+        b[field::OP] = 4;
+        assert_eq!(Descriptor::parse_checked(&b, &ARENA).unwrap_err().status, Status::BadOp);
     }
 
     #[test]

@@ -7,6 +7,12 @@
 //! matching `_free`/`_close`. Buffers cross as `(index, generation)` pairs and are
 //! checked against the region's ownership words on every call, so a stale, forged or
 //! doubly submitted buffer is an error, not corruption.
+//!
+//! Reads through the cache directory: `prescient_check_read` decides whether a key may
+//! be served from the KV store's cache; on a miss the store GETs the value
+//! (`prescient_get`, then `prescient_take_value` on its completion), caches it and
+//! calls `prescient_refill` with the token the miss came with; only if that returns
+//! `PRESCIENT_RC_OK` may the cache entry be marked valid (see `Host::check_read`).
 #![allow(unsafe_code)]
 
 use std::cell::RefCell;
@@ -16,10 +22,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::buffer::Buffer;
+use crate::completion::Completion;
 use crate::descriptor::Sla;
+use crate::directory::{ReadCheck, RefillToken, SlotState, SlotWord};
 use crate::error::ShimError;
 use crate::host::{Host, HostOptions, QueuePair};
 use crate::layout::RegionConfig;
+use crate::status::Status;
 
 /// Result codes of the C ABI.
 #[repr(C)]
@@ -45,6 +54,11 @@ pub enum PrescientRc {
     Fenced = -8,
     /// Any other failure; see `prescient_last_error`.
     Other = -9,
+    /// The completion carries no value: not a GET, or its value was taken already.
+    NoValue = -10,
+    /// The refill did not happen: the slot moved since the token was taken, or the
+    /// lease is not valid. Do not mark the cache entry valid.
+    SlotChanged = -11,
 }
 
 /// Region sizes (see `RegionConfig`).
@@ -91,8 +105,76 @@ pub struct PrescientCompletion {
     pub status: u16,
     /// Op code of the request.
     pub op: u8,
-    /// Error detail.
+    /// Error detail; for a GET that completed ok, the value's length.
     pub detail: u32,
+    /// The request's submission index (what `prescient_take_value` looks up).
+    pub sq_index: u32,
+}
+
+/// The state of a cache-directory slot (see `SlotState`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PrescientSlotState {
+    /// The cached copy may be served.
+    Valid = 0,
+    /// A write is being decided.
+    Pending = 1,
+    /// The cached copy is stale.
+    Invalid = 2,
+    /// Never written by the rules; read as invalid.
+    Reserved = 3,
+}
+
+/// A decoded cache-directory slot word.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PrescientSlotWord {
+    /// The packed 64-bit word.
+    pub packed: u64,
+    /// Its version (56 bits).
+    pub version: u64,
+    /// Its state.
+    pub state: PrescientSlotState,
+    /// The node that last set it (0..=63).
+    pub writer: u8,
+}
+
+/// What `prescient_check_read` decided (see `ReadCheck`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PrescientReadDecision {
+    /// Serve the cached copy.
+    Cached = 0,
+    /// A write is being decided: serve the cached copy only under a stale SLA.
+    Pending = 1,
+    /// Stale: GET the value, cache it, then `prescient_refill` with the token.
+    Miss = 2,
+    /// The directory lease is not valid: do not use the cache, do not refill; GET.
+    NoLease = 3,
+    /// The region has no cache directory: GET.
+    NoDirectory = 4,
+}
+
+/// What a refill after a miss needs: the slot and the exact word seen.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PrescientRefillToken {
+    /// The packed word seen.
+    pub word: u64,
+    /// The directory slot.
+    pub slot: u32,
+}
+
+/// The result of `prescient_check_read`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PrescientReadCheck {
+    /// The decision.
+    pub decision: PrescientReadDecision,
+    /// The word seen (for `CACHED`, `PENDING` and `MISS`; all zero otherwise).
+    pub word: PrescientSlotWord,
+    /// The refill token (for `MISS`; all zero otherwise).
+    pub token: PrescientRefillToken,
 }
 
 /// An opaque host handle.
@@ -283,17 +365,38 @@ pub unsafe extern "C" fn prescient_buffer_take(host: *mut PrescientHost, out: *m
     // SAFETY: a live handle per the contract.
     let host = unsafe { &*host };
     match host.0.take_buffer() {
-        Ok(mut buf) => {
-            let (index, generation) = (buf.index(), buf.generation());
-            let value = buf.value_mut();
-            let raw = PrescientBuffer { index, generation, value: value.as_mut_ptr(), capacity: value.len() };
-            let _ = buf.into_raw();
+        Ok(buf) => {
             // SAFETY: `out` is valid for a write per the contract.
-            unsafe { *out = raw };
+            unsafe { *out = hand_out_buffer(buf) };
             PrescientRc::Ok
         }
         Err(e) => fail_shim(e),
     }
+}
+
+/// Gives a held buffer to C: the caller now holds it by `(index, generation)`.
+fn hand_out_buffer(mut buf: Buffer) -> PrescientBuffer {
+    let (index, generation) = (buf.index(), buf.generation());
+    let value = buf.value_mut();
+    let raw = PrescientBuffer { index, generation, value: value.as_mut_ptr(), capacity: value.len() };
+    let _ = buf.into_raw();
+    raw
+}
+
+/// Takes back a buffer C holds, if its ownership word says the host holds it at its
+/// generation.
+fn buffer_arg(qp: &QueuePair, raw: &PrescientBuffer) -> Result<Buffer, PrescientRc> {
+    Buffer::from_raw(qp.words().region().clone(), raw.index, raw.generation).map_err(|state| {
+        fail(
+            PrescientRc::BufferState,
+            format!(
+                "buffer {} (generation {}) is {}, not held by this host: submit each buffer once, after take",
+                raw.index,
+                raw.generation,
+                crate::arena::BufferState::describe(state)
+            ),
+        )
+    })
 }
 
 /// Returns a buffer the host holds to the arena. Fails for a buffer in flight.
@@ -345,19 +448,9 @@ pub unsafe extern "C" fn prescient_put(
     };
     // SAFETY: live, exclusive and valid per the contract.
     let (qp, key, raw) = unsafe { (&mut (*qp).0, std::slice::from_raw_parts(key, key_len), &*buf) };
-    let buffer = match Buffer::from_raw(qp.words().region().clone(), raw.index, raw.generation) {
+    let buffer = match buffer_arg(qp, raw) {
         Ok(b) => b,
-        Err(state) => {
-            return fail(
-                PrescientRc::BufferState,
-                format!(
-                    "buffer {} (generation {}) is {}, not held by this host: submit each buffer once, after take",
-                    raw.index,
-                    raw.generation,
-                    crate::arena::BufferState::describe(state)
-                ),
-            )
-        }
+        Err(rc) => return rc,
     };
     match qp.put(key, buffer, value_len, sla, user_data) {
         Ok(()) => PrescientRc::Ok,
@@ -395,6 +488,7 @@ pub unsafe extern "C" fn prescient_wait(
             status: c.status as u16,
             op: c.op,
             detail: c.detail,
+            sq_index: c.sq_index,
         };
         count += 1;
     };
@@ -405,5 +499,335 @@ pub unsafe extern "C" fn prescient_wait(
     match result {
         Ok(_) => PrescientRc::Ok,
         Err(e) => fail_shim(e),
+    }
+}
+
+/// Submits a GET of `key`, carried in `buf`, and publishes it. The value arrives in
+/// the same buffer: on the GET's completion, `prescient_take_value` hands the buffer
+/// back (whatever the status; the value, `completion.detail` bytes at `buf.value`, is
+/// valid only when the status is 0). `sla` 0 (stale) asks for the newest committed
+/// value the DPU app can prove, 1 (fresh) fails rather than risk an older one. On
+/// failure the buffer stays held by the caller.
+///
+/// # Safety
+/// `qp` is a live queue pair used by one thread; `key` points to `key_len` bytes; `buf`
+/// is valid for a read.
+#[no_mangle]
+pub unsafe extern "C" fn prescient_get(
+    qp: *mut PrescientQp,
+    key: *const u8,
+    key_len: usize,
+    buf: *const PrescientBuffer,
+    sla: u8,
+    user_data: u64,
+) -> PrescientRc {
+    if qp.is_null() || key.is_null() || buf.is_null() {
+        return fail(PrescientRc::Invalid, "qp, key or buf is null".into());
+    }
+    let Some(sla) = sla_arg(sla) else {
+        return fail(PrescientRc::Invalid, format!("sla {sla} is not 0 (stale) or 1 (fresh)"));
+    };
+    // SAFETY: live, exclusive and valid per the contract.
+    let (qp, key, raw) = unsafe { (&mut (*qp).0, std::slice::from_raw_parts(key, key_len), &*buf) };
+    let buffer = match buffer_arg(qp, raw) {
+        Ok(b) => b,
+        Err(rc) => return rc,
+    };
+    match qp.get(key, buffer, sla, user_data) {
+        Ok(()) => PrescientRc::Ok,
+        Err((e, buffer)) => {
+            let _ = buffer.into_raw();
+            fail_shim(e)
+        }
+    }
+}
+
+/// Hands back the buffer of GET completion `completion` into `*out` (the caller holds
+/// it then: free it, or fill and submit it). Fails with `PRESCIENT_RC_NO_VALUE` for a
+/// completion of any other request, or if its value was taken already.
+///
+/// # Safety
+/// `qp` is a live queue pair used by one thread; `completion` is valid for a read;
+/// `out` is valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn prescient_take_value(
+    qp: *mut PrescientQp,
+    completion: *const PrescientCompletion,
+    out: *mut PrescientBuffer,
+) -> PrescientRc {
+    if qp.is_null() || completion.is_null() || out.is_null() {
+        return fail(PrescientRc::Invalid, "qp, completion or out is null".into());
+    }
+    // SAFETY: live, exclusive and valid per the contract.
+    let (qp, c) = unsafe { (&mut (*qp).0, *completion) };
+    let completion = Completion {
+        user_data: c.user_data,
+        status: Status::from_u16(c.status),
+        op: c.op,
+        sq_index: c.sq_index,
+        version: c.version,
+        detail: c.detail,
+        cq_index: 0,
+    };
+    match qp.take_value(&completion) {
+        Some(buf) => {
+            // SAFETY: `out` is valid for a write per the contract.
+            unsafe { *out = hand_out_buffer(buf) };
+            PrescientRc::Ok
+        }
+        None => fail(
+            PrescientRc::NoValue,
+            format!(
+                "completion {} (submission {}) carries no value: it is not a GET's, or its value was taken already",
+                c.user_data, c.sq_index
+            ),
+        ),
+    }
+}
+
+fn slot_word(w: SlotWord) -> PrescientSlotWord {
+    let state = match w.state {
+        SlotState::Valid => PrescientSlotState::Valid,
+        SlotState::Pending => PrescientSlotState::Pending,
+        SlotState::Invalid => PrescientSlotState::Invalid,
+        SlotState::Reserved => PrescientSlotState::Reserved,
+    };
+    PrescientSlotWord { packed: w.pack(), version: w.version, state, writer: w.writer }
+}
+
+/// # Safety
+/// `host` is null or a live host handle; `key` is null or points to `key_len` bytes.
+unsafe fn host_and_key<'a>(
+    host: *mut PrescientHost,
+    key: *const u8,
+    key_len: usize,
+) -> Result<(&'a Host, &'a [u8]), PrescientRc> {
+    if host.is_null() || key.is_null() {
+        return Err(fail(PrescientRc::Invalid, "host or key is null".into()));
+    }
+    // SAFETY: live and valid per the caller's contract.
+    Ok(unsafe { (&(*host).0, std::slice::from_raw_parts(key, key_len)) })
+}
+
+/// Reads `key`'s cache-directory slot into `*out`. Fails with `PRESCIENT_RC_INVALID`
+/// if the region has no directory slots. A fresh region's words are all zero:
+/// `VALID`, version 0, writer 0.
+///
+/// # Safety
+/// `host` is a live host handle; `key` points to `key_len` bytes; `out` is valid for a
+/// write.
+#[no_mangle]
+pub unsafe extern "C" fn prescient_slot_state(
+    host: *mut PrescientHost,
+    key: *const u8,
+    key_len: usize,
+    out: *mut PrescientSlotWord,
+) -> PrescientRc {
+    // SAFETY: per this function's contract.
+    let (host, key) = match unsafe { host_and_key(host, key, key_len) } {
+        Ok(args) => args,
+        Err(rc) => return rc,
+    };
+    if out.is_null() {
+        return fail(PrescientRc::Invalid, "out is null".into());
+    }
+    match host.slot_state(key) {
+        Some(word) => {
+            // SAFETY: `out` is valid for a write per the contract.
+            unsafe { *out = slot_word(word) };
+            PrescientRc::Ok
+        }
+        None => fail(
+            PrescientRc::Invalid,
+            "the region has no cache-directory slots: create it with directory_slots > 0".into(),
+        ),
+    }
+}
+
+/// Decides, without blocking, whether `key` may be served from the KV store's cache
+/// at `now_ns` (`prescient_monotonic_ns()`), into `*out`. Always `PRESCIENT_RC_OK` for
+/// valid arguments: the decision is in `out->decision`.
+///
+/// # Safety
+/// `host` is a live host handle; `key` points to `key_len` bytes; `out` is valid for a
+/// write.
+#[no_mangle]
+pub unsafe extern "C" fn prescient_check_read(
+    host: *mut PrescientHost,
+    key: *const u8,
+    key_len: usize,
+    now_ns: u64,
+    out: *mut PrescientReadCheck,
+) -> PrescientRc {
+    // SAFETY: per this function's contract.
+    let (host, key) = match unsafe { host_and_key(host, key, key_len) } {
+        Ok(args) => args,
+        Err(rc) => return rc,
+    };
+    if out.is_null() {
+        return fail(PrescientRc::Invalid, "out is null".into());
+    }
+    let none = slot_word(SlotWord::FRESH);
+    let (decision, word, token) = match host.check_read(key, now_ns) {
+        ReadCheck::Cached(w) => (PrescientReadDecision::Cached, slot_word(w), PrescientRefillToken::default()),
+        ReadCheck::Pending(w) => (PrescientReadDecision::Pending, slot_word(w), PrescientRefillToken::default()),
+        ReadCheck::Miss(t) => (
+            PrescientReadDecision::Miss,
+            slot_word(SlotWord::unpack(t.word)),
+            PrescientRefillToken { word: t.word, slot: t.slot },
+        ),
+        ReadCheck::NoLease => (PrescientReadDecision::NoLease, none, PrescientRefillToken::default()),
+        ReadCheck::NoDirectory => (PrescientReadDecision::NoDirectory, none, PrescientRefillToken::default()),
+    };
+    // SAFETY: `out` is valid for a write per the contract.
+    unsafe { *out = PrescientReadCheck { decision, word, token } };
+    PrescientRc::Ok
+}
+
+/// Refills the slot of `token` after a miss (the value is in the cache, not yet
+/// servable). `PRESCIENT_RC_OK`: the slot is valid again, mark the cache entry valid.
+/// `PRESCIENT_RC_SLOT_CHANGED`: a write or revocation moved the slot since the token
+/// was taken, or the lease is not valid: keep the entry unservable.
+///
+/// # Safety
+/// `host` is a live host handle; `token` is valid for a read.
+#[no_mangle]
+pub unsafe extern "C" fn prescient_refill(host: *mut PrescientHost, token: *const PrescientRefillToken) -> PrescientRc {
+    if host.is_null() || token.is_null() {
+        return fail(PrescientRc::Invalid, "host or token is null".into());
+    }
+    // SAFETY: live and valid per the contract.
+    let (host, t) = unsafe { (&(*host).0, *token) };
+    if host.refill(RefillToken { slot: t.slot, word: t.word }) {
+        PrescientRc::Ok
+    } else {
+        fail(
+            PrescientRc::SlotChanged,
+            format!(
+                "slot {} no longer holds word {:#018x} that can be refilled, or the lease is not valid: do not serve the cached value",
+                t.slot, t.word
+            ),
+        )
+    }
+}
+
+/// `CLOCK_MONOTONIC` in nanoseconds: the clock of the directory lease (the `now_ns`
+/// of `prescient_check_read`).
+#[no_mangle]
+pub extern "C" fn prescient_monotonic_ns() -> u64 {
+    crate::sys::monotonic_ns()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::header;
+    use std::sync::atomic::Ordering;
+
+    /// A host handle on a fresh region, and the region's path.
+    fn host(name: &str, directory_slots: u32) -> (*mut PrescientHost, std::path::PathBuf) {
+        let path = std::env::temp_dir().join(format!("prescient-ffi-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let c_path = CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        let config = PrescientRegionConfig {
+            queue_pairs: 1,
+            ring_entries: 8,
+            host_buffers: 8,
+            dpu_buffers: 0,
+            buffer_bytes: 1024,
+            directory_slots,
+        };
+        let mut out = std::ptr::null_mut();
+        // SAFETY: a NUL-terminated path, a live config and a valid out pointer.
+        assert_eq!(unsafe { prescient_host_create(c_path.as_ptr(), &config, 0, &mut out) }, PrescientRc::Ok);
+        (out, path)
+    }
+
+    // The wrappers below take `h` from `host` (live until `free`), a key slice and
+    // local out values: exactly the contracts of the functions they call.
+
+    fn slot_state(h: *mut PrescientHost, key: *const u8, key_len: usize) -> (PrescientRc, PrescientSlotWord) {
+        let mut word = PrescientSlotWord { packed: 1, version: 1, state: PrescientSlotState::Reserved, writer: 9 };
+        // SAFETY: see above.
+        (unsafe { prescient_slot_state(h, key, key_len, &mut word) }, word)
+    }
+
+    fn check_read(h: *mut PrescientHost, key: &[u8], now_ns: u64) -> PrescientReadCheck {
+        let word = PrescientSlotWord { packed: 1, version: 1, state: PrescientSlotState::Reserved, writer: 9 };
+        let mut out = PrescientReadCheck { decision: PrescientReadDecision::Cached, word, token: Default::default() };
+        // SAFETY: see above.
+        assert_eq!(unsafe { prescient_check_read(h, key.as_ptr(), key.len(), now_ns, &mut out) }, PrescientRc::Ok);
+        out
+    }
+
+    fn refill(h: *mut PrescientHost, token: Option<&PrescientRefillToken>) -> PrescientRc {
+        // SAFETY: see above; a null token is refused.
+        unsafe { prescient_refill(h, token.map_or(std::ptr::null(), |t| t)) }
+    }
+
+    fn free(h: *mut PrescientHost, path: &std::path::Path) {
+        // SAFETY: `h` is live and freed once.
+        unsafe { prescient_host_free(h) };
+        std::fs::remove_file(path).unwrap();
+    }
+
+    fn last_error() -> String {
+        // SAFETY: prescient_last_error returns a live NUL-terminated string.
+        unsafe { CStr::from_ptr(prescient_last_error()) }.to_string_lossy().into_owned()
+    }
+
+    #[test]
+    fn the_directory_through_the_c_abi() {
+        let (h, path) = host("directory", 16);
+        let key = b"c-key";
+        let (rc, word) = slot_state(h, key.as_ptr(), key.len());
+        assert_eq!(rc, PrescientRc::Ok);
+        assert_eq!(word, PrescientSlotWord { packed: 0, version: 0, state: PrescientSlotState::Valid, writer: 0 });
+        let now = prescient_monotonic_ns();
+        assert_eq!(check_read(h, key, now).decision, PrescientReadDecision::NoLease, "a fresh region has no lease");
+
+        // A lease, and a slot a remote writer invalidated: a miss whose token refills once.
+        // SAFETY: `h` is live until `free` below.
+        let inner = unsafe { &(*h).0 };
+        inner.region().u64_at(header::DIRECTORY_LEASE_UNTIL_NS).store(u64::MAX, Ordering::Release);
+        let invalid = SlotWord { state: SlotState::Invalid, writer: 3, version: 8 };
+        let slot = crate::directory::slot_of(crate::directory::key_id(key), 16);
+        inner.directory_slot(slot).unwrap().store(invalid.pack(), Ordering::Release);
+        let check = check_read(h, key, now);
+        assert_eq!(check.decision, PrescientReadDecision::Miss);
+        assert_eq!((check.token.slot, check.token.word), (slot, invalid.pack()));
+        assert_eq!((check.word.state, check.word.writer, check.word.version), (PrescientSlotState::Invalid, 3, 8));
+        assert_eq!(refill(h, Some(&check.token)), PrescientRc::Ok);
+        assert_eq!(refill(h, Some(&check.token)), PrescientRc::SlotChanged);
+        assert!(last_error().contains("do not serve"), "{}", last_error());
+        assert_eq!(check_read(h, key, now).decision, PrescientReadDecision::Cached);
+
+        assert_eq!(slot_state(h, std::ptr::null(), 0).0, PrescientRc::Invalid);
+        assert_eq!(refill(h, None), PrescientRc::Invalid);
+        free(h, &path);
+
+        let (h, path) = host("no-directory", 0);
+        assert_eq!(slot_state(h, key.as_ptr(), key.len()).0, PrescientRc::Invalid);
+        assert!(last_error().contains("directory_slots"), "{}", last_error());
+        assert_eq!(check_read(h, key, now).decision, PrescientReadDecision::NoDirectory);
+        free(h, &path);
+    }
+
+    #[test]
+    fn a_completion_that_is_not_a_gets_has_no_value() {
+        let (h, path) = host("take-value", 0);
+        let mut qp = std::ptr::null_mut();
+        // SAFETY: `h` is live; the out pointer is a local.
+        assert_eq!(unsafe { prescient_qp_open(h, 0, &mut qp) }, PrescientRc::Ok);
+        let c = PrescientCompletion { user_data: 5, sq_index: 0, ..Default::default() };
+        let mut buf = PrescientBuffer { index: 0, generation: 0, value: std::ptr::null_mut(), capacity: 0 };
+        // SAFETY: `qp` is live and used by this thread only; `c` and `buf` are locals.
+        assert_eq!(unsafe { prescient_take_value(qp, &c, &mut buf) }, PrescientRc::NoValue);
+        assert!(last_error().contains("carries no value"), "{}", last_error());
+        // SAFETY: as above; a null completion is refused.
+        assert_eq!(unsafe { prescient_take_value(qp, std::ptr::null(), &mut buf) }, PrescientRc::Invalid);
+        // SAFETY: the queue pair is live and closed once, before its host.
+        unsafe { prescient_qp_close(qp) };
+        free(h, &path);
     }
 }

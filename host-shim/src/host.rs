@@ -25,13 +25,16 @@ use crate::buffer::Buffer;
 use crate::completion::Completion;
 use crate::config::*;
 use crate::descriptor::{ArenaShape, Descriptor, OpCode, Sla};
+use crate::directory::{self, ReadCheck, ReadGuard, ReadSla, RefillToken, SlotWord};
 use crate::error::ShimError;
+use crate::get_table::{GetBuffer, GetTable};
 use crate::layout::{header, RegionConfig};
 use crate::liveness::{Beater, Watch};
 use crate::queue::{Completions, FenceReason, QueueWords, Submissions};
 use crate::region::Region;
 use crate::ring::{Consumer, Producer};
 use crate::sys as futex;
+use crate::sys::monotonic_ns;
 
 /// How the host maps and watches a region.
 #[derive(Clone, Copy, Debug)]
@@ -177,6 +180,7 @@ impl Host {
             sq: Producer::new(words.submissions()),
             cq: Consumer::new(words.completions()),
             dpu: Watch::new(self.region.u64_at(header::DPU_HEARTBEAT), self.options.dpu_timeout, now),
+            gets: GetTable::new(self.config().ring_entries),
             host: self.clone(),
             words,
             in_flight: 0,
@@ -224,6 +228,167 @@ impl Host {
     }
 }
 
+/// Reading through the cache directory. The protocol for a KV store that caches
+/// values on this node:
+///
+/// 1. [`Host::check_read`] (or [`Host::read_guard`]) for the key. Serve the cache
+///    only on `Cached` (and, under a stale SLA, on `Pending`).
+/// 2. On a miss, GET the value from the DPU app ([`QueuePair::get`]), keeping the
+///    [`RefillToken`] the miss came with: the token must be taken *before* the GET is
+///    issued, so that a write the GET may not have seen changes the slot after it.
+/// 3. Put the value in the cache (not yet servable), then [`Host::refill`] with the
+///    token. Only if it returns true may the cache entry be marked valid; if it
+///    returns false, a write (or a revocation) moved the slot meanwhile: drop the
+///    entry or keep it unservable, and check again on the next read.
+///
+/// Without a valid lease ([`Host::lease_valid`]) the directory proves nothing: the
+/// cache must not be served and no refill is allowed. Every word read from the
+/// directory is decoded whatever it holds: a hostile peer can make a read miss, never
+/// make it panic.
+///
+/// ```no_run
+/// use prescient_shim::{sys, Host, ReadCheck};
+/// # fn cached(_: &[u8]) -> Option<Vec<u8>> { None }
+/// # fn get_from_dpu(_: &[u8]) -> Vec<u8> { Vec::new() }
+/// # fn cache_fill(_: &[u8], _: &[u8]) {}
+/// # fn cache_mark_valid(_: &[u8]) {}
+/// # fn read(host: &Host, key: &[u8]) -> Vec<u8> {
+/// match host.check_read(key, sys::monotonic_ns()) {
+///     ReadCheck::Cached(_) => cached(key).unwrap_or_else(|| get_from_dpu(key)),
+///     ReadCheck::Miss(token) => {
+///         let value = get_from_dpu(key); // a GET issued after the token was taken
+///         cache_fill(key, &value); // in the cache, not servable yet
+///         if host.refill(token) {
+///             cache_mark_valid(key);
+///         }
+///         value
+///     }
+///     ReadCheck::Pending(_) | ReadCheck::NoLease | ReadCheck::NoDirectory => get_from_dpu(key),
+/// }
+/// # }
+/// ```
+impl Host {
+    /// The slot of `key` and its word (None if the region has no directory slots).
+    fn directory_word(&self, key: &[u8]) -> Option<(u32, &AtomicU64)> {
+        let slots = self.config().directory_slots;
+        if slots == 0 {
+            return None;
+        }
+        let slot = directory::slot_of(directory::key_id(key), slots);
+        self.directory_slot(slot).map(|word| (slot, word))
+    }
+
+    /// The decoded word of `key`'s directory slot (None if the region has no
+    /// directory slots).
+    pub fn slot_state(&self, key: &[u8]) -> Option<SlotWord> {
+        // Acquire: pairs with the Release of a local refill, so a reader that sees
+        // `Valid` sees the cache entry the refilling thread wrote before it.
+        self.directory_word(key).map(|(_, word)| SlotWord::unpack(word.load(Ordering::Acquire)))
+    }
+
+    /// Whether the DPU app's directory lease covers `now_ns` (`CLOCK_MONOTONIC`
+    /// nanoseconds, see [`crate::sys::monotonic_ns`]).
+    pub fn lease_valid(&self, now_ns: u64) -> bool {
+        now_ns < self.region.u64_at(header::DIRECTORY_LEASE_UNTIL_NS).load(Ordering::Acquire)
+    }
+
+    /// Decides, without blocking, whether `key` may be served from this node's cache
+    /// at `now_ns`. See the protocol above.
+    pub fn check_read(&self, key: &[u8], now_ns: u64) -> ReadCheck {
+        match self.directory_word(key) {
+            Some((slot, word)) => self.check_slot(slot, word, now_ns),
+            None => ReadCheck::NoDirectory,
+        }
+    }
+
+    fn check_slot(&self, slot: u32, word: &AtomicU64, now_ns: u64) -> ReadCheck {
+        if !self.lease_valid(now_ns) {
+            return ReadCheck::NoLease;
+        }
+        // Acquire: as in `slot_state`.
+        ReadCheck::of_word(slot, word.load(Ordering::Acquire))
+    }
+
+    /// The blocking form of [`Host::check_read`], on the clock
+    /// [`crate::sys::monotonic_ns`].
+    ///
+    /// - [`ReadSla::Stale`] never waits: `Cached` and `Pending` give
+    ///   [`ReadGuard::Cached`], a miss gives its token, no lease or no directory gives
+    ///   a miss without one.
+    /// - [`ReadSla::Fresh`]: `Cached` gives `Cached`; `Pending` spins, then sleeps
+    ///   briefly between rechecks of the slot and the lease, until the slot resolves or
+    ///   `max_wait` passes (capped at [`READ_WAIT_US_MAX`]); still `Pending` then gives a
+    ///   miss without a token (ask the DPU app with a GET, do not refill). A miss gives
+    ///   its token; no lease or no directory a miss without one.
+    pub fn read_guard(&self, key: &[u8], sla: ReadSla) -> ReadGuard {
+        let Some((slot, word)) = self.directory_word(key) else { return ReadGuard::Miss { token: None } };
+        let first = self.check_slot(slot, word, monotonic_ns());
+        let max_wait = match (sla, first) {
+            (ReadSla::Fresh { max_wait }, ReadCheck::Pending(_)) => max_wait,
+            (_, check) => return ReadGuard::of_check(slot, check),
+        };
+        let wait_ns = max_wait.min(Duration::from_micros(READ_WAIT_US_MAX)).as_nanos() as u64;
+        let deadline = monotonic_ns().saturating_add(wait_ns);
+        let mut spins = 0u32;
+        loop {
+            let now = monotonic_ns();
+            match self.check_slot(slot, word, now) {
+                ReadCheck::Pending(_) if now < deadline => {}
+                ReadCheck::Pending(_) => return ReadGuard::Miss { token: None },
+                check => return ReadGuard::of_check(slot, check),
+            }
+            if spins < READ_SPIN_ROUNDS {
+                spins += 1;
+                std::hint::spin_loop();
+            } else {
+                std::thread::sleep(Duration::from_micros(READ_SLEEP_US));
+            }
+        }
+    }
+
+    /// Marks the slot of `token` valid again after a miss: CASes the token's exact
+    /// word to its [`directory::refill`] result. True if the slot is now `Valid`: the
+    /// caller may then mark its cache entry valid. False if the slot moved since the
+    /// token was taken, refilling is not allowed from its word, the lease is not valid
+    /// now, or the token names no slot.
+    pub fn refill(&self, token: RefillToken) -> bool {
+        let Some(word) = self.directory_slot(token.slot) else { return false };
+        if !self.lease_valid(monotonic_ns()) {
+            return false;
+        }
+        let Some(next) = directory::refill(SlotWord::unpack(token.word)) else { return false };
+        // AcqRel: Release publishes the cache entry this thread wrote before the refill
+        // to readers that Acquire the Valid word.
+        word.compare_exchange(token.word, next.pack(), Ordering::AcqRel, Ordering::Relaxed).is_ok()
+    }
+}
+
+impl ReadGuard {
+    /// The guard for `check` of directory slot `slot`; a `Pending` check reaches here
+    /// only under a stale SLA, which serves it.
+    fn of_check(slot: u32, check: ReadCheck) -> Self {
+        match check {
+            ReadCheck::Cached(word) | ReadCheck::Pending(word) => ReadGuard::Cached { slot, word },
+            ReadCheck::Miss(token) => ReadGuard::Miss { token: Some(token) },
+            ReadCheck::NoLease | ReadCheck::NoDirectory => ReadGuard::Miss { token: None },
+        }
+    }
+
+    /// For seqlock-style readers that copied a cached value under this guard: true iff
+    /// the slot still holds the word the guard saw and the lease is still valid, so
+    /// nothing moved while the value was copied. Always false for a miss.
+    pub fn still_valid(&self, host: &Host) -> bool {
+        let ReadGuard::Cached { slot, word } = *self else { return false };
+        let Some(current) = host.directory_slot(slot) else { return false };
+        // Acquire fence: the caller's reads of the cached copy happen before this
+        // reread of the word (the seqlock reader's fence). Every transition below the
+        // saturated version changes the word, so a word equal to the guard's now was
+        // unchanged throughout.
+        fence(Ordering::Acquire);
+        current.load(Ordering::Relaxed) == word.pack() && host.lease_valid(monotonic_ns())
+    }
+}
+
 impl Drop for Host {
     fn drop(&mut self) {
         // Detach cleanly: the DPU app reclaims this host's buffers without waiting out
@@ -256,6 +421,8 @@ pub struct QueuePair {
     cq: Consumer<Completions>,
     dpu: Watch,
     in_flight: u32,
+    /// The buffers of GETs whose value the host has not taken.
+    gets: GetTable,
 }
 
 impl std::fmt::Debug for QueuePair {
@@ -330,6 +497,65 @@ impl QueuePair {
     /// Queues a DELETE of `key`, carried in `buf`, without publishing it.
     pub fn push_delete(&mut self, key: &[u8], buf: Buffer, user_data: u64) -> Result<(), (ShimError, Buffer)> {
         self.push_with_buffer(OpCode::Delete, key, buf, 0, Sla::Stale, user_data)
+    }
+
+    /// Queues a GET of `key`, carried in `buf`, without publishing it. The DPU app
+    /// reads the value into `buf` at [`VALUE_OFFSET`] and completes with the value's
+    /// length in `detail` and its version in `version`; the buffer comes back with
+    /// [`QueuePair::take_value`]. `sla` says how the DPU app resolves a value whose
+    /// last write is still being decided: `Stale` gives the newest committed value it
+    /// can prove, `Fresh` fails rather than risk an older one.
+    ///
+    /// Fails with [`ShimError::RingFull`] (handing the buffer back) while the GET
+    /// submitted `ring_entries` requests earlier has not completed yet: its table
+    /// entry, keyed by submission index, is still taken.
+    pub fn push_get(&mut self, key: &[u8], buf: Buffer, sla: Sla, user_data: u64) -> Result<(), (ShimError, Buffer)> {
+        let sq_index = self.sq.tail();
+        if !self.gets.can_record(sq_index) {
+            return Err((ShimError::RingFull { qp: self.index(), depth: self.host.config().ring_entries }, buf));
+        }
+        let got = GetBuffer { index: buf.index(), generation: buf.generation() };
+        self.push_with_buffer(OpCode::Get, key, buf, 0, sla, user_data)?;
+        if let Some(abandoned) = self.gets.record(sq_index, got) {
+            Self::free_get_buffer(&self.host.region, abandoned);
+        }
+        Ok(())
+    }
+
+    /// Hands back the buffer of a GET completion `c`, whatever its status: the value
+    /// is valid only when the status is `Ok`, and is then
+    /// `buf.value()[..c.detail as usize]` (`buf.value().get(..c.detail as usize)` is
+    /// `None` rather than a panic if a broken DPU app reports more bytes than the
+    /// buffer holds). None for a completion of any other request,
+    /// for a second call, or if the buffer's ownership word does not say the host holds
+    /// it (a DPU app that broke the protocol; the buffer is then left to it).
+    ///
+    /// Take the value before submitting `ring_entries` more requests on this queue
+    /// pair: a GET whose value is never taken keeps its buffer until its table entry is
+    /// reused by a later GET or the queue pair drops, and then the buffer is freed.
+    pub fn take_value(&mut self, c: &Completion) -> Option<Buffer> {
+        let got = self.gets.take(c.sq_index)?;
+        let region = &self.host.region;
+        let cell = region.u32_at(region.layout().buffer_state(got.index));
+        // A DPU app hands a GET's buffer back `Host`; one that refused the descriptor
+        // before accepting it left it `Submitted`, and the completion says it is done
+        // with it. The Host -> Host move checks the word and acquires the DPU app's
+        // writes of the value.
+        let held = arena::transition(cell, got.generation, BufferState::Host, BufferState::Host).is_ok()
+            || arena::transition(cell, got.generation, BufferState::Submitted, BufferState::Host).is_ok();
+        held.then(|| Buffer::new(region.clone(), got.index, got.generation))
+    }
+
+    /// Frees the buffer of a completed GET whose value the host never took.
+    fn free_get_buffer(region: &Region, got: GetBuffer) {
+        let cell = region.u32_at(region.layout().buffer_state(got.index));
+        // As in `take_value`: `Host` normally, `Submitted` if the DPU app refused it. A
+        // word in any other state is not the host's to free.
+        for from in [BufferState::Host, BufferState::Submitted] {
+            if arena::transition(cell, got.generation, from, BufferState::Free).is_ok() {
+                return;
+            }
+        }
     }
 
     fn push_with_buffer(
@@ -449,6 +675,17 @@ impl QueuePair {
         Ok(())
     }
 
+    /// GET and publish at once. Fails, handing the buffer back, if the DPU app is not
+    /// responding. See [`QueuePair::push_get`].
+    pub fn get(&mut self, key: &[u8], buf: Buffer, sla: Sla, user_data: u64) -> Result<(), (ShimError, Buffer)> {
+        if let Err(e) = self.check_dpu() {
+            return Err((e, buf));
+        }
+        self.push_get(key, buf, sla, user_data)?;
+        self.publish();
+        Ok(())
+    }
+
     /// DELETE and publish at once. Fails, handing the buffer back, if the DPU app is
     /// not responding.
     pub fn delete(&mut self, key: &[u8], buf: Buffer, user_data: u64) -> Result<(), (ShimError, Buffer)> {
@@ -478,7 +715,9 @@ impl QueuePair {
         while count < max {
             let Some((_, bytes)) = self.cq.pop() else { break };
             self.in_flight -= 1;
-            on(Completion::parse(&bytes));
+            let completion = Completion::parse(&bytes);
+            self.gets.complete(completion.sq_index);
+            on(completion);
             count += 1;
         }
         if count > 0 {
@@ -539,6 +778,419 @@ impl QueuePair {
 
 impl Drop for QueuePair {
     fn drop(&mut self) {
+        // GET buffers whose value was never taken go back to the arena. Those of GETs
+        // still in flight stay with the DPU app, which hands them back `Host`; they
+        // return to the arena when this host detaches or dies.
+        for got in self.gets.drain_completed() {
+            Self::free_get_buffer(&self.host.region, got);
+        }
         self.host.claimed[self.words.index() as usize].store(false, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::directory::{SlotState, VERSION_MAX};
+    use crate::status::Status;
+
+    struct Fixture {
+        host: Arc<Host>,
+        path: std::path::PathBuf,
+    }
+
+    impl Drop for Fixture {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+
+    fn fixture(name: &str, directory_slots: u32) -> Fixture {
+        let path = std::env::temp_dir().join(format!("prescient-host-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let config = RegionConfig {
+            queue_pairs: 1,
+            ring_entries: 8,
+            host_buffers: 16,
+            dpu_buffers: 0,
+            buffer_bytes: 1024,
+            directory_slots,
+        };
+        // No DPU app beats in these tests: give it all the time in the world.
+        let options = HostOptions { pin: false, dpu_timeout: Duration::from_secs(3600) };
+        let host = Host::create(&path, config, options).unwrap();
+        Fixture { host, path }
+    }
+
+    impl Fixture {
+        /// The word of `key`'s slot, as a remote DPU app would CAS it.
+        fn word(&self, key: &[u8]) -> &AtomicU64 {
+            let slot = directory::slot_of(directory::key_id(key), self.host.config().directory_slots);
+            self.host.directory_slot(slot).unwrap()
+        }
+
+        fn set(&self, key: &[u8], word: SlotWord) {
+            self.word(key).store(word.pack(), Ordering::Release);
+        }
+
+        fn lease_until(&self, ns: u64) {
+            self.host.region.u64_at(header::DIRECTORY_LEASE_UNTIL_NS).store(ns, Ordering::Release);
+        }
+    }
+
+    fn w(state: SlotState, version: u64, writer: u8) -> SlotWord {
+        SlotWord { state, writer, version }
+    }
+
+    #[test]
+    fn a_fresh_directory_is_valid_but_unleased() {
+        let f = fixture("fresh", 16);
+        assert_eq!(f.host.slot_state(b"k"), Some(SlotWord::FRESH));
+        assert!(!f.host.lease_valid(0), "a lease of 0 is never valid");
+        assert_eq!(f.host.check_read(b"k", monotonic_ns()), ReadCheck::NoLease);
+        f.lease_until(u64::MAX);
+        assert_eq!(f.host.check_read(b"k", monotonic_ns()), ReadCheck::Cached(SlotWord::FRESH));
+
+        let none = fixture("no-directory", 0);
+        assert_eq!(none.host.slot_state(b"k"), None);
+        assert_eq!(none.host.check_read(b"k", 0), ReadCheck::NoDirectory);
+        assert_eq!(none.host.read_guard(b"k", ReadSla::Stale), ReadGuard::Miss { token: None });
+        assert!(!none.host.refill(RefillToken { slot: 0, word: w(SlotState::Invalid, 1, 0).pack() }));
+    }
+
+    #[test]
+    fn the_lease_ends_at_its_deadline() {
+        let f = fixture("lease", 16);
+        f.lease_until(1_000);
+        assert!(f.host.lease_valid(999));
+        assert!(!f.host.lease_valid(1_000));
+        f.set(b"k", w(SlotState::Invalid, 3, 1));
+        assert_eq!(f.host.check_read(b"k", 1_000), ReadCheck::NoLease);
+        let ReadCheck::Miss(token) = f.host.check_read(b"k", 999) else { panic!("a miss") };
+        // The lease (on the real clock, far past 1000 ns) is over: no refill.
+        assert!(!f.host.refill(token));
+        assert_eq!(f.host.slot_state(b"k").unwrap().state, SlotState::Invalid);
+    }
+
+    #[test]
+    fn miss_then_refill_makes_the_slot_cached_once() {
+        let f = fixture("refill", 16);
+        f.lease_until(u64::MAX);
+        f.set(b"k", w(SlotState::Invalid, 5, 2));
+        let ReadCheck::Miss(token) = f.host.check_read(b"k", monotonic_ns()) else { panic!("a miss") };
+        assert!(f.host.refill(token));
+        assert_eq!(f.host.check_read(b"k", monotonic_ns()), ReadCheck::Cached(w(SlotState::Valid, 5, 2)));
+        assert!(!f.host.refill(token), "a token refills once");
+        assert!(!f.host.refill(RefillToken { slot: 16, ..token }), "a slot out of range");
+    }
+
+    #[test]
+    fn a_write_between_the_miss_and_the_refill_fails_the_refill() {
+        let f = fixture("race", 16);
+        f.lease_until(u64::MAX);
+        f.set(b"k", w(SlotState::Invalid, 5, 2));
+        let ReadCheck::Miss(token) = f.host.check_read(b"k", monotonic_ns()) else { panic!("a miss") };
+        // A remote writer marks and commits while the reader's GET is out.
+        let placed = directory::mark(SlotWord::unpack(token.word), 5, 2);
+        f.set(b"k", placed);
+        assert!(!f.host.refill(token));
+        f.set(b"k", directory::commit(placed, placed).unwrap());
+        assert!(!f.host.refill(token), "the committed word is not the token's");
+        // A revocation likewise.
+        let ReadCheck::Miss(token) = f.host.check_read(b"k", monotonic_ns()) else { panic!("a miss") };
+        f.set(b"k", directory::revoke(SlotWord::unpack(token.word), 0));
+        assert!(!f.host.refill(token));
+    }
+
+    #[test]
+    fn hostile_words_are_misses_never_panics() {
+        let f = fixture("hostile", 16);
+        f.lease_until(u64::MAX);
+        for word in [u64::MAX, 0xc000_0000_0000_0000, 0x8000_0000_0000_0000 | VERSION_MAX, 0x7fff_ffff_ffff_ffff] {
+            f.word(b"k").store(word, Ordering::Release);
+            let check = f.host.check_read(b"k", monotonic_ns());
+            match SlotWord::unpack(word).state {
+                SlotState::Valid => assert!(matches!(check, ReadCheck::Cached(_))),
+                SlotState::Pending => assert!(matches!(check, ReadCheck::Pending(_))),
+                SlotState::Invalid | SlotState::Reserved => {
+                    let ReadCheck::Miss(token) = check else { panic!("{word:#x}: {check:?}") };
+                    // Reserved is never refilled; nor is a saturated Invalid.
+                    assert!(!f.host.refill(token), "{word:#x}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn stale_reads_serve_pending_slots_and_never_wait() {
+        let f = fixture("stale", 16);
+        f.lease_until(u64::MAX);
+        let pending = w(SlotState::Pending, 9, 3);
+        f.set(b"k", pending);
+        let guard = f.host.read_guard(b"k", ReadSla::Stale);
+        assert!(matches!(guard, ReadGuard::Cached { word, .. } if word == pending), "{guard:?}");
+        assert!(guard.still_valid(&f.host));
+        f.set(b"k", w(SlotState::Invalid, 9, 3));
+        assert!(!guard.still_valid(&f.host), "the slot moved while the value was copied");
+        let ReadGuard::Miss { token: Some(token) } = f.host.read_guard(b"k", ReadSla::Stale) else { panic!() };
+        assert!(!ReadGuard::Miss { token: Some(token) }.still_valid(&f.host));
+        f.lease_until(0);
+        assert_eq!(f.host.read_guard(b"k", ReadSla::Stale), ReadGuard::Miss { token: None });
+    }
+
+    #[test]
+    fn a_cached_guard_is_no_longer_valid_once_the_lease_lapses() {
+        let f = fixture("guard-lease", 16);
+        f.lease_until(u64::MAX);
+        let guard = f.host.read_guard(b"k", ReadSla::Fresh { max_wait: Duration::ZERO });
+        assert!(matches!(guard, ReadGuard::Cached { word: SlotWord::FRESH, .. }), "{guard:?}");
+        assert!(guard.still_valid(&f.host));
+        f.lease_until(1);
+        assert!(!guard.still_valid(&f.host));
+    }
+
+    #[test]
+    fn fresh_reads_wait_for_a_pending_slot_to_resolve() {
+        let f = fixture("fresh-wait", 16);
+        f.lease_until(u64::MAX);
+        let placed = directory::mark(SlotWord::FRESH, 4, 1);
+        f.set(b"k", placed);
+        // Nobody resolves it: the wait ends at max_wait with a miss that may not refill.
+        let guard = f.host.read_guard(b"k", ReadSla::Fresh { max_wait: Duration::from_micros(200) });
+        assert_eq!(guard, ReadGuard::Miss { token: None });
+        // A writer commits while the reader waits: the reader sees the miss and may refill.
+        let region = f.host.region.clone();
+        let slot = directory::slot_of(directory::key_id(b"k"), 16);
+        let committer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(5));
+            let word = region.u64_at(region.layout().directory_slot(slot));
+            word.store(directory::commit(placed, placed).unwrap().pack(), Ordering::Release);
+        });
+        let guard = f.host.read_guard(b"k", ReadSla::Fresh { max_wait: Duration::from_secs(20) });
+        committer.join().unwrap();
+        let ReadGuard::Miss { token: Some(token) } = guard else { panic!("{guard:?}") };
+        assert_eq!(SlotWord::unpack(token.word), w(SlotState::Invalid, 4, 1));
+        assert!(f.host.refill(token));
+        // A lease that lapses while the reader waits ends the wait without a token.
+        f.set(b"k", directory::mark(SlotWord::unpack(f.word(b"k").load(Ordering::Acquire)), 6, 1));
+        let region = f.host.region.clone();
+        let revoker = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(5));
+            region.u64_at(header::DIRECTORY_LEASE_UNTIL_NS).store(0, Ordering::Release);
+        });
+        let guard = f.host.read_guard(b"k", ReadSla::Fresh { max_wait: Duration::from_secs(20) });
+        revoker.join().unwrap();
+        assert_eq!(guard, ReadGuard::Miss { token: None });
+    }
+
+    /// The DPU end of queue pair 0, driven by hand: what a DPU app does to a GET.
+    struct FakeDpu {
+        region: Arc<Region>,
+        sq: Consumer<Submissions>,
+        cq: Producer<Completions>,
+    }
+
+    impl FakeDpu {
+        fn new(host: &Host) -> Self {
+            let words = QueueWords::new(host.region.clone(), 0);
+            Self {
+                region: host.region.clone(),
+                sq: Consumer::new(words.submissions()),
+                cq: Producer::new(words.completions()),
+            }
+        }
+
+        /// Takes the next descriptor: its submission index, fields and buffer.
+        fn take(&mut self) -> (u32, Descriptor, u32) {
+            self.sq.refresh().unwrap();
+            let (sq_index, bytes) = self.sq.pop().expect("a descriptor");
+            self.sq.release();
+            let c = self.region.layout().config;
+            let shape = ArenaShape { host_buffers: c.host_buffers, buffer_bytes: c.buffer_bytes };
+            let checked = Descriptor::parse_checked(&bytes, &shape).unwrap();
+            (sq_index, checked.desc, checked.buffer.unwrap())
+        }
+
+        /// Accepts the buffer, writes `value` into it and leaves it in `to`.
+        fn serve(&self, desc: &Descriptor, buffer: u32, value: &[u8], to: BufferState) {
+            let layout = self.region.layout();
+            let cell = self.region.u32_at(layout.buffer_state(buffer));
+            arena::transition(cell, desc.buffer_gen, BufferState::Submitted, BufferState::Dpu).unwrap();
+            self.region.write_bytes(layout.buffer(buffer) + VALUE_OFFSET, value);
+            cell.store(arena::word(desc.buffer_gen, to), Ordering::Release);
+        }
+
+        fn complete(&mut self, sq_index: u32, desc: &Descriptor, status: Status, detail: u32) {
+            let c = Completion {
+                user_data: desc.user_data,
+                status,
+                op: desc.op as u8,
+                sq_index,
+                version: 77,
+                detail,
+                cq_index: self.cq.tail(),
+            };
+            let mut bytes = [0u8; COMPLETION_BYTES];
+            c.emit(&mut bytes);
+            self.cq.refresh().unwrap();
+            assert!(self.cq.push(&bytes));
+            self.cq.publish();
+        }
+
+        /// Serves the next GET with `value` and completes it `Ok`.
+        fn get(&mut self, value: &[u8]) -> u32 {
+            let (sq_index, desc, buffer) = self.take();
+            assert_eq!(desc.op, OpCode::Get);
+            self.serve(&desc, buffer, value, BufferState::Host);
+            self.complete(sq_index, &desc, Status::Ok, value.len() as u32);
+            sq_index
+        }
+    }
+
+    fn completions(qp: &mut QueuePair) -> Vec<Completion> {
+        let mut out = Vec::new();
+        qp.poll(|c| out.push(c)).unwrap();
+        out
+    }
+
+    fn free_buffers(host: &Host) -> usize {
+        let held: Vec<Buffer> = std::iter::from_fn(|| host.take_buffer().ok()).collect();
+        held.len()
+    }
+
+    #[test]
+    fn a_get_brings_its_buffer_back_with_the_value() {
+        let f = fixture("get", 16);
+        let mut qp = f.host.queue_pair(0).unwrap();
+        let mut dpu = FakeDpu::new(&f.host);
+        let buf = f.host.take_buffer().unwrap();
+        let index = buf.index();
+        qp.push_get(b"key-1", buf, Sla::Fresh, 42).map_err(|(e, _)| e).unwrap();
+        qp.flush().unwrap();
+        let (sq_index, desc, buffer) = dpu.take();
+        assert_eq!((desc.op, desc.sla, desc.key_len, desc.value_len, buffer), (OpCode::Get, Sla::Fresh, 5, 0, index));
+        let mut key = [0u8; 5];
+        f.host.region.read_bytes(f.host.region.layout().buffer(buffer), &mut key);
+        assert_eq!(&key, b"key-1", "the buffer carries the key");
+        dpu.serve(&desc, buffer, b"the value", BufferState::Host);
+        dpu.complete(sq_index, &desc, Status::Ok, 9);
+        let got = completions(&mut qp);
+        assert_eq!(got.len(), 1);
+        let c = got[0];
+        assert_eq!((c.user_data, c.status, c.detail, c.version), (42, Status::Ok, 9, 77));
+        let value = qp.take_value(&c).expect("the GET's buffer");
+        assert_eq!(value.index(), index);
+        assert_eq!(&value.value()[..c.detail as usize], b"the value");
+        assert!(qp.take_value(&c).is_none(), "taken once");
+        assert_eq!(free_buffers(&f.host), 15, "the host holds the value's buffer");
+        drop(value);
+        assert_eq!(free_buffers(&f.host), 16);
+    }
+
+    #[test]
+    fn other_completions_carry_no_value() {
+        let f = fixture("get-other", 16);
+        let mut qp = f.host.queue_pair(0).unwrap();
+        let mut dpu = FakeDpu::new(&f.host);
+        let buf = f.host.take_buffer().unwrap();
+        qp.push_put(b"k", buf, 1, Sla::Stale, 1).map_err(|(e, _)| e).unwrap();
+        qp.flush().unwrap();
+        let (sq_index, desc, buffer) = dpu.take();
+        dpu.serve(&desc, buffer, b"", BufferState::Free);
+        dpu.complete(sq_index, &desc, Status::Ok, 0);
+        let c = completions(&mut qp)[0];
+        assert!(qp.take_value(&c).is_none(), "a PUT");
+        // A completion the host made up names a GET that is still in the DPU app.
+        let buf = f.host.take_buffer().unwrap();
+        qp.push_get(b"k", buf, Sla::Stale, 2).map_err(|(e, _)| e).unwrap();
+        qp.flush().unwrap();
+        assert!(qp.take_value(&Completion { sq_index: 1, ..c }).is_none(), "not completed yet");
+        assert_eq!(dpu.get(b"v"), 1);
+        let c = completions(&mut qp)[0];
+        assert!(qp.take_value(&c).is_some());
+    }
+
+    #[test]
+    fn a_refused_get_still_brings_its_buffer_back_and_a_hostile_one_does_not() {
+        let f = fixture("get-refused", 16);
+        let mut qp = f.host.queue_pair(0).unwrap();
+        let mut dpu = FakeDpu::new(&f.host);
+        for tag in 0..2 {
+            let buf = f.host.take_buffer().unwrap();
+            qp.push_get(b"k", buf, Sla::Stale, tag).map_err(|(e, _)| e).unwrap();
+        }
+        qp.flush().unwrap();
+        // Refused before it was accepted: the buffer is still `Submitted`.
+        let (i0, d0, _) = dpu.take();
+        dpu.complete(i0, &d0, Status::Unsupported, 0);
+        // A broken DPU app completes a GET but keeps the buffer.
+        let (i1, d1, b1) = dpu.take();
+        dpu.serve(&d1, b1, b"x", BufferState::Dpu);
+        dpu.complete(i1, &d1, Status::Ok, 1);
+        let got = completions(&mut qp);
+        assert_eq!(got[0].status, Status::Unsupported);
+        assert!(qp.take_value(&got[0]).is_some(), "the refused GET's buffer is the host's again");
+        assert!(qp.take_value(&got[1]).is_none(), "the buffer is not the host's to take");
+        assert_eq!(free_buffers(&f.host), 15, "only the broken DPU app's buffer is missing");
+    }
+
+    #[test]
+    fn a_get_is_refused_while_its_table_slot_is_in_flight() {
+        let f = fixture("get-slot", 16);
+        let mut qp = f.host.queue_pair(0).unwrap();
+        let mut dpu = FakeDpu::new(&f.host);
+        let buf = f.host.take_buffer().unwrap();
+        qp.push_get(b"slow", buf, Sla::Stale, 0).map_err(|(e, _)| e).unwrap();
+        for tag in 1..8 {
+            qp.push_nop(tag).unwrap();
+        }
+        qp.flush().unwrap();
+        // The DPU app takes all eight, holds the GET and completes the rest.
+        let (slow_index, slow, slow_buf) = dpu.take();
+        for _ in 1..8 {
+            dpu.sq.refresh().unwrap();
+            let (i, bytes) = dpu.sq.pop().unwrap();
+            dpu.sq.release();
+            let nop = Descriptor {
+                op: OpCode::Nop,
+                user_data: u64::from_le_bytes(bytes[24..32].try_into().unwrap()),
+                ..slow
+            };
+            dpu.complete(i, &nop, Status::Ok, 0);
+        }
+        assert_eq!(completions(&mut qp).len(), 7);
+        // Submission index 8 reuses the GET's table slot: refused, the buffer comes back.
+        let buf = f.host.take_buffer().unwrap();
+        let (err, buf) = qp.push_get(b"next", buf, Sla::Stale, 8).unwrap_err();
+        assert!(matches!(err, ShimError::RingFull { .. }), "{err}");
+        dpu.serve(&slow, slow_buf, b"late", BufferState::Host);
+        dpu.complete(slow_index, &slow, Status::Ok, 4);
+        let c = completions(&mut qp)[0];
+        qp.push_get(b"next", buf, Sla::Stale, 8).map_err(|(e, _)| e).unwrap();
+        // The slot was reused, so the untaken value's buffer went back to the arena.
+        assert!(qp.take_value(&c).is_none());
+        assert_eq!(free_buffers(&f.host), 15, "only the new GET's buffer is out");
+    }
+
+    #[test]
+    fn untaken_values_go_back_to_the_arena() {
+        let f = fixture("get-untaken", 16);
+        let mut qp = f.host.queue_pair(0).unwrap();
+        let mut dpu = FakeDpu::new(&f.host);
+        for round in 0..2u64 {
+            for tag in 0..8 {
+                let buf = f.host.take_buffer().unwrap();
+                qp.push_get(b"k", buf, Sla::Stale, round * 8 + tag).map_err(|(e, _)| e).unwrap();
+            }
+            qp.flush().unwrap();
+            for _ in 0..8 {
+                dpu.get(b"v");
+            }
+            assert_eq!(completions(&mut qp).len(), 8);
+            // Round 1 reused every slot of round 0 and freed its buffers.
+            assert_eq!(free_buffers(&f.host), 8, "round {round}");
+        }
+        drop(qp);
+        assert_eq!(free_buffers(&f.host), 16, "the queue pair frees what was never taken");
     }
 }

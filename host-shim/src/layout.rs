@@ -2,13 +2,22 @@
 //!
 //! ```text
 //! 0                 header (4 KiB): identity, sizes, section offsets, and one
-//!                   128-byte line per word that only one side writes
+//!                   128-byte line per word that only one side writes (host line,
+//!                   DPU line, DPU wake line, and the DPU's cluster line: the
+//!                   directory lease and this region's cluster node)
 //! qp_offset         queue pairs: per pair four index lines, a state line, the
 //!                   submission entries and the completion entries
 //! state_offset      one u32 ownership word per arena buffer
 //! arena_offset      the arena: host buffers, then DPU scratch buffers (page aligned)
 //! directory_offset  cache directory: one u64 slot word per slot
 //! ```
+//!
+//! Version 2 added the cluster line at [`header::CLUSTER_LINE`], which only the DPU app
+//! writes: `DIRECTORY_LEASE_UNTIL_NS` (`u64`, `CLOCK_MONOTONIC` nanoseconds until which
+//! the host may trust its cache directory; 0: never) and `CLUSTER_NODE` (`u32`, this
+//! region's cluster node id + 1; 0: not in a cluster). A fresh region has both at 0:
+//! no lease, no cluster. Version 2 also fixed the directory's key identity and slot
+//! choice ([`crate::directory::key_id`], [`crate::directory::slot_of`]).
 //!
 //! The layout is a pure function of [`RegionConfig`]; an attaching side recomputes it
 //! from the sizes in the header and refuses a header whose offsets disagree, so a
@@ -20,7 +29,7 @@ use crate::error::ShimError;
 /// Magic at offset 0 of every region: `PRESCNT` and a NUL.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"PRESCNT\0");
 /// Version of this layout. Both sides refuse any other.
-pub const LAYOUT_VERSION: u32 = 1;
+pub const LAYOUT_VERSION: u32 = 2;
 /// Feature bits this build understands (none yet).
 pub const FEATURES_KNOWN: u64 = 0;
 
@@ -88,6 +97,21 @@ pub mod header {
     pub const DPU_DOORBELL: usize = DPU_WAKE_LINE;
     /// `u32` DPU sleeping flag.
     pub const DPU_SLEEPING: usize = DPU_WAKE_LINE + 4;
+
+    /// DPU-written cluster line (layout version 2): the directory lease and this
+    /// region's node in the cluster. Hosts only read it.
+    pub const CLUSTER_LINE: usize = 512;
+    /// `u64` `CLOCK_MONOTONIC` nanoseconds (see [`crate::sys::monotonic_ns`]) until
+    /// which the cache directory may be trusted; 0: never. The DPU app extends it
+    /// while it keeps the directory up to date, and revokes the directory before it
+    /// extends a lease that lapsed.
+    pub const DIRECTORY_LEASE_UNTIL_NS: usize = CLUSTER_LINE;
+    /// `u32` this region's cluster node id + 1; 0: not in a cluster.
+    pub const CLUSTER_NODE: usize = CLUSTER_LINE + 8;
+
+    const _: () = assert!(DPU_WAKE_LINE + crate::config::LINE_BYTES <= CLUSTER_LINE);
+    const _: () = assert!(CLUSTER_LINE + crate::config::LINE_BYTES <= crate::config::HEADER_BYTES);
+    const _: () = assert!(DIRECTORY_LEASE_UNTIL_NS % 8 == 0 && CLUSTER_NODE % 4 == 0);
 }
 
 /// Offsets inside one queue pair's block.
@@ -350,7 +374,10 @@ mod tests {
         let mut bytes = vec![0u8; HEADER_BYTES];
         layout.emit_header(&mut bytes);
         assert_eq!(&bytes[0..8], b"PRESCNT\0");
-        assert_eq!(&bytes[8..12], &[1, 0, 0, 0]);
+        assert_eq!(&bytes[8..12], &[2, 0, 0, 0]);
+        // The cluster line is the DPU's to write: a fresh header leaves it zero (no
+        // lease, not in a cluster).
+        assert!(bytes[header::CLUSTER_LINE..header::CLUSTER_LINE + LINE_BYTES].iter().all(|&b| b == 0));
         assert_eq!(&bytes[24..32], &[2, 0, 0, 0, 8, 0, 0, 0]);
         assert_eq!(Layout::parse_header(&bytes, layout.region_bytes as u64).unwrap(), layout);
         // Every section is inside the region, in order, and the arena is page aligned.
@@ -366,9 +393,17 @@ mod tests {
         layout.emit_header(&mut bytes);
         let size = layout.region_bytes as u64;
 
-        let mut v2 = bytes.clone();
-        v2[header::LAYOUT_VERSION] = 2;
-        assert!(matches!(Layout::parse_header(&v2, size), Err(ShimError::LayoutVersion { found: 2, expected: 1 })));
+        for version in [1u8, 3] {
+            let mut other = bytes.clone();
+            other[header::LAYOUT_VERSION] = version;
+            assert!(
+                matches!(
+                    Layout::parse_header(&other, size),
+                    Err(ShimError::LayoutVersion { found, expected: 2 }) if found == u32::from(version)
+                ),
+                "version {version}"
+            );
+        }
         let mut magic = bytes.clone();
         magic[0] ^= 1;
         assert!(matches!(Layout::parse_header(&magic, size), Err(ShimError::BadMagic { .. })));

@@ -4,12 +4,13 @@
 //! A key-value store links this crate (from Rust, or from C/C++ through the C ABI in
 //! [`ffi`] and the generated `prescient.h`). It creates one shared region per process,
 //! takes [`Buffer`]s from the region's pinned arena, serialises values straight into
-//! them and submits PUT/DELETE requests on one [`QueuePair`] per thread. The DPU app
+//! them and submits PUT/DELETE/GET requests on one [`QueuePair`] per thread. The DPU app
 //! (`prescient-dpu`) maps the same region, consumes the descriptors and posts
 //! completions; no value byte is copied on the way.
 //!
 //! Module map, bottom up: [`config`] (every limit), [`layout`] (offsets), [`region`]
 //! (the mapping), [`descriptor`] / [`completion`] / [`status`] (formats),
+//! [`directory`] (the cache-directory word and its rules),
 //! [`ring`] (the SPSC protocol), [`queue`] (a queue pair in the region),
 //! [`arena`] / [`buffer`] (buffer ownership), [`liveness`] (heartbeats),
 //! [`host`] (the API), [`ffi`] (the C ABI).
@@ -20,8 +21,10 @@ pub mod buffer;
 pub mod completion;
 pub mod config;
 pub mod descriptor;
+pub mod directory;
 pub mod error;
 pub mod ffi;
+mod get_table;
 pub mod host;
 pub mod layout;
 pub mod liveness;
@@ -34,6 +37,7 @@ pub mod sys;
 pub use buffer::Buffer;
 pub use completion::Completion;
 pub use descriptor::{OpCode, Sla};
+pub use directory::{ReadCheck, ReadGuard, ReadSla, RefillToken, SlotState, SlotWord};
 pub use error::ShimError;
 pub use host::{Host, HostOptions, QueuePair};
 pub use layout::RegionConfig;

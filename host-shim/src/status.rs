@@ -27,6 +27,19 @@ pub enum Status {
     DpuRestarted = 9,
     /// A pipeline stage failed the request.
     StageFailed = 10,
+    /// A GET found no committed value for the key.
+    NotFound = 11,
+    /// The write reached fewer holders than the quorum and was rolled back: nothing of
+    /// it is visible. `detail` is the number of holders reached.
+    NotDurable = 12,
+    /// The value cannot be rebuilt or proven now (fewer than k fragments reachable, or
+    /// too many nodes unreachable).
+    Unavailable = 13,
+    /// A bounded queue, log or store of the DPU app is full.
+    Overloaded = 14,
+    /// This DPU app does not serve this op (e.g. a GET without a cluster
+    /// configuration).
+    Unsupported = 15,
     /// A status this build does not know (from a newer DPU app).
     Unknown = u16::MAX,
 }
@@ -46,6 +59,11 @@ impl Status {
             8 => Self::BufferInFlight,
             9 => Self::DpuRestarted,
             10 => Self::StageFailed,
+            11 => Self::NotFound,
+            12 => Self::NotDurable,
+            13 => Self::Unavailable,
+            14 => Self::Overloaded,
+            15 => Self::Unsupported,
             _ => Self::Unknown,
         }
     }
@@ -64,6 +82,19 @@ impl Status {
             Self::BufferInFlight => "buffer already in flight (submitted twice)",
             Self::DpuRestarted => "the DPU app restarted while the request was in flight",
             Self::StageFailed => "a pipeline stage failed the request",
+            Self::NotFound => "no committed value for the key",
+            Self::NotDurable => {
+                "the write reached fewer holders than the quorum and was rolled back: nothing of it is visible; retry it"
+            }
+            Self::Unavailable => {
+                "the value cannot be rebuilt or proven now (too few fragments or nodes reachable): retry later"
+            }
+            Self::Overloaded => {
+                "a bounded queue, log or store of the DPU app is full: retry, or raise the limit its log names"
+            }
+            Self::Unsupported => {
+                "this DPU app does not serve this op (GET needs a cluster configuration): configure one, or use the KV store's own read path"
+            }
             Self::Unknown => "unknown status",
         }
     }
@@ -72,5 +103,39 @@ impl Status {
 impl std::fmt::Display for Status {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.describe())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_stable_and_round_trip() {
+        let all = [
+            (Status::Ok, 0),
+            (Status::BadOp, 1),
+            (Status::BadSla, 2),
+            (Status::ReservedNotZero, 3),
+            (Status::BadKeyLength, 4),
+            (Status::BadOffset, 5),
+            (Status::BadValueLength, 6),
+            (Status::BufferNotSubmitted, 7),
+            (Status::BufferInFlight, 8),
+            (Status::DpuRestarted, 9),
+            (Status::StageFailed, 10),
+            (Status::NotFound, 11),
+            (Status::NotDurable, 12),
+            (Status::Unavailable, 13),
+            (Status::Overloaded, 14),
+            (Status::Unsupported, 15),
+        ];
+        for (status, code) in all {
+            assert_eq!(status as u16, code);
+            assert_eq!(Status::from_u16(code), status);
+            assert!(!status.describe().is_empty());
+        }
+        assert_eq!(Status::from_u16(16), Status::Unknown);
+        assert_eq!(Status::from_u16(u16::MAX), Status::Unknown);
     }
 }

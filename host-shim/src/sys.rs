@@ -1,5 +1,6 @@
 //! System calls on the shared region: sleeping on a word of it (the slow half of
-//! adaptive waiting) and asking whether the peer process exists.
+//! adaptive waiting), asking whether the peer process exists, and the monotonic clock
+//! both sides measure the directory lease with.
 //!
 //! Waiters spin first (see [`crate::QueuePair::wait`]), then sleep here. The futex is the
 //! process-shared kind (no `FUTEX_PRIVATE_FLAG`), keyed by the mapped file's page,
@@ -49,5 +50,35 @@ pub fn terminate(pid: u32) -> std::io::Result<()> {
         Ok(())
     } else {
         Err(std::io::Error::last_os_error())
+    }
+}
+
+/// `CLOCK_MONOTONIC` in nanoseconds: the clock of the directory lease
+/// ([`crate::layout::header::DIRECTORY_LEASE_UNTIL_NS`]). The DPU app in emulation runs
+/// on the same kernel and uses the same clock, so host and DPU agree on it.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a live timespec that clock_gettime only writes; CLOCK_MONOTONIC
+    // exists on every Linux kernel, so the call cannot fail on a valid pointer.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    debug_assert_eq!(rc, 0, "clock_gettime(CLOCK_MONOTONIC)");
+    (ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_monotonic_clock_never_goes_back_and_matches_instant() {
+        let before = std::time::Instant::now();
+        let a = monotonic_ns();
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let b = monotonic_ns();
+        let elapsed = before.elapsed();
+        assert!(a > 0 && b > a);
+        // Instant is CLOCK_MONOTONIC on Linux too: what passed between the two
+        // readings cannot exceed what Instant saw around them.
+        assert!(b - a <= elapsed.as_nanos() as u64, "{} ns > {elapsed:?}", b - a);
     }
 }

@@ -4,8 +4,10 @@
  * waits for a prescient-dpu process (started by the Rust test) to serve it, then
  * writes `count` values straight into arena buffers and submits them as PUTs, and
  * checks every completion. It also checks that the shim refuses a doubly submitted
- * buffer and a buffer freed while in flight. Returns 0 on success, or a negative line
- * number of the first failed check. */
+ * buffer and a buffer freed while in flight, reads the fresh region's cache directory
+ * (every slot valid, but no lease, so nothing may be served), and sends one GET, which
+ * this DPU app does not serve yet: it completes "unsupported" and its buffer comes
+ * back. Returns 0 on success, or a negative line number of the first failed check. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
 #include <stdio.h>
@@ -36,6 +38,17 @@ int prescient_c_client_run(const char *region_path, const char *ready_path, uint
     CHECK(count <= sizeof seen);
     CHECK(prescient_host_create(region_path, &config, 0, &host) == PRESCIENT_RC_OK);
     CHECK(prescient_qp_open(host, 0, &qp) == PRESCIENT_RC_OK);
+
+    /* A fresh directory: all-zero words, which are valid; but no DPU app has granted a
+     * lease, so the cache may not be used. */
+    const uint8_t *dkey = (const uint8_t *)"c-key-0";
+    PrescientSlotWord word;
+    CHECK(prescient_slot_state(host, dkey, 7, &word) == PRESCIENT_RC_OK);
+    CHECK(word.packed == 0 && word.state == PRESCIENT_SLOT_STATE_VALID && word.version == 0 && word.writer == 0);
+    PrescientReadCheck check;
+    CHECK(prescient_check_read(host, dkey, 7, prescient_monotonic_ns(), &check) == PRESCIENT_RC_OK);
+    CHECK(check.decision == PRESCIENT_READ_DECISION_NO_LEASE);
+    CHECK(prescient_refill(host, &check.token) == PRESCIENT_RC_SLOT_CHANGED);
     /* Tell the test the region exists, so it can start prescient-dpu on it. */
     FILE *ready = fopen(ready_path, "w");
     CHECK(ready != NULL);
@@ -90,6 +103,22 @@ int prescient_c_client_run(const char *region_path, const char *ready_path, uint
         }
     }
     CHECK(ok == count);
+
+    /* One GET: the buffer carries the key and comes back with the completion. */
+    PrescientBuffer get_buf;
+    CHECK(prescient_buffer_take(host, &get_buf) == PRESCIENT_RC_OK);
+    CHECK(prescient_get(qp, dkey, 7, &get_buf, 0, 7777) == PRESCIENT_RC_OK);
+    CHECK(prescient_buffer_free(host, &get_buf) == PRESCIENT_RC_BUFFER_STATE); /* in flight */
+    size_t got = 0;
+    CHECK(prescient_wait(qp, 10000, done, 16, &got) == PRESCIENT_RC_OK);
+    CHECK(got == 1 && done[0].user_data == 7777 && done[0].op == 3);
+    CHECK(done[0].status == 15); /* unsupported: this DPU app serves no reads yet */
+    PrescientBuffer back;
+    CHECK(prescient_take_value(qp, &done[0], &back) == PRESCIENT_RC_OK);
+    CHECK(back.index == get_buf.index && back.generation == get_buf.generation);
+    CHECK(prescient_take_value(qp, &done[0], &back) == PRESCIENT_RC_NO_VALUE);
+    CHECK(prescient_buffer_free(host, &back) == PRESCIENT_RC_OK);
+
     prescient_qp_close(qp);
     prescient_host_free(host);
     return 0;
