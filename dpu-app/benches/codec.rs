@@ -144,7 +144,7 @@ fn bench_seal() {
         k
     };
     let mut sealer = Sealer::new(keys, NonceSequence::new(1, 1)).unwrap();
-    let binding = Binding { key_hash: 7, version: 9, k: 4, m: 2 };
+    let binding = Binding { key_hash: 7, version: 9, k: 4, m: 2, tombstone: false };
     for size in SEAL_SIZES {
         let mut buf = Aligned::new(size + FRAME_OVERHEAD, 1);
         let mut ours_seal = || {

@@ -31,4 +31,5 @@ pub mod seal;
 pub mod sequence;
 pub mod serve;
 pub mod signal;
+pub mod sim;
 pub mod stripe;

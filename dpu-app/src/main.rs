@@ -62,6 +62,45 @@ enum Command {
         /// feeds it, and its leases are reported in the summary.
         #[arg(long)]
         model: Option<PathBuf>,
+        /// Serve as node `--node` of the cluster in this file (replicated writes, GETs,
+        /// cache-directory invalidation); exactly one `--region`. Keys, the stripe and
+        /// the model then come from the file.
+        #[arg(long, conflicts_with_all = ["key_dir", "epoch_file", "model", "delay_us"])]
+        config: Option<PathBuf>,
+    },
+    /// Deterministic simulation of a whole cluster with random faults (see
+    /// `prescient_dpu::sim`); a failing seed prints the command that replays it.
+    Sim {
+        /// Run this one seed.
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Run this many seeds, from `--from`.
+        #[arg(long, default_value_t = 1000)]
+        seeds: u64,
+        /// First seed of `--seeds`.
+        #[arg(long, default_value_t = 0)]
+        from: u64,
+        /// Scheduler steps per seed.
+        #[arg(long, default_value_t = 3000)]
+        steps: u32,
+        /// Nodes.
+        #[arg(long, default_value_t = 5)]
+        nodes: u8,
+        /// Data fragments.
+        #[arg(long, default_value_t = 3)]
+        k: u8,
+        /// Parity fragments.
+        #[arg(long, default_value_t = 2)]
+        m: u8,
+        /// Quorum.
+        #[arg(long, default_value_t = 4)]
+        quorum: u8,
+        /// Keys the workload touches.
+        #[arg(long, default_value_t = 12)]
+        keys: u32,
+        /// No crashes, restarts or partitions.
+        #[arg(long)]
+        no_faults: bool,
     },
     /// Train and evaluate the write-stream predictor (same as `prescient-model`).
     Model {
@@ -135,9 +174,26 @@ fn run(cli: Cli) -> Result<(), String> {
             node,
             stripe,
             model,
+            config,
         } => {
             if !emulate {
                 return Err("this build serves only in CPU-emulation mode: pass --emulate (the BlueField DOCA link is not built in)".into());
+            }
+            if let Some(path) = config {
+                let [region] = <[PathBuf; 1]>::try_from(region)
+                    .map_err(|r| format!("--config serves exactly one host region; {} were given", r.len()))?;
+                let config = prescient_dpu::cluster::config::ClusterConfig::load(&path).map_err(|e| e.to_string())?;
+                let opts = prescient_dpu::cluster::process::ServeCluster {
+                    config: std::sync::Arc::new(config),
+                    id: u8::try_from(node).map_err(|_| format!("--node {node}: a cluster has at most 32 nodes"))?,
+                    region,
+                    pin: !no_pin,
+                    host_timeout: Duration::from_millis(host_timeout_ms),
+                };
+                let stop = signal::install().map_err(|e| e.to_string())?;
+                let summary = prescient_dpu::cluster::process::serve(&opts, stop).map_err(|e| e.to_string())?;
+                println!("{summary}");
+                return Ok(());
             }
             let options = ServeOptions {
                 regions: region,
@@ -176,6 +232,34 @@ fn run(cli: Cli) -> Result<(), String> {
             Ok(())
         }
         Command::Model { command } => prescient_models::cli::run(command).map_err(|e| e.to_string()),
+        Command::Sim { seed, seeds, from, steps, nodes, k, m, quorum, keys, no_faults } => {
+            let dir = std::env::temp_dir().join("prescient-sim");
+            let seeds: Vec<u64> = match seed {
+                Some(s) => vec![s],
+                None => (from..from + seeds).collect(),
+            };
+            let started = std::time::Instant::now();
+            let mut total = prescient_dpu::sim::SimReport::default();
+            for (i, &seed) in seeds.iter().enumerate() {
+                let opts = prescient_dpu::sim::SimOptions {
+                    seed,
+                    nodes,
+                    k,
+                    m,
+                    quorum,
+                    steps,
+                    keys,
+                    faults: !no_faults,
+                    dir: dir.clone(),
+                };
+                let r = prescient_dpu::sim::run(&opts).map_err(|v| format!("invariant broken\n{v}"))?;
+                total.merge(&r);
+                if (i + 1) % 100 == 0 || i + 1 == seeds.len() {
+                    println!("{} seeds ok ({:.1} s): {}", i + 1, started.elapsed().as_secs_f64(), total.line());
+                }
+            }
+            Ok(())
+        }
         Command::Demo { threads, seconds, value_bytes, depth, model } => {
             let shipped = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../models/shipped/OLTP.model"));
             let model = model.or_else(|| shipped.exists().then_some(shipped));

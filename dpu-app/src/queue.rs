@@ -1,12 +1,17 @@
-//! Serving one queue pair: take descriptors, check them, run them through the
-//! pipeline, post completions.
+//! Serving one queue pair: take descriptors, check them, hand each accepted request
+//! to the caller, and post its completion whenever it is done.
 //!
 //! The host is untrusted. Each descriptor is copied out of the ring once and checked
-//! on the copy; a bad field becomes an error completion for that request alone. A GET
-//! completes at once with `Unsupported` (this DPU app serves no reads yet), its buffer
-//! handed back to the host as every GET's is. A ring
+//! on the copy; a bad field becomes an error completion for that request alone. A ring
 //! index that moves backwards or past capacity fences this queue pair off (the host
 //! sees why in the fence word) while every other queue pair keeps being served.
+//!
+//! Requests may complete out of order (a replicated write waits for the network while
+//! a later NOP completes at once). The submission ring's head is released to the host
+//! only up to the oldest request still open, so a successor that finds this DPU app
+//! dead can still read every request it took and did not complete (see
+//! `region_server::recover`). A completion slot is reserved for every accepted request
+//! when it is taken, so completing never waits for the host.
 
 use std::sync::atomic::{fence, Ordering};
 
@@ -15,12 +20,61 @@ use prescient_shim::config::{BATCH_MAX, KEY_BYTES_MAX, VALUE_OFFSET};
 use prescient_shim::descriptor::{ArenaShape, Checked, Descriptor, OpCode};
 use prescient_shim::queue::{Completions, FenceReason, QueueWords, Submissions};
 use prescient_shim::region::Region;
-use prescient_shim::ring::{Consumer, Producer};
+use prescient_shim::ring::{Consumer, Producer, RingMemory};
 use prescient_shim::{sys, Completion, Status};
 
 use crate::inflight::InFlight;
 use crate::metrics::Metrics;
 use crate::pipeline::{CodecInfo, Op, Pipeline, Request};
+
+/// A request taken from a queue pair and accepted: its buffer is held by the DPU app
+/// (ownership word `Dpu`, private in-flight table) until [`QueueServer::complete`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Accepted {
+    /// Queue pair it came from.
+    pub qp: u32,
+    /// Its free-running submission index.
+    pub sq_index: u32,
+    /// The checked descriptor.
+    pub desc: Descriptor,
+    /// The host buffer it names.
+    pub buffer: u32,
+}
+
+impl Accepted {
+    /// The pipeline's view of the operation (`None` for ops the pipeline does not run).
+    pub fn op(&self) -> Option<Op> {
+        match self.desc.op {
+            OpCode::Put => Some(Op::Put),
+            OpCode::Delete => Some(Op::Delete),
+            _ => None,
+        }
+    }
+}
+
+/// How a request ends: its status, the version it got and the op-specific detail
+/// (an error's offending value, a GET's value length).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    /// Status for the host.
+    pub status: Status,
+    /// Version the write was given or the value read has (0 if none).
+    pub version: u64,
+    /// Error detail or value length.
+    pub detail: u32,
+}
+
+impl Outcome {
+    /// Success with `version`.
+    pub fn ok(version: u64) -> Self {
+        Self { status: Status::Ok, version, detail: 0 }
+    }
+
+    /// Failure with `status`.
+    pub fn failed(status: Status, detail: u32) -> Self {
+        Self { status, version: 0, detail }
+    }
+}
 
 /// The DPU end of one queue pair.
 #[derive(Debug)]
@@ -29,13 +83,28 @@ pub struct QueueServer {
     sq: Consumer<Submissions>,
     cq: Producer<Completions>,
     fenced: bool,
+    /// Submission slots taken and not completed yet (indexed by `sq_index % entries`).
+    open: Vec<bool>,
+    /// Accepted requests not completed yet (each holds a reserved completion slot).
+    outstanding: u32,
+    /// Completions posted and not published.
+    posted: u32,
 }
 
 impl QueueServer {
     /// Takes over the DPU end of `words` where the shared indices stand.
     pub fn new(words: QueueWords) -> Self {
         let fenced = words.fence_reason().load(Ordering::Acquire) != 0;
-        Self { sq: Consumer::new(words.submissions()), cq: Producer::new(words.completions()), words, fenced }
+        let entries = words.submissions().entries();
+        Self {
+            sq: Consumer::new(words.submissions()),
+            cq: Producer::new(words.completions()),
+            words,
+            fenced,
+            open: vec![false; entries as usize],
+            outstanding: 0,
+            posted: 0,
+        }
     }
 
     /// The queue pair's words.
@@ -46,6 +115,11 @@ impl QueueServer {
     /// Whether this queue pair has been fenced off.
     pub fn fenced(&self) -> bool {
         self.fenced
+    }
+
+    /// Accepted requests not completed yet.
+    pub fn outstanding(&self) -> u32 {
+        self.outstanding
     }
 
     /// The submission consumer (restart recovery moves it).
@@ -74,6 +148,7 @@ impl QueueServer {
         let mut bytes = [0u8; prescient_shim::config::COMPLETION_BYTES];
         Completion { cq_index: self.cq.tail(), ..*completion }.emit(&mut bytes);
         assert!(self.cq.push(&bytes), "caller checked completion room");
+        self.posted += 1;
     }
 
     /// Free completion slots (rereads the host's head). A head out of bounds fences.
@@ -90,6 +165,7 @@ impl QueueServer {
     /// Publishes posted completions and wakes the host if it sleeps.
     pub fn publish_completions(&mut self) {
         self.cq.publish();
+        self.posted = 0;
         // SeqCst: the completion tail is visible before we read the host's waiting flag;
         // pairs with the host's fence between setting that flag and its last poll.
         fence(Ordering::SeqCst);
@@ -103,12 +179,16 @@ impl QueueServer {
         sys::wake_all(self.words.cq_doorbell());
     }
 
-    /// Serves one batch; returns the number of requests completed.
-    pub fn serve(
+    /// Takes up to `max` ready descriptors. Refused descriptors and NOPs complete at
+    /// once; every other request is accepted into `out` (whose capacity the caller
+    /// reserved) and must be completed with [`QueueServer::complete`]. Returns the
+    /// number of descriptors taken.
+    pub fn take(
         &mut self,
         region: &Region,
         inflight: &mut InFlight,
-        pipeline: &mut Pipeline,
+        max: u32,
+        out: &mut Vec<Accepted>,
         metrics: &mut Metrics,
     ) -> u32 {
         if self.fenced {
@@ -121,13 +201,20 @@ impl QueueServer {
                 return 0;
             }
         };
-        if ready == 0 {
+        let want = ready.min(BATCH_MAX).min(max).min((out.capacity() - out.len()) as u32);
+        if want == 0 {
             return 0;
         }
         // Reread the host's completion head only when the room last seen is short:
-        // it is a line the host writes, so every read may be a cache miss.
-        let want = ready.min(BATCH_MAX);
-        let room = if self.cq.free() >= want { self.cq.free() } else { self.completion_room(metrics) };
+        // it is a line the host writes, so every read may be a cache miss. Every
+        // accepted request keeps a completion slot reserved until it completes.
+        let free = |q: &Self| q.cq.free().saturating_sub(q.outstanding + q.posted);
+        let room = if free(self) >= want {
+            free(self)
+        } else {
+            self.completion_room(metrics);
+            free(self)
+        };
         let batch = want.min(room);
         if batch == 0 {
             return 0;
@@ -136,28 +223,127 @@ impl QueueServer {
         self.words.sq_taken().store(self.sq.head().wrapping_add(batch), Ordering::Release);
         let config = region.layout().config;
         let shape = ArenaShape { host_buffers: config.host_buffers, buffer_bytes: config.buffer_bytes };
+        let qp = self.words.index();
         for _ in 0..batch {
-            let (index, bytes) = self.sq.pop().expect("batch <= ready");
-            let completion = run_one(region, &shape, index, &bytes, inflight, pipeline, metrics);
-            metrics.count(completion.status);
-            self.post(&completion);
+            let (sq_index, bytes) = self.sq.pop().expect("batch <= ready");
+            match accept(region, &shape, sq_index, &bytes, inflight) {
+                Ok(Some((desc, buffer))) => {
+                    let slot = self.slot(sq_index);
+                    self.open[slot] = true;
+                    self.outstanding += 1;
+                    out.push(Accepted { qp, sq_index, desc, buffer });
+                }
+                Ok(None) => {
+                    metrics.count(Status::Ok);
+                    self.post(&nop_completion(&bytes, sq_index));
+                }
+                Err(refused) => {
+                    metrics.count(refused.status);
+                    self.post(&refused);
+                }
+            }
         }
-        self.publish_completions();
-        self.sq.release();
+        self.flush();
         batch
+    }
+
+    fn slot(&self, sq_index: u32) -> usize {
+        (sq_index as usize) & (self.open.len() - 1)
+    }
+
+    /// Completes an accepted request: posts its completion (not yet published, see
+    /// [`QueueServer::flush`]) and hands its buffer back - to the arena for writes, to
+    /// the host (state `Host`) for a GET, whose value the host then reads.
+    pub fn complete(
+        &mut self,
+        region: &Region,
+        inflight: &mut InFlight,
+        accepted: &Accepted,
+        outcome: Outcome,
+        metrics: &mut Metrics,
+    ) {
+        let slot = self.slot(accepted.sq_index);
+        assert!(self.open[slot], "request {} of queue pair {} completed twice", accepted.sq_index, accepted.qp);
+        let back = if accepted.desc.op == OpCode::Get { BufferState::Host } else { BufferState::Free };
+        let cell = region.u32_at(region.layout().buffer_state(accepted.buffer));
+        // Release: publishes the stages' writes to the buffer along with its new owner.
+        cell.store(arena::word(accepted.desc.buffer_gen, back), Ordering::Release);
+        inflight.remove(accepted.buffer);
+        self.open[slot] = false;
+        self.outstanding -= 1;
+        let completion = Completion {
+            user_data: accepted.desc.user_data,
+            status: outcome.status,
+            op: accepted.desc.op as u8,
+            sq_index: accepted.sq_index,
+            version: outcome.version,
+            detail: outcome.detail,
+            cq_index: 0,
+        };
+        metrics.count(outcome.status);
+        self.post(&completion);
+    }
+
+    /// Publishes posted completions and releases the submission ring up to the oldest
+    /// request still open.
+    pub fn flush(&mut self) {
+        if self.posted > 0 {
+            self.publish_completions();
+        }
+        let head = self.sq.head();
+        let published = self.words.sq_head().load(Ordering::Relaxed);
+        let mut release = published;
+        while release != head && !self.open[self.slot(release)] {
+            release = release.wrapping_add(1);
+        }
+        if release != published {
+            self.sq.release_to(release);
+        }
+    }
+
+    /// Serves one batch synchronously through `pipeline` (the single-node mode: every
+    /// request completes before the next is taken); returns the requests completed.
+    pub fn serve(
+        &mut self,
+        region: &Region,
+        inflight: &mut InFlight,
+        pipeline: &mut Pipeline,
+        batch: &mut Vec<Accepted>,
+        metrics: &mut Metrics,
+    ) -> u32 {
+        batch.clear();
+        let taken = self.take(region, inflight, BATCH_MAX, batch, metrics);
+        for accepted in batch.iter() {
+            let outcome = run_pipeline(region, accepted, pipeline, metrics);
+            self.complete(region, inflight, accepted, outcome, metrics);
+        }
+        self.flush();
+        taken
     }
 }
 
-/// Checks and runs one descriptor; returns its completion.
-fn run_one(
+/// The completion of a NOP: Ok at once.
+fn nop_completion(bytes: &[u8; 64], sq_index: u32) -> Completion {
+    Completion {
+        user_data: u64::from_le_bytes(bytes[24..32].try_into().expect("8 bytes")),
+        status: Status::Ok,
+        op: bytes[0],
+        sq_index,
+        version: 0,
+        detail: 0,
+        cq_index: 0,
+    }
+}
+
+/// Checks one descriptor and takes ownership of its buffer. `Ok(None)` for a NOP
+/// (completes at once), `Err` with the error completion for a refused one.
+fn accept(
     region: &Region,
     shape: &ArenaShape,
     sq_index: u32,
     bytes: &[u8; 64],
     inflight: &mut InFlight,
-    pipeline: &mut Pipeline,
-    metrics: &mut Metrics,
-) -> Completion {
+) -> Result<Option<(Descriptor, u32)>, Completion> {
     let fail = |status: Status, user_data: u64, detail: u64| Completion {
         user_data,
         status,
@@ -171,50 +357,56 @@ fn run_one(
         Ok(checked) => checked,
         Err(refused) => {
             tracing::warn!(sq_index, status = %refused.status, detail = refused.detail, "refused descriptor");
-            return fail(refused.status, refused.user_data, refused.detail);
+            return Err(fail(refused.status, refused.user_data, refused.detail));
         }
     };
     let Some(buffer) = buffer else {
         debug_assert_eq!(desc.op, OpCode::Nop);
-        return fail(Status::Ok, desc.user_data, 0);
+        return Ok(None);
     };
     if !inflight.insert(buffer) {
         tracing::warn!(sq_index, buffer, "buffer submitted twice");
-        return fail(Status::BufferInFlight, desc.user_data, buffer.into());
+        return Err(fail(Status::BufferInFlight, desc.user_data, buffer.into()));
     }
     let cell = region.u32_at(region.layout().buffer_state(buffer));
     if let Err(found) = arena::transition(cell, desc.buffer_gen, BufferState::Submitted, BufferState::Dpu) {
         inflight.remove(buffer);
         tracing::warn!(sq_index, buffer, found, "buffer not submitted");
-        return fail(Status::BufferNotSubmitted, desc.user_data, found.into());
+        return Err(fail(Status::BufferNotSubmitted, desc.user_data, found.into()));
     }
-    if desc.op == OpCode::Get {
-        // No read path yet. A GET's buffer goes back to the host, not to the arena
-        // (the host takes it back with the completion): Release, as below.
-        cell.store(arena::word(desc.buffer_gen, BufferState::Host), Ordering::Release);
-        inflight.remove(buffer);
-        return fail(Status::Unsupported, desc.user_data, 0);
-    }
-    let buffer_offset = region.layout().buffer(buffer);
+    Ok(Some((desc, buffer)))
+}
+
+/// The key of an accepted request, copied out of its buffer.
+pub fn key_of<'k>(region: &Region, accepted: &Accepted, key: &'k mut [u8; KEY_BYTES_MAX]) -> &'k [u8] {
+    let key = &mut key[..accepted.desc.key_len as usize];
+    region.read_bytes(region.layout().buffer(accepted.buffer), key);
+    key
+}
+
+/// Runs an accepted request through `pipeline` in place (single-node mode).
+fn run_pipeline(region: &Region, accepted: &Accepted, pipeline: &mut Pipeline, metrics: &mut Metrics) -> Outcome {
+    let Some(op) = accepted.op() else {
+        return Outcome::failed(Status::Unsupported, accepted.desc.op as u32);
+    };
+    let config = region.layout().config;
+    let buffer_offset = region.layout().buffer(accepted.buffer);
     let mut key = [0u8; KEY_BYTES_MAX];
-    let key = &mut key[..desc.key_len as usize];
-    region.read_bytes(buffer_offset, key);
+    let key = key_of(region, accepted, &mut key);
     #[allow(unsafe_code)]
     // SAFETY: the ownership word moved Submitted -> Dpu for this generation and the
     // private in-flight table holds the buffer, so this is the only view of it in the
-    // DPU app until it is released below. A host that writes it anyway breaks the
+    // DPU app until the request completes. A host that writes it anyway breaks the
     // protocol and changes only the bytes the stages see.
-    let buf = unsafe { region.bytes_mut(buffer_offset, shape.buffer_bytes as usize) };
-    let op = if desc.op == OpCode::Put { Op::Put } else { Op::Delete };
-    let config = region.layout().config;
+    let buf = unsafe { region.bytes_mut(buffer_offset, config.buffer_bytes as usize) };
     let side: &mut [u8] = if config.dpu_buffers > 0 {
         #[allow(unsafe_code)]
         // SAFETY: the first DPU scratch buffer (index host_buffers) is the pipeline's
         // side buffer. Host descriptors cannot name it (they are checked against
-        // host_buffers), the pipeline runs one request at a time on this thread, and
-        // the slice dies with the request below.
+        // host_buffers), the single-node pipeline runs one request at a time on this
+        // thread, and the slice dies with the request below.
         unsafe {
-            region.bytes_mut(region.layout().buffer(config.host_buffers), shape.buffer_bytes as usize)
+            region.bytes_mut(region.layout().buffer(config.host_buffers), config.buffer_bytes as usize)
         }
     } else {
         &mut []
@@ -223,22 +415,17 @@ fn run_one(
         op,
         key,
         buf,
-        payload: VALUE_OFFSET..VALUE_OFFSET + desc.value_len as usize,
+        payload: VALUE_OFFSET..VALUE_OFFSET + accepted.desc.value_len as usize,
         version: 0,
         side,
         codec: CodecInfo::default(),
     };
-    let result = pipeline.run(&mut request);
-    let version = request.version;
-    // The buffer goes back to the arena: Release publishes the stages' writes.
-    cell.store(arena::word(desc.buffer_gen, BufferState::Free), Ordering::Release);
-    inflight.remove(buffer);
-    match result {
-        Ok(()) => Completion { version, ..fail(Status::Ok, desc.user_data, 0) },
+    match pipeline.run(&mut request) {
+        Ok(()) => Outcome::ok(request.version),
         Err(e) => {
             metrics.stage_failures += 1;
-            tracing::warn!(sq_index, error = %e, "stage failed");
-            fail(Status::StageFailed, desc.user_data, 0)
+            tracing::warn!(sq_index = accepted.sq_index, error = %e, "stage failed");
+            Outcome::failed(Status::StageFailed, 0)
         }
     }
 }

@@ -22,7 +22,7 @@ use crate::error::DpuError;
 use crate::inflight::InFlight;
 use crate::metrics::Metrics;
 use crate::pipeline::Pipeline;
-use crate::queue::QueueServer;
+use crate::queue::{Accepted, Outcome, QueueServer};
 
 /// How often the DPU app looks at each host's liveness.
 const HOST_CHECK_PERIOD: Duration = Duration::from_millis(10);
@@ -37,6 +37,20 @@ pub struct RegionServer {
     host_checked: Instant,
     /// The host generation being served; `None` while the host is dead.
     serving: Option<u32>,
+    /// Scratch for the single-node mode's batches (allocated once).
+    batch: Vec<Accepted>,
+    /// Where the next `take` starts, so no queue pair starves the others.
+    next_queue: usize,
+}
+
+/// A request accepted from one host generation: completing it after that host died or
+/// was replaced only frees its buffer.
+#[derive(Clone, Copy, Debug)]
+pub struct Taken {
+    /// The request.
+    pub accepted: Accepted,
+    /// The host generation it came from.
+    pub generation: u32,
 }
 
 impl RegionServer {
@@ -62,6 +76,8 @@ impl RegionServer {
             host: Watch::new(region.u64_at(header::HOST_HEARTBEAT), host_timeout, now),
             host_checked: now,
             serving: None,
+            batch: Vec::with_capacity(prescient_shim::config::BATCH_MAX as usize),
+            next_queue: 0,
             region,
         };
         let generation = server.region.u32_at(header::HOST_GENERATION).load(Ordering::Acquire);
@@ -225,16 +241,60 @@ impl RegionServer {
         self.serving.is_some() && self.queues.iter().any(QueueServer::has_work)
     }
 
-    /// Serves one batch of every queue pair; returns requests completed.
+    /// Serves one batch of every queue pair synchronously through `pipeline`;
+    /// returns requests completed.
     pub fn serve(&mut self, pipeline: &mut Pipeline, metrics: &mut Metrics) -> u32 {
         if self.serving.is_none() {
             return 0;
         }
         let mut done = 0;
         for q in &mut self.queues {
-            done += q.serve(&self.region, &mut self.inflight, pipeline, metrics);
+            done += q.serve(&self.region, &mut self.inflight, pipeline, &mut self.batch, metrics);
         }
         done
+    }
+
+    /// Takes up to `max` requests from the queue pairs, round robin, into `out` (whose
+    /// capacity the caller reserved); each must be completed with
+    /// [`RegionServer::complete`]. Refused descriptors and NOPs complete at once.
+    /// Returns the descriptors taken.
+    pub fn take(&mut self, max: u32, out: &mut Vec<Taken>, metrics: &mut Metrics) -> u32 {
+        let Some(generation) = self.serving else { return 0 };
+        let queues = self.queues.len();
+        let mut taken = 0;
+        for i in 0..queues {
+            let want = max.saturating_sub(taken).min((out.capacity() - out.len()) as u32);
+            if want == 0 {
+                break;
+            }
+            let q = (self.next_queue + i) % queues;
+            self.batch.clear();
+            taken += self.queues[q].take(&self.region, &mut self.inflight, want, &mut self.batch, metrics);
+            out.extend(self.batch.drain(..).map(|accepted| Taken { accepted, generation }));
+        }
+        self.next_queue = (self.next_queue + 1) % queues.max(1);
+        taken
+    }
+
+    /// Completes a request taken earlier (posted, not yet published: see
+    /// [`RegionServer::flush`]). If its host has died or been replaced since, only the
+    /// buffer goes back to the arena.
+    pub fn complete(&mut self, taken: &Taken, outcome: Outcome, metrics: &mut Metrics) {
+        let a = &taken.accepted;
+        if self.serving == Some(taken.generation) {
+            self.queues[a.qp as usize].complete(&self.region, &mut self.inflight, a, outcome, metrics);
+        } else {
+            let cell = self.region.u32_at(self.region.layout().buffer_state(a.buffer));
+            let _ = arena::transition(cell, a.desc.buffer_gen, BufferState::Dpu, BufferState::Free);
+            self.inflight.remove(a.buffer);
+        }
+    }
+
+    /// Publishes posted completions of every queue pair and releases their rings.
+    pub fn flush(&mut self) {
+        for q in &mut self.queues {
+            q.flush();
+        }
     }
 
     /// Looks at the host at most every few milliseconds: a dead host's buffers are

@@ -68,7 +68,7 @@ fn read(frags: &[Fragment<'_>], k: usize, m: usize, key: &[u8]) -> Result<Vec<u8
     if id.key_hash != prescient_dpu::seal::key_hash(key) {
         return Err("fragments of another key".into());
     }
-    let binding = Binding { key_hash: id.key_hash, version: id.version, k: k as u8, m: m as u8 };
+    let binding = Binding { key_hash: id.key_hash, version: id.version, k: k as u8, m: m as u8, tombstone: false };
     let plain = open_in_place(&keys(), &mut out[..layout.frame_len()], &binding).map_err(|e| e.to_string())?;
     Ok(plain.to_vec())
 }
@@ -160,7 +160,7 @@ proptest! {
         let layout = StripeLayout::new(k, m, len + FRAME_OVERHEAD).unwrap();
         let mut buf = vec![0u8; layout.data_len()];
         buf[..len].copy_from_slice(&value);
-        let binding = Binding { key_hash: prescient_dpu::seal::key_hash(b"k"), version: 1, k: 4, m: 2 };
+        let binding = Binding { key_hash: prescient_dpu::seal::key_hash(b"k"), version: 1, k: 4, m: 2, tombstone: false };
         let n = sealer.seal_in_place(&mut buf, len, &binding).unwrap();
         let bit = bit % (n * 8);
         buf[bit / 8] ^= 1 << (bit % 8);

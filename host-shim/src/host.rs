@@ -352,8 +352,13 @@ impl Host {
     /// token was taken, refilling is not allowed from its word, the lease is not valid
     /// now, or the token names no slot.
     pub fn refill(&self, token: RefillToken) -> bool {
+        self.refill_at(token, monotonic_ns())
+    }
+
+    /// [`Host::refill`] with the lease checked at `now_ns` (a simulator's clock).
+    pub fn refill_at(&self, token: RefillToken, now_ns: u64) -> bool {
         let Some(word) = self.directory_slot(token.slot) else { return false };
-        if !self.lease_valid(monotonic_ns()) {
+        if !self.lease_valid(now_ns) {
             return false;
         }
         let Some(next) = directory::refill(SlotWord::unpack(token.word)) else { return false };

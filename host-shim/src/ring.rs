@@ -220,6 +220,22 @@ impl<M: RingMemory> Consumer<M> {
         Some((index, bytes))
     }
 
+    /// Hands popped slots back to the producer up to `index` (at most our head): a
+    /// consumer that completes entries out of order keeps the oldest open one, and
+    /// everything after it, readable in the ring until it is done.
+    pub fn release_to(&mut self, index: u32) {
+        // Our own published index: nobody else writes it.
+        let published = self.mem.load_head(Ordering::Relaxed);
+        assert!(
+            index.wrapping_sub(published) <= self.head.wrapping_sub(published),
+            "release_to({index}) is outside {published}..={}",
+            self.head
+        );
+        // Release: our reads of the popped slots happen before the producer may reuse
+        // them; pairs with the producer's Acquire in `Producer::refresh`.
+        self.mem.store_head(index, Ordering::Release);
+    }
+
     /// Hands every popped slot back to the producer.
     pub fn release(&mut self) {
         // Release: our reads of the popped slots happen before the producer may reuse

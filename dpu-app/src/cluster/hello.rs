@@ -81,8 +81,11 @@ pub mod field {
     pub const LOG_SLOTS: Range<usize> = 168..172;
     /// Bytes per log slot.
     pub const LOG_SLOT_BYTES: Range<usize> = 172..176;
+    /// The sender's applied sequence of its log for the receiver: where the receiver,
+    /// as a writer, continues (entries below it are persisted; above it, lost).
+    pub const LOG_APPLIED: Range<usize> = 176..184;
     /// Reserved, zero.
-    pub const RESERVED: Range<usize> = 176..252;
+    pub const RESERVED: Range<usize> = 184..252;
     /// CRC32C of bytes 0..252.
     pub const CRC: Range<usize> = 252..256;
 }
@@ -90,7 +93,7 @@ pub mod field {
 const _: () = assert!(field::CRC.end == HELLO_BYTES);
 const _: () = assert!(field::ENDPOINT.end - field::ENDPOINT.start == Endpoint::WIRE_BYTES);
 const _: () = assert!(field::DIRECTORY.end - field::DIRECTORY.start == RemoteRegion::WIRE_BYTES);
-const _: () = assert!(field::LOG_SLOT_BYTES.end == field::RESERVED.start && field::RESERVED.end == field::CRC.start);
+const _: () = assert!(field::LOG_SLOT_BYTES.end == field::LOG_APPLIED.start && field::LOG_APPLIED.end == field::RESERVED.start && field::RESERVED.end == field::CRC.start);
 
 /// Why a Hello was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -373,6 +376,11 @@ impl<T: AsRef<[u8]>> Hello<T> {
         le32(&self.buffer.as_ref()[field::LOG_SLOT_BYTES])
     }
 
+    /// The sender's applied sequence of its log for the receiver.
+    pub fn log_applied(&self) -> u64 {
+        u64::from_le_bytes(self.buffer.as_ref()[field::LOG_APPLIED].try_into().expect("8 bytes"))
+    }
+
     /// Stored checksum.
     pub fn crc(&self) -> u32 {
         le32(&self.buffer.as_ref()[field::CRC])
@@ -417,6 +425,8 @@ pub struct HelloRepr {
     pub log_slots: u32,
     /// Bytes per slot of `log`.
     pub log_slot_bytes: u32,
+    /// `from`'s applied sequence of `log`: where `to` continues writing.
+    pub applied: u64,
 }
 
 impl HelloRepr {
@@ -441,6 +451,7 @@ impl HelloRepr {
             store_record_bytes: hello.store_record_bytes(),
             log_slots: hello.log_slots(),
             log_slot_bytes: hello.log_slot_bytes(),
+            applied: hello.log_applied(),
         })
     }
 
@@ -468,6 +479,7 @@ impl HelloRepr {
         b[field::STORE_RECORD_BYTES].copy_from_slice(&self.store_record_bytes.to_le_bytes());
         b[field::LOG_SLOTS].copy_from_slice(&self.log_slots.to_le_bytes());
         b[field::LOG_SLOT_BYTES].copy_from_slice(&self.log_slot_bytes.to_le_bytes());
+        b[field::LOG_APPLIED].copy_from_slice(&self.applied.to_le_bytes());
         b[field::RESERVED].fill(0);
         let crc = crc32c::crc32c(&b[..field::CRC.start]);
         b[field::CRC].copy_from_slice(&crc.to_le_bytes());
@@ -516,6 +528,7 @@ pub(crate) mod tests {
             store_record_bytes: 1024,
             log_slots: 16,
             log_slot_bytes: 4096,
+            applied: 0,
         }
     }
 

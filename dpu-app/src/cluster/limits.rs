@@ -47,7 +47,7 @@ pub const STORE_SET_BYTES_MAX: usize = MESSAGE_BYTES_MAX;
 pub const STORE_FILE_BYTES_MAX: u64 = 1 << 40;
 /// Most records one key may have in its set: the newest committed version and writes in
 /// flight after it. A fourth needs a superseded one of the key to go first.
-pub const VERSIONS_PER_KEY_MAX: usize = 3;
+pub const VERSIONS_PER_KEY_MAX: usize = 6;
 /// Locks that serialise changes to the store, each covering the sets equal to its index
 /// modulo this (a power of two).
 pub const STORE_LOCKS: usize = 64;
@@ -87,3 +87,31 @@ const _: () =
 // Aligned words of the files are stored with native-endian atomics; the formats say
 // little-endian.
 const _: () = assert!(cfg!(target_endian = "little"));
+
+// ---- The node (protocol state, all sized at start) ------------------------------
+
+/// Writes one node keeps in flight (each also holds a DPU buffer of its host's region
+/// for parity and headers, so a region needs at least this many DPU buffers).
+pub const WRITES_MAX: u32 = 64;
+/// GETs one node keeps in flight.
+pub const GETS_MAX: u32 = 16;
+/// Predictor leases with marks out at once.
+pub const LEASES_MAX: usize = 64;
+/// Outcome notices in flight to each peer.
+pub const NOTICES_MAX: u32 = 4;
+/// Outcome records one notice carries.
+pub const NOTICE_RECORDS_MAX: usize = 64;
+/// Payload bytes of a full notice.
+pub const NOTICE_PAYLOAD_BYTES: usize = NOTICE_RECORDS_MAX * OUTCOME_RECORD_BYTES;
+/// Completions taken from a completion queue per poll.
+pub const POLL_BATCH: usize = 128;
+/// Poll rounds per call while completions keep coming.
+pub const POLL_ROUNDS_MAX: u32 = 4;
+/// Outcome-table entries a resync examines per heartbeat and peer.
+pub const RESYNC_CHUNK: u64 = 4096;
+/// Ways of each store set (a GET READs a whole set from every peer).
+pub const STORE_WAYS: u32 = 16;
+
+const _: () = assert!(NOTICE_RECORDS_MAX <= OUTCOMES_PER_ENTRY_MAX);
+const _: () = assert!(STORE_WAYS <= STORE_WAYS_MAX);
+const _: () = assert!(WRITES_MAX as u64 * 32 <= (1 << 24), "write slot and fragment fit a work-request index");

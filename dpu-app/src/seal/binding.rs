@@ -20,16 +20,21 @@ pub struct Binding {
     pub k: u8,
     /// Parity fragments of that stripe.
     pub m: u8,
+    /// The write is a DELETE: its frame carries no value, only the fact of deletion
+    /// (bound, so a holder cannot turn a value into a deletion or back).
+    pub tombstone: bool,
 }
 
 impl Binding {
-    /// The associated data for a frame of `frame_len` bytes: format, k, m, a zero
-    /// byte, frame length (u32), key hash (u64), version (u64), little-endian.
+    /// The associated data for a frame of `frame_len` bytes: format, k, m, flags
+    /// (bit 0: tombstone), frame length (u32), key hash (u64), version (u64),
+    /// little-endian.
     pub fn aad(&self, frame_len: u32) -> [u8; AAD_LEN] {
         let mut a = [0u8; AAD_LEN];
         a[0] = AAD_FORMAT;
         a[1] = self.k;
         a[2] = self.m;
+        a[3] = u8::from(self.tombstone);
         a[4..8].copy_from_slice(&frame_len.to_le_bytes());
         a[8..16].copy_from_slice(&self.key_hash.to_le_bytes());
         a[16..24].copy_from_slice(&self.version.to_le_bytes());
@@ -50,11 +55,12 @@ mod tests {
 
     #[test]
     fn aad_golden_bytes() {
-        let b = Binding { key_hash: 0x1122_3344_5566_7788, version: 3, k: 4, m: 2 };
+        let b = Binding { key_hash: 0x1122_3344_5566_7788, version: 3, k: 4, m: 2, tombstone: false };
         assert_eq!(
             b.aad(0x0102),
             [1, 4, 2, 0, 2, 1, 0, 0, 0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11, 3, 0, 0, 0, 0, 0, 0, 0]
         );
+        assert_eq!(Binding { tombstone: true, ..b }.aad(0x0102)[3], 1);
     }
 
     #[test]

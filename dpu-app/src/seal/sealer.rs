@@ -105,7 +105,7 @@ mod tests {
         Sealer::new(keys, NonceSequence::new(3, 9)).unwrap()
     }
 
-    const B: Binding = Binding { key_hash: 5, version: 6, k: 4, m: 2 };
+    const B: Binding = Binding { key_hash: 5, version: 6, k: 4, m: 2, tombstone: false };
 
     #[test]
     fn seal_then_open_restores_the_value_and_trailer_names_key_and_nonce() {

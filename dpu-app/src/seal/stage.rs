@@ -35,7 +35,7 @@ impl Stage for SealStage {
         let start = req.payload.start;
         let len = req.payload.len();
         let key_hash = key_hash(req.key);
-        let binding = Binding { key_hash, version: req.version, k: self.k, m: self.m };
+        let binding = Binding { key_hash, version: req.version, k: self.k, m: self.m, tombstone: req.op == Op::Delete };
         let cap = req.buf.len();
         let buf = req.buf.get_mut(start..).ok_or(StageError::NoRoom { stage: NAME, len, need: 0, cap })?;
         let frame_len = self.sealer.seal_in_place(buf, len, &binding).map_err(|e| match e {
@@ -78,7 +78,7 @@ mod tests {
         s.run(&mut req).unwrap();
         assert_eq!(req.payload, 8..8 + 5 + FRAME_OVERHEAD);
         assert_eq!((req.codec.key_id, req.codec.sealed, req.codec.key_hash), (2, true, key_hash(b"k1")));
-        let binding = Binding { key_hash: key_hash(b"k1"), version: 4, k: 4, m: 2 };
+        let binding = Binding { key_hash: key_hash(b"k1"), version: 4, k: 4, m: 2, tombstone: false };
         let range = req.payload.clone();
         assert_eq!(open_in_place(s.sealer.keys(), &mut buf[range], &binding).unwrap(), b"hello");
     }

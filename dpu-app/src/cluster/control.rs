@@ -1,0 +1,199 @@
+//! A node's control block: the words its peers READ every heartbeat.
+//!
+//! ```text
+//!   0..8    magic "PRCTRL\0\0"       8 format (1)   9 node id   10..12 zero
+//!  12..16   incarnation (u32, bumped at each start)
+//!  16..24   heartbeat (u64, bumped every heartbeat period)
+//!  24..32   zero
+//!  32 + 16 j      suspect[j]: how many times this node, as a writer, failed to reach
+//!                 node j's cache directory (each failure a new epoch node j must honor)
+//!  32 + 16 j + 8  readmitted[j]: the epoch of j this node has seen honored and trusts
+//!                 j's directory again from
+//!  32 + 16 N + 8 j  honored[j]: the last suspect epoch of writer j this node has
+//!                 honored by revoking its whole directory
+//! ```
+//! (N = [`NODES_MAX`].) Every field has one writer, this node, which stores aligned
+//! words; peers copy the whole block with one RDMA READ and check it here before
+//! believing any of it.
+//!
+//! The epochs implement exclusion without a membership service: a writer that cannot
+//! reach node j's directory bumps `suspect[j]` and waits until j's directory lease must
+//! have lapsed (j renews it only while it hears from every peer, and only when its
+//! honored epochs match what each writer has readmitted); j, on reading the bump,
+//! revokes its directory and publishes `honored`; the writer then publishes
+//! `readmitted`, and j renews its lease again only after revoking once more.
+
+use std::sync::Arc;
+
+use crate::fabric::{Access, Fabric, FabricError, Memory, MemoryRegion, RemoteRegion};
+
+/// Most nodes in a cluster (the directory word keeps 6 bits of writer; limits.rs
+/// holds the same bound for the configuration).
+pub const NODES_MAX: usize = 32;
+/// Bytes of a control block.
+pub const CONTROL_BYTES: usize = 32 + 24 * NODES_MAX;
+const MAGIC: u64 = u64::from_le_bytes(*b"PRCTRL\0\0");
+const FORMAT: u8 = 1;
+
+const HEARTBEAT: usize = 16;
+fn suspect_at(j: u8) -> usize {
+    32 + 16 * j as usize
+}
+fn readmitted_at(j: u8) -> usize {
+    32 + 16 * j as usize + 8
+}
+fn honored_at(j: u8) -> usize {
+    32 + 16 * NODES_MAX + 8 * j as usize
+}
+
+/// This node's control block, registered for peers to READ.
+#[derive(Debug)]
+pub struct ControlBlock {
+    mr: Arc<MemoryRegion>,
+}
+
+impl ControlBlock {
+    /// A fresh block for `node` in `incarnation`, registered on `fabric`.
+    pub fn new<F: Fabric>(fabric: &F, node: u8, incarnation: u32) -> Result<Self, FabricError> {
+        assert!((node as usize) < NODES_MAX);
+        let memory = Arc::new(Memory::anonymous(CONTROL_BYTES)?);
+        let mut head = [0u8; 16];
+        head[0..8].copy_from_slice(&MAGIC.to_le_bytes());
+        head[8] = FORMAT;
+        head[9] = node;
+        head[12..16].copy_from_slice(&incarnation.to_le_bytes());
+        memory.write(0, &head)?;
+        let mr = fabric.register(memory, Access::LOCAL_WRITE | Access::REMOTE_READ)?;
+        Ok(Self { mr })
+    }
+
+    /// Where peers READ it.
+    pub fn remote(&self) -> RemoteRegion {
+        self.mr.remote()
+    }
+
+    fn store(&self, at: usize, v: u64) {
+        self.mr.memory().store_u64(at, v).expect("aligned word inside the block");
+    }
+
+    /// Bumps the heartbeat.
+    pub fn beat(&self) {
+        self.mr.memory().fetch_add(HEARTBEAT, 1).expect("aligned word inside the block");
+    }
+
+    /// Publishes `suspect[j]`.
+    pub fn set_suspect(&self, j: u8, epoch: u64) {
+        self.store(suspect_at(j), epoch);
+    }
+
+    /// Publishes `readmitted[j]`.
+    pub fn set_readmitted(&self, j: u8, epoch: u64) {
+        self.store(readmitted_at(j), epoch);
+    }
+
+    /// Publishes `honored[j]`.
+    pub fn set_honored(&self, j: u8, epoch: u64) {
+        self.store(honored_at(j), epoch);
+    }
+}
+
+/// Why a peer's control block was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ControlError {
+    /// Not a control block, or another format.
+    #[error("node {node}'s control block has magic {magic:#x} / format {format}: not a Prescient {FORMAT} block")]
+    Format {
+        /// The peer.
+        node: u8,
+        /// Magic found.
+        magic: u64,
+        /// Format found.
+        format: u8,
+    },
+    /// It names another node.
+    #[error("the control block READ from node {expected} says it is node {found}")]
+    WrongNode {
+        /// The peer READ.
+        expected: u8,
+        /// What it says.
+        found: u8,
+    },
+}
+
+/// A checked copy of a peer's control block.
+#[derive(Clone, Copy, Debug)]
+pub struct ControlView {
+    bytes: [u8; CONTROL_BYTES],
+}
+
+impl ControlView {
+    /// Checks `bytes` READ from node `node`.
+    pub fn new_checked(bytes: [u8; CONTROL_BYTES], node: u8) -> Result<Self, ControlError> {
+        let magic = u64::from_le_bytes(bytes[0..8].try_into().expect("8 bytes"));
+        if magic != MAGIC || bytes[8] != FORMAT {
+            return Err(ControlError::Format { node, magic, format: bytes[8] });
+        }
+        if bytes[9] != node {
+            return Err(ControlError::WrongNode { expected: node, found: bytes[9] });
+        }
+        Ok(Self { bytes })
+    }
+
+    fn u64_at(&self, at: usize) -> u64 {
+        u64::from_le_bytes(self.bytes[at..at + 8].try_into().expect("8 bytes"))
+    }
+
+    /// The peer's incarnation.
+    pub fn incarnation(&self) -> u32 {
+        u32::from_le_bytes(self.bytes[12..16].try_into().expect("4 bytes"))
+    }
+
+    /// The peer's heartbeat.
+    pub fn heartbeat(&self) -> u64 {
+        self.u64_at(HEARTBEAT)
+    }
+
+    /// How often the peer, as a writer, has suspected node `j`.
+    pub fn suspect(&self, j: u8) -> u64 {
+        self.u64_at(suspect_at(j))
+    }
+
+    /// The epoch of node `j` the peer trusts again.
+    pub fn readmitted(&self, j: u8) -> u64 {
+        self.u64_at(readmitted_at(j))
+    }
+
+    /// The suspect epoch of writer `j` the peer has honored.
+    pub fn honored(&self, j: u8) -> u64 {
+        self.u64_at(honored_at(j))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fabric::emu::{ModelConfig, Network, SystemClock};
+
+    #[test]
+    fn a_block_reads_back_and_foreign_bytes_are_refused() {
+        let net = Network::new(ModelConfig::ideal(), Arc::new(SystemClock::new())).unwrap();
+        let node = net.node().unwrap();
+        let block = ControlBlock::new(&node, 3, 7).unwrap();
+        block.beat();
+        block.beat();
+        block.set_suspect(1, 5);
+        block.set_readmitted(1, 4);
+        block.set_honored(2, 9);
+        let mut bytes = [0u8; CONTROL_BYTES];
+        block.mr.memory().read(0, &mut bytes).unwrap();
+        let view = ControlView::new_checked(bytes, 3).unwrap();
+        assert_eq!((view.incarnation(), view.heartbeat()), (7, 2));
+        assert_eq!((view.suspect(1), view.readmitted(1), view.honored(2), view.honored(1)), (5, 4, 9, 0));
+        assert!(matches!(ControlView::new_checked(bytes, 4), Err(ControlError::WrongNode { expected: 4, found: 3 })));
+        let mut bad = bytes;
+        bad[0] ^= 1;
+        assert!(matches!(ControlView::new_checked(bad, 3), Err(ControlError::Format { .. })));
+        assert_eq!(&bytes[0..10], b"PRCTRL\0\0\x01\x03");
+    }
+}

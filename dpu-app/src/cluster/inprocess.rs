@@ -1,0 +1,337 @@
+//! A whole cluster in one process: every node's DPU app on the in-process emulated
+//! fabric, every node's host region a real shared-memory file, stepped from one
+//! thread (`step`, deterministic on a manual clock: the simulator) or run one thread
+//! per node (`run_threads`). Nodes can be crashed (their process state dropped, as a
+//! kill -9 would, files left as they are) and restarted from their files, and links
+//! cut and healed.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use prescient_shim::{Host, HostOptions, RegionConfig};
+
+use super::config::ClusterConfig;
+use super::node::{Node, NodeSetup, Now};
+use super::rendezvous::{LocalBoard, Mailbox};
+use super::NodeError;
+use crate::fabric::emu::{Clock, EmuNode, ManualClock, ModelConfig, Network};
+use crate::stripe::StripeLayout;
+
+/// CLOCK_MONOTONIC, the clock hosts read their directory lease against.
+#[derive(Debug, Default)]
+pub struct MonotonicClock;
+
+impl Clock for MonotonicClock {
+    fn now_ns(&self) -> u64 {
+        prescient_shim::sys::monotonic_ns()
+    }
+}
+
+/// The time source of a cluster: the real clocks, or a manual clock that only moves
+/// when told to (wall time then follows it from a fixed base).
+#[derive(Clone, Debug)]
+pub enum ClusterClock {
+    /// CLOCK_MONOTONIC and the system's wall clock.
+    Real,
+    /// A manual clock; wall microseconds are `base_us + now / 1000`.
+    Manual {
+        /// The clock.
+        clock: Arc<ManualClock>,
+        /// Wall time at manual time 0.
+        base_us: u64,
+    },
+}
+
+impl ClusterClock {
+    /// A manual clock starting at `start_ns` (so timers that wait for "some time
+    /// since 0" behave like a fresh boot would).
+    pub fn manual(start_ns: u64) -> Self {
+        let clock = Arc::new(ManualClock::new());
+        clock.advance(start_ns);
+        Self::Manual { clock, base_us: 1_700_000_000_000_000 }
+    }
+
+    /// The clock the emulated fabric runs on.
+    pub fn fabric_clock(&self) -> Arc<dyn Clock> {
+        match self {
+            Self::Real => Arc::new(MonotonicClock),
+            Self::Manual { clock, .. } => Arc::clone(clock) as Arc<dyn Clock>,
+        }
+    }
+
+    /// The time now.
+    pub fn now(&self) -> Now {
+        match self {
+            Self::Real => Now {
+                mono_ns: prescient_shim::sys::monotonic_ns(),
+                wall_us: std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_micros() as u64),
+            },
+            Self::Manual { clock, base_us } => {
+                let ns = clock.now_ns();
+                Now { mono_ns: ns, wall_us: base_us + ns / 1_000 }
+            }
+        }
+    }
+
+    /// Moves a manual clock forward (no-op for the real clocks).
+    pub fn advance(&self, ns: u64) {
+        if let Self::Manual { clock, .. } = self {
+            clock.advance(ns);
+        }
+    }
+}
+
+/// The region sizes a host of this cluster needs: buffers that carry the largest
+/// value striped in place, one DPU buffer per write in flight.
+pub fn region_config_for(config: &ClusterConfig, queue_pairs: u32, directory_slots: u32) -> RegionConfig {
+    let (k, m) = (config.k as usize, config.m as usize);
+    let frame = config.value_bytes_max as usize + crate::seal::FRAME_OVERHEAD;
+    let layout = StripeLayout::new(k, m, frame).expect("the configuration was validated");
+    let need = (prescient_shim::config::VALUE_OFFSET + layout.data_len()).max(layout.side_len());
+    let buffer_bytes = need.next_multiple_of(4096).max(prescient_shim::config::BUFFER_BYTES_MIN as usize) as u32;
+    RegionConfig {
+        queue_pairs,
+        ring_entries: 256,
+        host_buffers: 256 * queue_pairs,
+        dpu_buffers: super::limits::WRITES_MAX + 8,
+        buffer_bytes,
+        directory_slots,
+    }
+}
+
+/// A cluster in one process.
+pub struct InProcess {
+    config: Arc<ClusterConfig>,
+    clock: ClusterClock,
+    network: Network,
+    fabrics: Vec<Option<Arc<EmuNode>>>,
+    nodes: Vec<Option<Node<EmuNode>>>,
+    mailboxes: Vec<Option<Box<dyn Mailbox>>>,
+    hosts: Vec<Arc<Host>>,
+    regions: Vec<PathBuf>,
+}
+
+impl std::fmt::Debug for InProcess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InProcess").field("nodes", &self.nodes.len()).finish()
+    }
+}
+
+impl InProcess {
+    /// Creates one host region per node (under `region_dir`, with `region`'s sizes)
+    /// and starts every node on an emulated network with `model`.
+    pub fn start(
+        config: Arc<ClusterConfig>,
+        clock: ClusterClock,
+        model: ModelConfig,
+        region: RegionConfig,
+        region_dir: &Path,
+    ) -> Result<Self, NodeError> {
+        let n = config.nodes.len();
+        let network = Network::new(model, clock.fabric_clock()).map_err(NodeError::Fabric)?;
+        std::fs::create_dir_all(region_dir)
+            .map_err(|source| NodeError::Io { what: "create the region folder", path: region_dir.into(), source })?;
+        let mut hosts = Vec::with_capacity(n);
+        let mut regions = Vec::with_capacity(n);
+        for id in 0..n {
+            let path = region_dir.join(format!("region-{id}"));
+            let _ = std::fs::remove_file(&path);
+            // The hosts here are this process: a DPU timeout of an hour, so a slow
+            // simulated clock never makes a host give up on its DPU app.
+            let options = HostOptions { pin: false, dpu_timeout: Duration::from_secs(3600) };
+            let host = Host::create(&path, region, options)
+                .map_err(|e| NodeError::Region { path: path.clone(), why: e.to_string() })?;
+            hosts.push(host);
+            regions.push(path);
+        }
+        let mailboxes = LocalBoard::new(n).into_iter().map(|m| Some(Box::new(m) as Box<dyn Mailbox>)).collect();
+        let mut cluster = Self {
+            config,
+            clock,
+            network,
+            fabrics: (0..n).map(|_| None).collect(),
+            nodes: (0..n).map(|_| None).collect(),
+            mailboxes,
+            hosts,
+            regions,
+        };
+        for id in 0..n as u8 {
+            cluster.restart(id)?;
+        }
+        Ok(cluster)
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Arc<ClusterConfig> {
+        &self.config
+    }
+
+    /// Nodes in the cluster.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Whether the cluster has no node (never: a cluster has at least two).
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// The clock.
+    pub fn clock(&self) -> &ClusterClock {
+        &self.clock
+    }
+
+    /// The time now.
+    pub fn now(&self) -> Now {
+        self.clock.now()
+    }
+
+    /// Node `id`'s host (the KV store's handle on its region).
+    pub fn host(&self, id: u8) -> &Arc<Host> {
+        &self.hosts[id as usize]
+    }
+
+    /// Node `id`, if it is running.
+    pub fn node(&self, id: u8) -> Option<&Node<EmuNode>> {
+        self.nodes[id as usize].as_ref()
+    }
+
+    /// Whether node `id` is running.
+    pub fn is_up(&self, id: u8) -> bool {
+        self.nodes[id as usize].is_some()
+    }
+
+    /// Polls every running node once at the current time; true if any did work.
+    pub fn step(&mut self) -> bool {
+        let now = self.clock.now();
+        let mut busy = false;
+        for node in self.nodes.iter_mut().flatten() {
+            busy |= node.poll(now);
+        }
+        // Deliveries due by now happen even if no requester polled.
+        self.network.progress();
+        busy
+    }
+
+    /// Kills node `id` as a crash would: its fabric node stops answering, its process
+    /// state is dropped without any cleanup, its files stay as they are.
+    pub fn crash(&mut self, id: u8) {
+        if let Some(fabric) = self.fabrics[id as usize].take() {
+            fabric.kill();
+        }
+        if let Some(node) = self.nodes[id as usize].take() {
+            self.mailboxes[id as usize] = Some(node.into_mailbox());
+        }
+    }
+
+    /// Starts node `id` (again) from its files, on a fresh fabric node.
+    pub fn restart(&mut self, id: u8) -> Result<(), NodeError> {
+        assert!(self.nodes[id as usize].is_none(), "node {id} is running");
+        let fabric = Arc::new(self.network.node().map_err(NodeError::Fabric)?);
+        let mailbox = self.mailboxes[id as usize].take().expect("a parked mailbox");
+        let setup = NodeSetup {
+            config: Arc::clone(&self.config),
+            id,
+            fabric: Arc::clone(&fabric),
+            region: self.regions[id as usize].clone(),
+            pin: false,
+            host_timeout: Duration::from_secs(3600),
+            mailbox,
+            now: self.clock.now(),
+        };
+        let node = Node::start(setup)?;
+        self.fabrics[id as usize] = Some(fabric);
+        self.nodes[id as usize] = Some(node);
+        Ok(())
+    }
+
+    fn fabric_id(&self, id: u8) -> Option<u32> {
+        self.fabrics[id as usize].as_ref().map(|f| f.id())
+    }
+
+    /// Cuts the link between nodes `a` and `b` (both must be running).
+    pub fn partition(&self, a: u8, b: u8) {
+        if let (Some(x), Some(y)) = (self.fabric_id(a), self.fabric_id(b)) {
+            self.network.model().partition(x, y);
+        }
+    }
+
+    /// Restores the link between `a` and `b`.
+    pub fn heal(&self, a: u8, b: u8) {
+        if let (Some(x), Some(y)) = (self.fabric_id(a), self.fabric_id(b)) {
+            self.network.model().heal(x, y);
+        }
+    }
+
+    /// Steps (advancing a manual clock by `tick_ns` each time) until `done` holds or
+    /// `limit_ns` of cluster time passed; true if `done` held.
+    pub fn run_until(&mut self, tick_ns: u64, limit_ns: u64, mut done: impl FnMut(&mut Self) -> bool) -> bool {
+        let start = self.now().mono_ns;
+        loop {
+            if done(self) {
+                return true;
+            }
+            if self.now().mono_ns >= start + limit_ns {
+                return false;
+            }
+            let busy = self.step();
+            match self.clock {
+                ClusterClock::Manual { .. } => self.clock.advance(tick_ns),
+                ClusterClock::Real if !busy => std::thread::yield_now(),
+                ClusterClock::Real => {}
+            }
+        }
+    }
+
+    /// Runs every node on its own thread until `stop` is set, then hands the nodes back.
+    pub fn run_threads(&mut self, stop: &AtomicBool) {
+        let clock = self.clock.clone();
+        std::thread::scope(|scope| {
+            for node in self.nodes.iter_mut().flatten() {
+                let clock = clock.clone();
+                scope.spawn(move || {
+                    let mut idle = 0u32;
+                    while !stop.load(Ordering::Relaxed) {
+                        if node.poll(clock.now()) {
+                            idle = 0;
+                        } else {
+                            idle += 1;
+                            if idle > 64 {
+                                std::thread::sleep(Duration::from_micros(50));
+                            } else {
+                                std::hint::spin_loop();
+                            }
+                        }
+                    }
+                });
+            }
+        });
+    }
+
+    /// Every running node.
+    pub fn nodes(&self) -> impl Iterator<Item = &Node<EmuNode>> {
+        self.nodes.iter().flatten()
+    }
+
+    /// The region file of node `id`.
+    pub fn region_path(&self, id: u8) -> &Path {
+        &self.regions[id as usize]
+    }
+}
+
+impl Drop for InProcess {
+    fn drop(&mut self) {
+        for id in 0..self.nodes.len() {
+            if let Some(node) = self.nodes[id].take() {
+                node.detach();
+            }
+        }
+        for path in &self.regions {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}

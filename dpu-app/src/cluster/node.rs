@@ -1,0 +1,802 @@
+//! One node of the cluster: the DPU app of one host, as a single-threaded state machine
+//! driven by [`Node::poll`] with the time passed in.
+//!
+//! A poll drains the completion queues (routing each completion by its work-request
+//! id), handles rendezvous messages, takes new requests from the host's rings, moves
+//! every write and GET in flight forward, runs the timers (heartbeats, exclusion,
+//! leases, dead peers) and publishes the host's completions. Nothing blocks and nothing
+//! reads a clock: an in-process simulator on a manual clock replays a run exactly.
+//!
+//! The roles of a node, each in its own file: writer (`replicate.rs`), holder of other
+//! writers' fragments (`holder.rs`), reader (`get.rs`), predictor leases (`lease.rs`),
+//! membership and directory exclusion (`membership.rs`), connection setup
+//! (`connect.rs`).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use prescient_models::{Model, Predictor};
+use prescient_shim::directory::{self, SlotWord};
+use prescient_shim::layout::header;
+use prescient_shim::region::Region;
+
+use super::config::{ClusterConfig, Invalidation};
+use super::control::{ControlBlock, CONTROL_BYTES};
+use super::entry::HEADER_LEN as ENTRY_HEADER_LEN;
+use super::get::GetTable;
+use super::hlc::{Hlc, HlcFloor};
+use super::lease::LeaseTable;
+use super::limits::*;
+use super::log::{EntryBuf, FragmentLog};
+use super::outcome::OutcomeTable;
+use super::peer::{Conn, Peer};
+use super::pool::Pool;
+use super::rendezvous::Mailbox;
+use super::replicate::NoticeTable;
+use super::slotjob::{self, Finished, Intent, Job, Step};
+use super::stats::NodeStats;
+use super::store::{Store, StoreGeometry};
+use super::wr::{Kind, WrId};
+use super::write::WriteTable;
+use super::NodeError;
+use crate::fabric::{
+    Access, Completion, CompletionQueue, Fabric, LocalBuf, MemoryRegion, Op, QpOptions, WcOpcode, WcStatus,
+    WorkRequest,
+};
+use crate::metrics::Metrics;
+use crate::region_server::{RegionServer, Taken};
+use crate::seal::{bump_epoch, Sealer};
+use crate::stripe::{ReedSolomon, StripeLayout};
+
+/// The time a poll runs at: a monotonic clock (leases, timers; the same clock the
+/// host's directory lease is read against) and wall-clock microseconds (versions).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Now {
+    /// Monotonic nanoseconds.
+    pub mono_ns: u64,
+    /// Wall-clock microseconds since the Unix epoch.
+    pub wall_us: u64,
+}
+
+/// What a node needs to start.
+pub struct NodeSetup<F: Fabric> {
+    /// The cluster.
+    pub config: Arc<ClusterConfig>,
+    /// This node's id.
+    pub id: u8,
+    /// Its NIC (an emulated node, or verbs).
+    pub fabric: Arc<F>,
+    /// The host's region file.
+    pub region: PathBuf,
+    /// Lock the region in memory.
+    pub pin: bool,
+    /// Time without a host heartbeat after which its buffers are reclaimed.
+    pub host_timeout: Duration,
+    /// Where hellos come and go.
+    pub mailbox: Box<dyn Mailbox>,
+    /// The time at start.
+    pub now: Now,
+}
+
+/// Which directory-invalidation policy the node runs (see the config's
+/// `invalidation` and `predictive`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Policy {
+    /// When directories are invalidated.
+    pub invalidation: Invalidation,
+    /// Whether predictor leases pre-invalidate predicted keys.
+    pub predictive: bool,
+}
+
+/// Who a directory job reports to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Owner {
+    /// The mark of write `slot` (generation `generation`) in host `host`'s directory.
+    Write {
+        /// Write slot.
+        slot: u32,
+        /// Its generation.
+        generation: u32,
+    },
+    /// The mark of lease `slot` in host `host`'s directory.
+    Lease {
+        /// Lease slot.
+        slot: u32,
+        /// Its generation.
+        generation: u32,
+    },
+    /// Nobody (a commit or rollback whose owner is gone).
+    Detached,
+}
+
+/// How starting a directory job went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Started {
+    /// It finished at once (the local directory, or no room for it).
+    Finished(Finished),
+    /// It runs in job slot `0`; the owner hears through `on_job_done`.
+    Running(u32),
+}
+
+/// A directory job in flight.
+#[derive(Clone, Copy, Debug)]
+pub struct JobEntry {
+    /// The job.
+    pub job: Job,
+    /// Who hears of its end.
+    pub owner: Owner,
+    /// Host node whose directory it works on.
+    pub host: u8,
+    /// Slot in that directory.
+    pub slot: u32,
+    /// What it is for (kept to tell the owner).
+    pub intent: Intent,
+    /// CASes posted and not completed.
+    pub posted: u8,
+}
+
+/// The node's staging pools.
+#[derive(Debug)]
+pub struct Pools {
+    /// Entry header + fragment header of each fragment in flight.
+    pub header: Pool,
+    /// CAS results, two per job.
+    pub cas: Pool,
+    /// Heartbeat READ targets, one per peer.
+    pub control: Pool,
+    /// A zero-length source and target (receives, acknowledgements).
+    pub zero: Pool,
+    /// GET set READ targets, `peers` per GET slot.
+    pub sets: Pool,
+    /// Outcome notices (entry header + records).
+    pub notices: Pool,
+}
+
+/// One node.
+pub struct Node<F: Fabric> {
+    pub(super) me: u8,
+    pub(super) n: usize,
+    pub(super) k: usize,
+    pub(super) m: usize,
+    pub(super) quorum: u32,
+    pub(super) policy: Policy,
+    pub(super) config: Arc<ClusterConfig>,
+    pub(super) incarnation: u32,
+    pub(super) pending_offers: Vec<Option<super::hello::HelloRepr>>,
+    pub(super) entry_bytes: u64,
+    pub(super) heartbeat_ns: u64,
+    pub(super) lease_ns: u64,
+    pub(super) dead_after_ns: u64,
+    pub(super) write_timeout_ns: u64,
+    pub(super) sync_records: bool,
+    pub(super) fabric: Arc<F>,
+    pub(super) send_cq: F::Cq,
+    pub(super) recv_cq: F::Cq,
+    pub(super) host: RegionServer,
+    pub(super) region: Arc<Region>,
+    pub(super) arena_mr: Arc<MemoryRegion>,
+    pub(super) directory_mr: Option<Arc<MemoryRegion>>,
+    pub(super) directory_slots: u32,
+    pub(super) control: ControlBlock,
+    pub(super) store: Store,
+    pub(super) store_mr: Arc<MemoryRegion>,
+    pub(super) logs: Vec<Option<(FragmentLog, Arc<MemoryRegion>)>>,
+    pub(super) outcomes: OutcomeTable,
+    pub(super) next_write_seq: u64,
+    pub(super) peers: Vec<Option<Peer<F::Qp>>>,
+    pub(super) mailbox: Box<dyn Mailbox>,
+    pub(super) writes: WriteTable,
+    pub(super) jobs: Vec<Option<JobEntry>>,
+    pub(super) free_jobs: Vec<u32>,
+    pub(super) gets: GetTable,
+    pub(super) leases: LeaseTable,
+    pub(super) notices: NoticeTable,
+    pub(super) sealer: Sealer,
+    pub(super) rs: ReedSolomon,
+    pub(super) predictor: Option<Predictor>,
+    pub(super) hlc: Hlc,
+    pub(super) hlc_floor: HlcFloor,
+    pub(super) pools: Pools,
+    pub(super) side_free: Vec<u32>,
+    pub(super) taken: Vec<Taken>,
+    pub(super) wc: Vec<Completion>,
+    pub(super) deferred: Vec<Completion>,
+    pub(super) entry_buf: EntryBuf,
+    pub(super) expired: Vec<u64>,
+    pub(super) stats: NodeStats,
+    pub(super) metrics: Metrics,
+    pub(super) qp_options: QpOptions,
+    pub(super) next_heartbeat_ns: u64,
+    pub(super) lease_until_ns: u64,
+    pub(super) started_ns: u64,
+}
+
+impl<F: Fabric> std::fmt::Debug for Node<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node").field("id", &self.me).field("incarnation", &self.incarnation).finish()
+    }
+}
+
+/// Bytes of an entry header plus a fragment header: what a fragment's
+/// WRITE_WITH_IMM carries (its bytes go in a WRITE before it).
+pub const FRAGMENT_HEAD_BYTES: usize = ENTRY_HEADER_LEN + crate::stripe::HEADER_LEN;
+
+impl<F: Fabric> Node<F> {
+    /// Starts node `setup.id`: maps the host region, opens (or creates) its logs, store
+    /// and outcome table under its data folder, replays what a crash left unapplied,
+    /// registers everything with the fabric and creates a queue pair per peer.
+    pub fn start(setup: NodeSetup<F>) -> Result<Self, NodeError> {
+        let NodeSetup { config, id: me, fabric, region: region_path, pin, host_timeout, mailbox, now } = setup;
+        let node_cfg = config.node(u32::from(me)).map_err(NodeError::Config)?.clone();
+        let n = config.nodes.len();
+        let (k, m) = (config.k as usize, config.m as usize);
+        let data_dir = node_cfg.data_dir.clone();
+        std::fs::create_dir_all(&data_dir)
+            .map_err(|source| NodeError::Io { what: "create the data folder", path: data_dir.clone(), source })?;
+        let incarnation = bump_epoch(&data_dir.join("incarnation")).map_err(NodeError::Seal)?;
+
+        let mut metrics = Metrics::default();
+        let host = RegionServer::attach(&region_path, pin, host_timeout, &mut metrics).map_err(NodeError::Dpu)?;
+        let region = Arc::clone(host.region());
+        let rc = region.layout().config;
+        let value_max = config.value_bytes_max as usize;
+        let frame_max = value_max + crate::seal::FRAME_OVERHEAD;
+        let stripe_max = StripeLayout::new(k, m, frame_max).map_err(NodeError::Stripe)?;
+        let buffer_value_room = rc.buffer_bytes as usize - prescient_shim::config::VALUE_OFFSET;
+        if stripe_max.data_len() > buffer_value_room || stripe_max.side_len() > rc.buffer_bytes as usize {
+            return Err(NodeError::Region {
+                path: region_path,
+                why: format!(
+                    "its {}-byte buffers cannot carry a {value_max}-byte value striped RS({k}, {m}) in place \
+                     ({} bytes of data fragments, {} of headers and parity): create the region with \
+                     buffer_bytes >= {} or lower value_bytes_max",
+                    rc.buffer_bytes,
+                    stripe_max.data_len(),
+                    stripe_max.side_len(),
+                    (stripe_max.data_len() + prescient_shim::config::VALUE_OFFSET).max(stripe_max.side_len()),
+                ),
+            });
+        }
+        if rc.dpu_buffers < 2 {
+            return Err(NodeError::Region {
+                path: region_path,
+                why: format!(
+                    "it has {} DPU buffers; a cluster node needs one per write in flight: create it with dpu_buffers >= {WRITES_MAX}",
+                    rc.dpu_buffers
+                ),
+            });
+        }
+        let writes_max = (rc.dpu_buffers).min(WRITES_MAX);
+        region.u32_at(header::CLUSTER_NODE).store(u32::from(me) + 1, std::sync::atomic::Ordering::Release);
+        region.u64_at(header::DIRECTORY_LEASE_UNTIL_NS).store(0, std::sync::atomic::Ordering::Release);
+
+        let peers_n = n - 1;
+        let send_depth = (crate::fabric::config::CQ_DEPTH_MAX / peers_n.max(1)).min(crate::fabric::config::SEND_DEPTH_MAX);
+        let recv_depth = (crate::fabric::config::CQ_DEPTH_MAX / peers_n.max(1)).min(crate::fabric::config::RECV_DEPTH_MAX);
+        // A lost message is retransmitted well within `dead_after`, so one loss never
+        // looks like a dead peer (hardware rounds the timeout up to 4.096 us * 2^n).
+        let timeout_us = (config.dead_after_us / 8).clamp(50, 4_000) as u32;
+        let qp_options = QpOptions {
+            send_depth,
+            recv_depth,
+            timeout_us,
+            rnr_timer_us: (timeout_us / 2).max(20),
+            ..QpOptions::default()
+        };
+        let fab = |e| NodeError::Fabric(e);
+        let send_cq = fabric.create_cq(crate::fabric::config::CQ_DEPTH_MAX).map_err(fab)?;
+        let recv_cq = fabric.create_cq(crate::fabric::config::CQ_DEPTH_MAX).map_err(fab)?;
+
+        let arena_mr = fabric.register(Arc::new(super::host_memory::arena(&region).map_err(fab)?), Access::LOCAL_WRITE).map_err(fab)?;
+        let directory_mr = match super::host_memory::directory(&region).map_err(fab)? {
+            Some(mem) => Some(fabric.register(Arc::new(mem), Access::LOCAL_WRITE | Access::REMOTE_ATOMIC).map_err(fab)?),
+            None => None,
+        };
+        let control = ControlBlock::new(&*fabric, me, incarnation).map_err(fab)?;
+
+        let payload_max = (crate::stripe::HEADER_LEN + stripe_max.fragment_len()) as u32;
+        let geometry = StoreGeometry::for_keys(config.store_keys as u32, STORE_WAYS, stripe_max.fragment_len() as u32)
+            .map_err(|e| NodeError::Store(e.into()))?;
+        let store = Store::open(&data_dir.join("store.prstore"), me, geometry).map_err(NodeError::Store)?;
+        let store_mr = fabric.register(Arc::clone(store.memory()), Access::REMOTE_READ).map_err(fab)?;
+        let mut logs = Vec::with_capacity(n);
+        for w in 0..n as u8 {
+            if w == me {
+                logs.push(None);
+                continue;
+            }
+            let log = FragmentLog::open(
+                &data_dir.join(format!("log-from-{w}.prlog")),
+                w,
+                me,
+                config.log_slots as u32,
+                payload_max.max(NOTICE_PAYLOAD_BYTES as u32),
+            )
+            .map_err(NodeError::Log)?;
+            let mr = fabric.register(Arc::clone(log.memory()), Access::LOCAL_WRITE | Access::REMOTE_WRITE).map_err(fab)?;
+            logs.push(Some((log, mr)));
+        }
+        let outcomes = OutcomeTable::open(&data_dir.join("outcomes.prout"), me, config.outcome_entries as u32)
+            .map_err(NodeError::Outcome)?;
+        let next_write_seq = outcomes.next_write_seq();
+
+        let sealer =
+            Sealer::start(&config.key_dir, &data_dir.join("key-epoch"), u16::from(me)).map_err(NodeError::Seal)?;
+        let rs = ReedSolomon::new(k, m).map_err(NodeError::Stripe)?;
+        let predictor = match &config.model {
+            Some(path) => {
+                let model = Model::load(path).map_err(|e| NodeError::Model { path: path.clone(), source: e })?;
+                Some(Predictor::from_model(model).map_err(|e| NodeError::Model { path: path.clone(), source: e })?)
+            }
+            None if config.predictive => Some(
+                Predictor::new(prescient_models::ModelConfig::default())
+                    .map_err(|e| NodeError::Model { path: PathBuf::from("(online)"), source: e })?,
+            ),
+            None => None,
+        };
+        let hlc_floor = HlcFloor::open(&data_dir.join("hlc-floor")).map_err(NodeError::Hlc)?;
+        let hlc = Hlc::new(me, hlc_floor.floor().max(now.wall_us));
+
+        let gets_max = GETS_MAX;
+        let jobs_max = (writes_max as usize + LEASES_MAX) * n * 2;
+        let pools = Pools {
+            header: Pool::new(&*fabric, writes_max * (k + m) as u32, FRAGMENT_HEAD_BYTES).map_err(fab)?,
+            cas: Pool::new(&*fabric, 2 * jobs_max as u32, 8).map_err(fab)?,
+            control: Pool::new(&*fabric, n as u32, CONTROL_BYTES).map_err(fab)?,
+            zero: Pool::new(&*fabric, 1, 8).map_err(fab)?,
+            sets: Pool::new(&*fabric, gets_max * n as u32, store.set_bytes()).map_err(fab)?,
+            notices: Pool::new(&*fabric, NOTICES_MAX * n as u32, ENTRY_HEADER_LEN + NOTICE_PAYLOAD_BYTES).map_err(fab)?,
+        };
+        let mut peers = Vec::with_capacity(n);
+        for j in 0..n as u8 {
+            if j == me {
+                peers.push(None);
+                continue;
+            }
+            let qp = fabric.create_qp(&send_cq, &recv_cq, qp_options).map_err(fab)?;
+            peers.push(Some(Peer::new(j, Conn::Reset(qp))));
+        }
+        let side_free = (0..writes_max).map(|i| rc.host_buffers + i).rev().collect();
+        let directory_slots = rc.directory_slots;
+        let entry_buf = EntryBuf::new(logs.iter().flatten().next().map(|(l, _)| l.geometry()).expect("a cluster has peers"));
+        let mut node = Self {
+            me,
+            n,
+            k,
+            m,
+            quorum: config.quorum as u32,
+            policy: Policy { invalidation: config.invalidation, predictive: config.predictive },
+            incarnation,
+            pending_offers: (0..n).map(|_| None).collect(),
+            entry_bytes: 0,
+            heartbeat_ns: config.heartbeat_us * 1_000,
+            lease_ns: config.lease_us * 1_000,
+            dead_after_ns: config.dead_after_us * 1_000,
+            write_timeout_ns: config.write_timeout_us * 1_000,
+            sync_records: config.durability == super::config::Durability::Sync,
+            fabric,
+            send_cq,
+            recv_cq,
+            host,
+            region,
+            arena_mr,
+            directory_mr,
+            directory_slots,
+            control,
+            store,
+            store_mr,
+            logs,
+            outcomes,
+            next_write_seq,
+            peers,
+            mailbox,
+            writes: WriteTable::new(writes_max),
+            jobs: (0..jobs_max).map(|_| None).collect(),
+            free_jobs: (0..jobs_max as u32).rev().collect(),
+            gets: GetTable::new(gets_max, n, geometry.set_bytes(), stripe_max.data_len()),
+            leases: LeaseTable::new(LEASES_MAX as u32),
+            notices: NoticeTable::new(n, NOTICES_MAX),
+            sealer,
+            rs,
+            predictor,
+            hlc,
+            hlc_floor,
+            pools,
+            side_free,
+            taken: Vec::with_capacity(prescient_shim::config::BATCH_MAX as usize),
+            wc: Vec::with_capacity(POLL_BATCH),
+            deferred: Vec::with_capacity(POLL_BATCH),
+            entry_buf,
+            expired: Vec::with_capacity(64),
+            stats: NodeStats::new(n),
+            metrics,
+            qp_options,
+            next_heartbeat_ns: now.mono_ns,
+            lease_until_ns: 0,
+            started_ns: now.mono_ns,
+            config,
+        };
+        // A restarted node may have missed invalidations while it was down.
+        node.revoke_directory();
+        node.replay_logs();
+        node.recover_outcomes(now);
+        tracing::info!(node = me, incarnation, nodes = n, k, m, quorum = node.quorum, "node started");
+        Ok(node)
+    }
+
+    /// This node's id.
+    pub fn id(&self) -> u8 {
+        self.me
+    }
+
+    /// This node's incarnation (bumped at every start).
+    pub fn incarnation(&self) -> u32 {
+        self.incarnation
+    }
+
+    /// The host region.
+    pub fn region(&self) -> &Arc<Region> {
+        &self.region
+    }
+
+    /// Counters and histograms so far.
+    pub fn stats(&self) -> &NodeStats {
+        &self.stats
+    }
+
+    /// The serving counters (completions by status, host deaths).
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// A readable summary: completions, per-stage latencies, predictor, invalidation
+    /// timing, bytes moved per peer, faults seen.
+    pub fn summary(&self) -> String {
+        let bytes: Vec<(u8, u64, u64)> = self.peers.iter().flatten().map(|p| (p.id, p.bytes_out, p.bytes_in)).collect();
+        let mut s = self.stats.render(self.me, &bytes);
+        s.push_str(&format!("  host: {}\n", self.metrics.summary().replace('\n', "\n  ")));
+        s
+    }
+
+    /// Writes and GETs in flight.
+    pub fn in_flight(&self) -> usize {
+        self.writes.in_flight() + self.gets.in_flight()
+    }
+
+    /// Whether node `peer` is connected and answering.
+    pub fn peer_up(&self, peer: u8) -> bool {
+        self.peers.get(peer as usize).and_then(Option::as_ref).is_some_and(Peer::is_up)
+    }
+
+    /// One round of work at `now`; returns whether anything happened (the caller may
+    /// back off when nothing did).
+    pub fn poll(&mut self, now: Now) -> bool {
+        let mut busy = self.poll_completions(now);
+        busy |= self.poll_mailbox(now);
+        busy |= self.take_requests(now);
+        busy |= self.advance_writes(now);
+        busy |= self.advance_gets(now);
+        busy |= self.run_timers(now);
+        busy |= self.flush_notices(now);
+        self.host.flush();
+        busy
+    }
+
+    /// Drops the node as a crash would (no cleanup) and hands back its mailbox, the
+    /// network endpoint a restarted node takes over.
+    pub fn into_mailbox(self) -> Box<dyn Mailbox> {
+        self.mailbox
+    }
+
+    /// Detaches from the host region cleanly (its successor need not wait out the
+    /// heartbeat) and says so in the header.
+    pub fn detach(&self) {
+        self.region.u64_at(header::DIRECTORY_LEASE_UNTIL_NS).store(0, std::sync::atomic::Ordering::Release);
+        self.host.detach();
+    }
+
+    // ---- completion routing ----------------------------------------------------------
+
+    fn poll_completions(&mut self, now: Now) -> bool {
+        let mut any = false;
+        let mut wc = std::mem::take(&mut self.wc);
+        for _ in 0..POLL_ROUNDS_MAX {
+            wc.clear();
+            wc.append(&mut self.deferred);
+            let room = POLL_BATCH.saturating_sub(wc.len());
+            let sends = self.send_cq.poll(&mut wc, room).unwrap_or_else(|e| {
+                tracing::error!(node = self.me, error = %e, "send completion queue failed");
+                0
+            });
+            let room = POLL_BATCH.saturating_sub(wc.len());
+            let recvs = self.recv_cq.poll(&mut wc, room).unwrap_or_else(|e| {
+                tracing::error!(node = self.me, error = %e, "receive completion queue failed");
+                0
+            });
+            if wc.is_empty() {
+                break;
+            }
+            any = true;
+            for c in wc.drain(..) {
+                self.on_completion(c, now);
+            }
+            if sends + recvs < POLL_BATCH / 2 {
+                break;
+            }
+        }
+        self.wc = wc;
+        any
+    }
+
+    fn on_completion(&mut self, c: Completion, now: Now) {
+        let Some(id) = WrId::decode(c.wr_id) else {
+            tracing::error!(node = self.me, wr_id = c.wr_id, "completion of a request this node never posted");
+            return;
+        };
+        let ok = c.status == WcStatus::Success;
+        if let Some(p) = self.peer_mut(id.peer) {
+            if c.opcode == WcOpcode::Recv || c.opcode == WcOpcode::RecvWithImm || id.kind == Kind::Recv {
+                p.recvs = p.recvs.saturating_sub(1);
+            } else {
+                p.sends = p.sends.saturating_sub(1);
+            }
+        }
+        if !ok {
+            self.link_failed(id.peer, c.status, now);
+        }
+        match id.kind {
+            Kind::Recv => {
+                if ok {
+                    self.repost_receive(id.peer);
+                    match c.imm {
+                        Some(imm) => self.on_immediate(id.peer, imm, now),
+                        None => tracing::warn!(node = self.me, peer = id.peer, "receive without an immediate"),
+                    }
+                }
+            }
+            Kind::FragmentBytes | Kind::FragmentHeader => self.on_fragment_sent(id, ok, now),
+            Kind::Cas => {
+                let old = ok.then(|| self.pools.cas.word(id.a * 2 + id.b));
+                self.on_cas_result(id.a, id.b as usize, old, now);
+            }
+            Kind::Notice => self.on_notice_sent(id, ok),
+            Kind::Ack => {}
+            Kind::Heartbeat => self.on_heartbeat(id.peer, ok, now),
+            Kind::GetRead => self.on_get_read(id, ok, now),
+        }
+    }
+
+    pub(super) fn peer_mut(&mut self, id: u8) -> Option<&mut Peer<F::Qp>> {
+        self.peers.get_mut(id as usize).and_then(Option::as_mut)
+    }
+
+    pub(super) fn peer(&self, id: u8) -> Option<&Peer<F::Qp>> {
+        self.peers.get(id as usize).and_then(Option::as_ref)
+    }
+
+    /// Posts `request` to `peer`. A refused post is handled as a failed completion
+    /// (next poll), so every owner hears of every request exactly once.
+    pub(super) fn post(&mut self, peer: u8, wr_id: WrId, op: Op, buf: LocalBuf) -> bool {
+        let request = WorkRequest { wr_id: wr_id.encode(), op, buf };
+        let opcode = op.opcode();
+        let Some(p) = self.peer_mut(peer) else {
+            unreachable!("posting to node {peer}, which is this node or not in the cluster");
+        };
+        let refused = match p.conn.ready() {
+            Some(qp) if p.sends < u32::MAX => match qp.post(request) {
+                Ok(()) => {
+                    p.sends += 1;
+                    return true;
+                }
+                Err(e) => {
+                    tracing::debug!(node = self.me, peer, error = %e.error, "post refused");
+                    e.request.buf
+                }
+            },
+            _ => request.buf,
+        };
+        self.deferred.push(Completion {
+            wr_id: wr_id.encode(),
+            status: WcStatus::Flushed,
+            opcode,
+            byte_len: 0,
+            imm: None,
+            qp_num: 0,
+            buf: Some(refused),
+        });
+        // The deferred completion decrements the peer's count like a real one.
+        if let Some(p) = self.peer_mut(peer) {
+            p.sends += 1;
+        }
+        false
+    }
+
+    /// Room for `count` more work requests to `peer` (its send queue, minus what
+    /// acknowledgements to it may need).
+    pub(super) fn send_room(&self, peer: u8, count: u32) -> bool {
+        self.peer(peer).is_some_and(|p| {
+            let reserve = self.config.log_slots as u32 + 8;
+            p.sends + count + reserve <= self.qp_options.send_depth as u32
+        })
+    }
+
+    pub(super) fn zero_buf(&self) -> LocalBuf {
+        self.pools.zero.buf(0, 0)
+    }
+
+    fn repost_receive(&mut self, peer: u8) {
+        let buf = self.zero_buf();
+        let Some(p) = self.peer_mut(peer) else { return };
+        let Some(qp) = p.conn.ready() else { return };
+        match qp.post_recv(WrId::new(Kind::Recv, peer, 0, 0).encode(), buf) {
+            Ok(()) => p.recvs += 1,
+            Err(e) => tracing::debug!(peer, error = %e.error, "receive not reposted"),
+        }
+    }
+
+    /// An immediate from `peer`: an entry it wrote into our log (we hold its
+    /// fragments), or an acknowledgement of one we wrote into its log.
+    fn on_immediate(&mut self, peer: u8, imm: u32, now: Now) {
+        if imm & super::holder::ACK_FLAG != 0 {
+            self.on_ack(peer, imm, now);
+        } else {
+            self.on_entry(peer, imm, now);
+        }
+    }
+
+    // ---- directory jobs ---------------------------------------------------------------
+
+    /// Starts `intent` on slot `slot` of host `host`'s directory for `owner`. The local
+    /// host's directory is worked on at once; a remote one through CASes, whose end the
+    /// owner hears through [`Node::on_job_done`].
+    pub(super) fn start_job(&mut self, owner: Owner, host: u8, slot: u32, intent: Intent, guess: Option<u64>) -> Started {
+        if host == self.me {
+            if self.directory_slots == 0 {
+                return Started::Finished(Finished::NotNeeded { current: SlotWord::unpack(0) });
+            }
+            let word = self.region.u64_at(self.region.layout().directory_slot(slot % self.directory_slots));
+            return Started::Finished(slotjob::run_local(word, intent, self.me));
+        }
+        let guess = guess.unwrap_or_else(|| self.peer(host).map_or(0, |p| p.shadow.guess(slot)));
+        let Some(index) = self.free_jobs.pop() else {
+            tracing::warn!(node = self.me, "directory job table full");
+            return Started::Finished(Finished::Failed);
+        };
+        let (job, step) = Job::start(intent, self.me, guess);
+        self.jobs[index as usize] = Some(JobEntry { job, owner, host, slot, intent, posted: 0 });
+        match step {
+            Step::Post(cases) => {
+                self.post_cases(index, cases);
+                Started::Running(index)
+            }
+            Step::Finished(f) => {
+                self.free_job(index);
+                Started::Finished(f)
+            }
+            Step::Wait => Started::Running(index),
+        }
+    }
+
+    fn free_job(&mut self, index: u32) {
+        self.jobs[index as usize] = None;
+        self.free_jobs.push(index);
+    }
+
+    fn post_cases(&mut self, index: u32, cases: [Option<(u64, u64)>; 2]) {
+        let Some(entry) = self.jobs[index as usize] else { return };
+        let Some(remote) = self.peer(entry.host).and_then(|p| p.remote) else {
+            // No link: both guesses fail at once.
+            for (b, c) in cases.iter().enumerate() {
+                if c.is_some() {
+                    self.deferred.push(Completion {
+                        wr_id: WrId::new(Kind::Cas, entry.host, index, b as u32).encode(),
+                        status: WcStatus::Flushed,
+                        opcode: WcOpcode::CompareSwap,
+                        byte_len: 0,
+                        imm: None,
+                        qp_num: 0,
+                        buf: None,
+                    });
+                    if let Some(p) = self.peer_mut(entry.host) {
+                        p.sends += 1;
+                    }
+                    if let Some(e) = self.jobs[index as usize].as_mut() {
+                        e.posted += 1;
+                    }
+                }
+            }
+            return;
+        };
+        let slot = entry.slot % remote.directory_slots.max(1);
+        for (b, c) in cases.iter().enumerate() {
+            let Some((compare, swap)) = *c else { continue };
+            let buf = self.pools.cas.buf(index * 2 + b as u32, 8);
+            let op = Op::CompareSwap { remote: remote.directory.at(u64::from(slot) * 8), compare, swap };
+            if let Some(e) = self.jobs[index as usize].as_mut() {
+                e.posted += 1;
+            }
+            self.post(entry.host, WrId::new(Kind::Cas, entry.host, index, b as u32), op, buf);
+        }
+    }
+
+    fn on_cas_result(&mut self, index: u32, which: usize, old: Option<u64>, now: Now) {
+        let Some(entry) = self.jobs.get_mut(index as usize).and_then(Option::as_mut) else { return };
+        entry.posted = entry.posted.saturating_sub(1);
+        let (host, slot) = (entry.host, entry.slot);
+        let step = entry.job.on_result(which, old);
+        if let Some(v) = old {
+            // The word CAS returned is the freshest this node knows; our own swap, if
+            // it took, is fresher still (recorded below when the job finishes).
+            if let Some(p) = self.peer_mut(host) {
+                p.shadow.saw(slot, v);
+            }
+            let _ = self.hlc.observe(SlotWord::unpack(v).version);
+        }
+        match step {
+            Step::Wait => {}
+            Step::Post(cases) => self.post_cases(index, cases),
+            Step::Finished(f) => {
+                let entry = self.jobs[index as usize].expect("job exists");
+                if let Finished::Done { placed, .. } = f {
+                    if let Some(p) = self.peer_mut(host) {
+                        p.shadow.saw(slot, placed.pack());
+                    }
+                }
+                if f == Finished::Failed {
+                    self.suspect(host, now);
+                }
+                self.free_job(index);
+                self.on_job_done(entry.owner, host, slot, entry.intent, f, now);
+            }
+        }
+    }
+
+    /// Tells a job's owner how it ended.
+    pub(super) fn on_job_done(&mut self, owner: Owner, host: u8, dir_slot: u32, intent: Intent, f: Finished, now: Now) {
+        match owner {
+            Owner::Write { slot, generation } => {
+                self.write_job_done(slot, generation, host, dir_slot, intent, f, now)
+            }
+            Owner::Lease { slot, generation } => {
+                self.lease_job_done(slot, generation, host, dir_slot, intent, f, now)
+            }
+            Owner::Detached => {}
+        }
+    }
+
+    /// Moves every slot word of this node's own host directory with `f` (revocation
+    /// after a suspicion, or clearing a dead writer's marks).
+    pub(super) fn sweep_directory(&self, f: impl Fn(SlotWord) -> Option<SlotWord>) -> u64 {
+        let mut changed = 0;
+        for slot in 0..self.directory_slots {
+            let word = self.region.u64_at(self.region.layout().directory_slot(slot));
+            let mut current = word.load(std::sync::atomic::Ordering::Acquire);
+            for _ in 0..slotjob::ATTEMPTS_MAX {
+                let Some(next) = f(SlotWord::unpack(current)) else { break };
+                match word.compare_exchange(
+                    current,
+                    next.pack(),
+                    std::sync::atomic::Ordering::AcqRel,
+                    std::sync::atomic::Ordering::Acquire,
+                ) {
+                    Ok(_) => {
+                        changed += 1;
+                        break;
+                    }
+                    Err(seen) => current = seen,
+                }
+            }
+        }
+        changed
+    }
+
+    /// Revokes this node's whole directory: every word changes to Invalid (at a
+    /// higher version), so no reader's refill from before can succeed.
+    pub(super) fn revoke_directory(&mut self) {
+        let me = self.me;
+        let changed = self.sweep_directory(|w| Some(directory::revoke(w, me)));
+        self.stats.revocations += 1;
+        tracing::info!(node = me, slots = changed, "revoked the host's cache directory");
+    }
+}

@@ -1,0 +1,274 @@
+//! What one node knows of one peer: the queue pair to it, the regions it advertised,
+//! the writer-side log sequence and credits, the heartbeat, and the two halves of
+//! directory exclusion (this node's trust in the peer's directory, and the peer's
+//! suspicions of this node that it has honored).
+//!
+//! Every state change goes through one function that logs `from => to`.
+
+use std::collections::VecDeque;
+
+use prescient_shim::directory::SlotWord;
+
+use super::control::ControlView;
+use crate::fabric::{Endpoint, QueuePair, RawQp, RemoteRegion, Reset, Rts};
+
+/// The queue pair to a peer, in its bring-up state.
+#[derive(Debug)]
+pub enum Conn<Q: RawQp> {
+    /// None (a bring-up step failed; a new one is created on the next offer).
+    Gone,
+    /// Created or reset, not connected.
+    Reset(QueuePair<Q, Reset>),
+    /// Connected.
+    Ready(QueuePair<Q, Rts>),
+}
+
+impl<Q: RawQp> Conn<Q> {
+    /// The connected queue pair, if any.
+    pub fn ready(&self) -> Option<&QueuePair<Q, Rts>> {
+        match self {
+            Conn::Ready(qp) => Some(qp),
+            _ => None,
+        }
+    }
+
+    /// The queue pair number, if there is a queue pair.
+    pub fn qpn(&self) -> Option<u32> {
+        match self {
+            Conn::Gone => None,
+            Conn::Reset(qp) => Some(qp.qpn()),
+            Conn::Ready(qp) => Some(qp.qpn()),
+        }
+    }
+}
+
+/// Where the link to a peer stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Link {
+    /// Not connected; this node offers (lower id) or waits for an offer.
+    Down,
+    /// Offer sent at `at_ns`, no answer yet.
+    Offered {
+        /// When.
+        at_ns: u64,
+    },
+    /// Queue pair connected; no heartbeat answered yet.
+    Connected,
+    /// Connected and answering: data may flow.
+    Up,
+    /// An error completion: waiting for outstanding requests to flush before reset.
+    Draining,
+}
+
+/// This node's trust in the peer's cache directory (this node as a writer).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Trust {
+    /// Marks reach it.
+    Trusted,
+    /// A directory operation failed at `since_ns`: writes that need the peer wait until
+    /// its lease must have lapsed.
+    Suspect {
+        /// When.
+        since_ns: u64,
+    },
+    /// Its lease has lapsed: writes go ahead without its directory until it honors
+    /// the suspicion.
+    Excluded,
+}
+
+/// What the peer advertised in its hello.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Remote {
+    /// Its incarnation.
+    pub incarnation: u32,
+    /// Its queue pair endpoint.
+    pub endpoint: Endpoint,
+    /// Its control block.
+    pub control: RemoteRegion,
+    /// Its fragment log for this node's writes.
+    pub log: RemoteRegion,
+    /// Its fragment store.
+    pub store: RemoteRegion,
+    /// Its host's cache directory.
+    pub directory: RemoteRegion,
+    /// Slots in that directory.
+    pub directory_slots: u32,
+    /// Slots of its log for this node.
+    pub log_slots: u32,
+    /// Bytes per log slot.
+    pub log_slot_bytes: u32,
+}
+
+/// An entry this node wrote into the peer's log, awaiting its acknowledgement.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sent {
+    /// Fragment `fragment` of the write in slot `write`.
+    Fragment {
+        /// Write slot.
+        write: u32,
+        /// The write's generation (a reused slot is a different write).
+        generation: u32,
+        /// Fragment index.
+        fragment: u8,
+    },
+    /// An outcome notice in notice slot `notice`.
+    Notice {
+        /// Notice slot.
+        notice: u32,
+    },
+}
+
+/// A small direct-mapped cache of the last word seen in each of the peer's slots:
+/// the guess a CAS starts from.
+#[derive(Debug)]
+pub struct Shadow {
+    tags: Vec<u32>,
+    words: Vec<u64>,
+}
+
+/// Entries of a shadow directory.
+pub const SHADOW_ENTRIES: usize = 1 << 14;
+
+impl Shadow {
+    fn new() -> Self {
+        Self { tags: vec![u32::MAX; SHADOW_ENTRIES], words: vec![0; SHADOW_ENTRIES] }
+    }
+
+    /// The last word seen in `slot` (a fresh directory's words are all zero: Valid).
+    pub fn guess(&self, slot: u32) -> u64 {
+        let i = slot as usize % SHADOW_ENTRIES;
+        if self.tags[i] == slot {
+            self.words[i]
+        } else {
+            0
+        }
+    }
+
+    /// Records `word` as seen in `slot`.
+    pub fn saw(&mut self, slot: u32, word: u64) {
+        let i = slot as usize % SHADOW_ENTRIES;
+        self.tags[i] = slot;
+        self.words[i] = word;
+    }
+
+    /// Forgets everything (the peer restarted or revoked its directory).
+    pub fn clear(&mut self) {
+        self.tags.fill(u32::MAX);
+    }
+}
+
+/// Everything this node keeps about one peer.
+#[derive(Debug)]
+pub struct Peer<Q: RawQp> {
+    /// The peer's node id.
+    pub id: u8,
+    /// The queue pair.
+    pub conn: Conn<Q>,
+    link: Link,
+    /// What it advertised.
+    pub remote: Option<Remote>,
+    /// Send-queue work requests outstanding.
+    pub sends: u32,
+    /// Receives posted.
+    pub recvs: u32,
+    /// Next sequence number of this node's log on the peer.
+    pub next_seq: u64,
+    /// Entries sent and not acknowledged, oldest first (at most the log's slots).
+    pub sent: VecDeque<Sent>,
+    /// A heartbeat READ is outstanding since this time.
+    pub heartbeat_posted_ns: Option<u64>,
+    /// When the last answered heartbeat READ was posted (0: never).
+    pub last_heard_ns: u64,
+    /// The control block last READ.
+    pub view: Option<ControlView>,
+    trust: Trust,
+    /// This node's suspicion epoch of the peer (published in our control block).
+    pub suspect_epoch: u64,
+    /// The epoch this node readmitted the peer at.
+    pub readmitted: u64,
+    /// The peer's suspicion epoch of this node that this node has honored.
+    pub honored: u64,
+    /// Whether the peer has readmitted this node at `honored` (so this node may trust
+    /// its own directory with respect to the peer's writes again).
+    pub readmitted_by_peer: bool,
+    /// Declared dead (silent for `dead_after`): its marks are cleared.
+    pub dead: bool,
+    /// Guesses for CASes on its directory.
+    pub shadow: Shadow,
+    /// The next outcome-table entry to resend decisions from (after a reconnect).
+    pub resync: Option<u64>,
+    /// Bytes this node sent to the peer (fragments, notices).
+    pub bytes_out: u64,
+    /// Bytes the peer wrote into this node's log.
+    pub bytes_in: u64,
+}
+
+impl<Q: RawQp> Peer<Q> {
+    /// A peer not yet connected.
+    pub fn new(id: u8, conn: Conn<Q>) -> Self {
+        Self {
+            id,
+            conn,
+            link: Link::Down,
+            remote: None,
+            sends: 0,
+            recvs: 0,
+            next_seq: 0,
+            sent: VecDeque::new(),
+            heartbeat_posted_ns: None,
+            last_heard_ns: 0,
+            view: None,
+            trust: Trust::Trusted,
+            suspect_epoch: 0,
+            readmitted: 0,
+            honored: 0,
+            readmitted_by_peer: false,
+            dead: false,
+            shadow: Shadow::new(),
+            resync: None,
+            bytes_out: 0,
+            bytes_in: 0,
+        }
+    }
+
+    /// The link state.
+    pub fn link(&self) -> Link {
+        self.link
+    }
+
+    /// Whether data may flow.
+    pub fn is_up(&self) -> bool {
+        self.link == Link::Up && self.conn.ready().is_some()
+    }
+
+    /// Changes the link state (logged).
+    pub fn set_link(&mut self, me: u8, to: Link) {
+        if self.link != to {
+            tracing::debug!(node = me, peer = self.id, from = ?self.link, to = ?to, "link");
+            self.link = to;
+        }
+    }
+
+    /// This node's trust in the peer's directory.
+    pub fn trust(&self) -> Trust {
+        self.trust
+    }
+
+    /// Changes the trust state (logged).
+    pub fn set_trust(&mut self, me: u8, to: Trust) {
+        if self.trust != to {
+            tracing::info!(node = me, peer = self.id, from = ?self.trust, to = ?to, "directory trust");
+            self.trust = to;
+        }
+    }
+
+    /// Whether the log on the peer has a free slot for one more entry.
+    pub fn has_credit(&self) -> bool {
+        self.remote.is_some_and(|r| (self.sent.len() as u64) < u64::from(r.log_slots))
+    }
+
+    /// The shadow guess for `slot`, as a word.
+    pub fn guess(&self, slot: u32) -> SlotWord {
+        SlotWord::unpack(self.shadow.guess(slot))
+    }
+}

@@ -1,0 +1,854 @@
+//! The writer's side of a write, DESIGN.md's steps 2-8: predict, order, invalidate
+//! speculatively, seal, encode, replicate, decide, commit or roll back, complete.
+//!
+//! Phase 1 sends fragment i to holder i (one WRITE of its bytes straight from the
+//! arena or the side buffer, then one WRITE_WITH_IMM of its entry header, so the
+//! holder sees the header only after the bytes) and, in the speculative policy, marks
+//! every host's directory slot `Pending` in the same round trip. A quorum of holders
+//! persisting their fragment commits the write at the writer (recorded in its outcome
+//! table); phase 2 sends that decision to the holders, and once `m + 1` of them have
+//! persisted it (so any reader with at most `m` nodes down meets one), and every mark
+//! is settled, the write completes to the host and the marks turn `Invalid`. The
+//! baseline policy invalidates only then, and waits for it.
+
+use prescient_models::WriteOutcome;
+use prescient_shim::config::{KEY_BYTES_MAX, VALUE_OFFSET};
+use prescient_shim::descriptor::OpCode;
+use prescient_shim::directory::{self, SlotState};
+use prescient_shim::Status;
+
+use super::config::Invalidation;
+use super::entry::{EntryKind, EntryRepr, Outcome as Decision, OutcomeRecordRepr, HEADER_LEN as ENTRY_HEADER_LEN};
+use super::limits::{NOTICE_RECORDS_MAX, OUTCOME_RECORD_BYTES as OUTCOME_RECORD_LEN, RESYNC_CHUNK};
+use super::node::{Node, Now, Owner, Started};
+use super::outcome::WriteState;
+use super::peer::{Sent, Trust};
+use super::record::RecordRepr;
+use super::slotjob::{Finished, Intent};
+use super::wr::{Kind, WrId};
+use super::write::{End, Mark, Phase, Write};
+use crate::fabric::{Fabric, Op};
+use crate::histogram::WriteStage;
+use crate::queue::{key_of, Outcome};
+use crate::region_server::Taken;
+use crate::seal::{key_hash, Binding};
+use crate::stripe::{encode_stripe, fragment, StripeId, StripeLayout};
+
+/// An outcome record waiting to go to one holder, and the write it speaks for.
+#[derive(Clone, Copy, Debug)]
+struct Pending {
+    record: OutcomeRecordRepr,
+    owner: Option<(u32, u32)>,
+}
+
+/// Outcome notices: per peer the records waiting to be sent, and per notice slot the
+/// writes whose decision it carries.
+#[derive(Debug)]
+pub struct NoticeTable {
+    batches: Vec<Vec<Pending>>,
+    in_flight: Vec<Vec<Pending>>,
+    free: Vec<u32>,
+}
+
+impl NoticeTable {
+    /// Room for `per_peer` notices in flight to each of `nodes` nodes.
+    pub fn new(nodes: usize, per_peer: u32) -> Self {
+        let slots = per_peer * nodes as u32;
+        Self {
+            batches: (0..nodes).map(|_| Vec::with_capacity(NOTICE_RECORDS_MAX)).collect(),
+            in_flight: (0..slots).map(|_| Vec::with_capacity(NOTICE_RECORDS_MAX)).collect(),
+            free: (0..slots).rev().collect(),
+        }
+    }
+
+    fn queue(&mut self, peer: u8, record: OutcomeRecordRepr, owner: Option<(u32, u32)>) -> bool {
+        let batch = &mut self.batches[peer as usize];
+        if batch.len() >= NOTICE_RECORDS_MAX {
+            return false;
+        }
+        batch.push(Pending { record, owner });
+        true
+    }
+}
+
+impl<F: Fabric> Node<F> {
+    /// Takes new host requests while there is room for them.
+    pub(super) fn take_requests(&mut self, now: Now) -> bool {
+        let room = self.writes.available().min(self.side_free.len()).min(self.gets.available()) as u32;
+        if room == 0 {
+            return false;
+        }
+        let mut taken = std::mem::take(&mut self.taken);
+        taken.clear();
+        let count = self.host.take(room, &mut taken, &mut self.metrics);
+        for t in taken.drain(..) {
+            match t.accepted.desc.op {
+                OpCode::Put | OpCode::Delete => self.start_write(t, now),
+                OpCode::Get => self.start_get(t, now),
+                other => {
+                    self.host.complete(&t, Outcome::failed(Status::Unsupported, other as u32), &mut self.metrics);
+                }
+            }
+        }
+        self.taken = taken;
+        count > 0
+    }
+
+    fn start_write(&mut self, t: Taken, now: Now) {
+        let (slot, generation) = self.writes.reserve().expect("take_requests checked room");
+        let side = self.side_free.pop().expect("take_requests checked room");
+        let fail = |node: &mut Self, end: Status, why: String| {
+            tracing::warn!(node = node.me, sq_index = t.accepted.sq_index, why, "write refused");
+            node.writes.unreserve(slot);
+            node.side_free.push(side);
+            node.host.complete(&t, Outcome::failed(end, 0), &mut node.metrics);
+        };
+        let a = t.accepted;
+        let mut key = [0u8; KEY_BYTES_MAX];
+        let key = key_of(&self.region, &a, &mut key);
+        let key_hash = key_hash(key);
+        let key_id = directory::key_id(key);
+        let tombstone = a.desc.op == OpCode::Delete;
+        let mut times = [0u64; WriteStage::ALL.len()];
+        let arrived = now.mono_ns;
+
+        // 2. Predict.
+        let mut hit = false;
+        if let Some(predictor) = self.predictor.as_mut() {
+            let expired = &mut self.expired;
+            expired.clear();
+            let report = predictor.on_write(key_id, |lease| {
+                if expired.len() < expired.capacity() {
+                    expired.push(lease.key)
+                }
+            });
+            hit = report.outcome == WriteOutcome::Hit;
+            self.stats.predictor_hits += u64::from(hit);
+            if self.policy.predictive && self.policy.invalidation == Invalidation::Speculative {
+                for p in &report.opened {
+                    self.open_lease(p.key, now);
+                }
+            }
+            for i in 0..self.expired.len() {
+                let key = self.expired[i];
+                self.lease_expired(key, now);
+            }
+        }
+        times[WriteStage::Predict as usize] = now.mono_ns;
+
+        // 3. Order.
+        if let Err(e) = self.reserve_versions(now) {
+            return fail(self, Status::StageFailed, e);
+        }
+        let stamp = match self.hlc.next(now.wall_us) {
+            Ok(s) => s,
+            Err(e) => return fail(self, Status::StageFailed, e.to_string()),
+        };
+        let stamp = stamp.raw();
+        times[WriteStage::Sequence as usize] = now.mono_ns;
+
+        // 5. Seal, 6. encode, in place in the arena.
+        let config = self.region.layout().config;
+        let buffer_offset = self.region.layout().buffer(a.buffer);
+        let side_offset = self.region.layout().buffer(side);
+        // SAFETY (in the helper): the buffer was accepted (ownership Dpu, private
+        // in-flight table) and the side buffer is this write's; no work request
+        // carries either yet.
+        let buf = super::host_memory::buffer_mut(&self.region, buffer_offset, config.buffer_bytes as usize);
+        let binding = Binding { key_hash, version: stamp, k: self.k as u8, m: self.m as u8, tombstone };
+        let frame_len = match self.sealer.seal_in_place(&mut buf[VALUE_OFFSET..], a.desc.value_len as usize, &binding) {
+            Ok(n) => n,
+            Err(e) => return fail(self, Status::StageFailed, e.to_string()),
+        };
+        times[WriteStage::Seal as usize] = now.mono_ns;
+        let layout = match StripeLayout::new(self.k, self.m, frame_len) {
+            Ok(l) => l,
+            Err(e) => return fail(self, Status::StageFailed, e.to_string()),
+        };
+        let side_buf = super::host_memory::buffer_mut(&self.region, side_offset, config.buffer_bytes as usize);
+        let Some(data) = buf.get_mut(VALUE_OFFSET..VALUE_OFFSET + layout.data_len()) else {
+            return fail(self, Status::BadValueLength, "the stripe does not fit the buffer".into());
+        };
+        if let Err(e) = encode_stripe(&self.rs, &layout, StripeId { key_hash, version: stamp }, data, side_buf) {
+            return fail(self, Status::StageFailed, e.to_string());
+        }
+        times[WriteStage::Encode as usize] = now.mono_ns;
+
+        // Holders: the stripe's k + m fragments on consecutive nodes from the key's home.
+        let mut holders = [0u8; crate::codec_config::FRAGMENTS_MAX];
+        let home = (key_hash % self.n as u64) as usize;
+        for (i, h) in holders.iter_mut().take(layout.fragments()).enumerate() {
+            *h = ((home + i) % self.n) as u8;
+        }
+        let holder_mask = holders[..layout.fragments()].iter().fold(0u32, |m, &h| m | 1 << h);
+        let write_seq = self.next_write_seq;
+        if let Err(e) = self.outcomes.begin(write_seq, key_hash, stamp, holder_mask, u32::from(tombstone)) {
+            return fail(self, Status::Overloaded, e.to_string());
+        }
+        self.next_write_seq += 1;
+        let lease = if hit { self.leases.take_for(key_id) } else { None };
+        let mut write = Write {
+            generation,
+            taken: t,
+            key_hash,
+            key_id,
+            stamp,
+            tombstone,
+            write_seq,
+            layout,
+            side,
+            holders,
+            acked: 0,
+            failed: 0,
+            decided: 0,
+            notified: 0,
+            phase: Phase::Replicating,
+            end: None,
+            marks: [Mark::None; super::control::NODES_MAX],
+            wrs: 0,
+            deadline_ns: now.mono_ns + self.write_timeout_ns,
+            times,
+            lease: None,
+            arrived_ns: arrived,
+            lease_priors: [None; super::control::NODES_MAX],
+        };
+        if let Some(l) = &lease {
+            write.lease = Some(l.slot);
+            for (j, mark) in l.marks.iter().enumerate() {
+                if let Mark::Placed { prior, .. } = mark {
+                    write.lease_priors[j] = Some(*prior);
+                }
+            }
+        }
+        self.writes.put(slot, write);
+
+        // 7. Replicate.
+        for i in 0..layout.fragments() {
+            let h = holders[i];
+            if h == self.me {
+                self.persist_own_fragment(slot, generation, i);
+            } else if !self.send_fragment(slot, generation, i, h) {
+                if let Some(w) = self.writes.get_mut(slot, generation) {
+                    w.failed |= 1 << h;
+                }
+            }
+        }
+        // 4. Invalidate speculatively, in the same round trip.
+        if self.policy.invalidation == Invalidation::Speculative {
+            for j in 0..self.n as u8 {
+                let guess = lease.as_ref().and_then(|l| match l.marks[j as usize] {
+                    Mark::Placed { placed, .. } => Some(placed.pack()),
+                    _ => None,
+                });
+                self.start_mark(slot, generation, j, Intent::Mark { version: stamp >> 8 }, guess, now);
+            }
+        }
+        if let Some(l) = lease {
+            self.leases.release(l.slot);
+        }
+    }
+
+    /// Starts (or skips) a directory job of write `slot` on host `j`.
+    fn start_mark(&mut self, slot: u32, generation: u32, j: u8, intent: Intent, guess: Option<u64>, now: Now) {
+        if j != self.me {
+            let trust = self.peer(j).map(|p| (p.trust(), p.is_up()));
+            match trust {
+                Some((Trust::Excluded, _)) => {
+                    self.set_mark(slot, generation, j, Mark::Skipped);
+                    return;
+                }
+                Some((Trust::Suspect { .. }, _)) | Some((_, false)) => {
+                    self.set_mark(slot, generation, j, Mark::Failed);
+                    if self.peer(j).is_some_and(|p| p.trust() == Trust::Trusted) {
+                        self.suspect(j, now);
+                    }
+                    return;
+                }
+                _ => {}
+            }
+        }
+        let key_id = self.writes.get_mut(slot, generation).map(|w| w.key_id).unwrap_or_default();
+        let dir_slot = self.slot_for(j, key_id);
+        let owner = Owner::Write { slot, generation };
+        match self.start_job(owner, j, dir_slot, intent, guess) {
+            Started::Finished(f) => self.write_job_done(slot, generation, j, dir_slot, intent, f, now),
+            Started::Running(job) => self.set_mark(slot, generation, j, Mark::Running { job }),
+        }
+    }
+
+    fn set_mark(&mut self, slot: u32, generation: u32, j: u8, mark: Mark) {
+        if let Some(w) = self.writes.get_mut(slot, generation) {
+            w.marks[j as usize] = mark;
+        }
+    }
+
+    /// The slot of `key_id` in host `j`'s directory.
+    pub(super) fn slot_for(&self, j: u8, key_id: u64) -> u32 {
+        let slots = if j == self.me {
+            self.directory_slots
+        } else {
+            self.peer(j).and_then(|p| p.remote).map_or(0, |r| r.directory_slots)
+        };
+        if slots == 0 {
+            0
+        } else {
+            directory::slot_of(key_id, slots)
+        }
+    }
+
+    /// A directory job of a write ended.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn write_job_done(
+        &mut self,
+        slot: u32,
+        generation: u32,
+        j: u8,
+        dir_slot: u32,
+        intent: Intent,
+        f: Finished,
+        now: Now,
+    ) {
+        let me = self.me;
+        let Some(w) = self.writes.get_mut(slot, generation) else {
+            // The write is gone: a mark that landed after it ended must not stay.
+            if let (Intent::Mark { .. }, Finished::Done { placed, replaced }) = (intent, f) {
+                let rollback = Intent::Rollback { placed, prior: directory::prior_of(replaced) };
+                self.start_job(Owner::Detached, j, dir_slot, rollback, Some(placed.pack()));
+            }
+            return;
+        };
+        match (intent, f) {
+            (Intent::Mark { .. }, Finished::Done { placed, replaced }) => {
+                let prior = w.lease_priors[j as usize].unwrap_or_else(|| directory::prior_of(replaced));
+                if w.end.is_some() {
+                    // Aborted while the CAS flew: roll it back now.
+                    w.marks[j as usize] = Mark::Settled;
+                    self.start_job(Owner::Detached, j, dir_slot, Intent::Rollback { placed, prior }, Some(placed.pack()));
+                } else {
+                    w.marks[j as usize] = Mark::Placed { placed, prior };
+                    if w.marks_settled(self.n) {
+                        w.stamp_stage(WriteStage::Invalidate, now.mono_ns);
+                    }
+                }
+            }
+            (Intent::Mark { .. }, Finished::NotNeeded { current }) => {
+                let prior = w.lease_priors[j as usize].unwrap_or(SlotState::Invalid);
+                w.marks[j as usize] = Mark::Placed { placed: current, prior };
+            }
+            (Intent::Invalidate { .. }, Finished::Done { .. } | Finished::NotNeeded { .. }) => {
+                w.marks[j as usize] = Mark::Settled;
+            }
+            (Intent::Mark { .. } | Intent::Invalidate { .. }, Finished::Failed) => {
+                w.marks[j as usize] = Mark::Failed;
+                tracing::debug!(node = me, peer = j, "mark failed: waiting for the host's exclusion");
+            }
+            (Intent::Commit { .. } | Intent::Rollback { .. }, _) => {}
+        }
+    }
+
+    /// This node holds fragment `i` of its own write: straight into its store.
+    fn persist_own_fragment(&mut self, slot: u32, generation: u32, i: usize) {
+        let me = self.me;
+        let Some(w) = self.writes.get_mut(slot, generation) else { return };
+        let (layout, key_hash, stamp, write_seq, tombstone, side) =
+            (w.layout, w.key_hash, w.stamp, w.write_seq, w.tombstone, w.side);
+        let buffer = w.taken.accepted.buffer;
+        let config = self.region.layout().config;
+        let data = super::host_memory::buffer_mut(&self.region, self.region.layout().buffer(buffer), config.buffer_bytes as usize);
+        let side = super::host_memory::buffer_mut(&self.region, self.region.layout().buffer(side), config.buffer_bytes as usize);
+        let f = fragment(&layout, &data[VALUE_OFFSET..], side, i);
+        let record = RecordRepr {
+            writer: me,
+            fragment_index: i as u8,
+            key_hash,
+            stamp,
+            write_seq,
+            fragment_len: f.payload.len() as u32,
+            tombstone,
+            incarnation: self.incarnation,
+        };
+        let ok = self.store.insert(&record, f.header, f.payload).is_ok();
+        let w = self.writes.get_mut(slot, generation).expect("write exists");
+        if ok {
+            w.acked |= 1 << me;
+            let _ = self.outcomes.set_acked(write_seq, me);
+        } else {
+            w.failed |= 1 << me;
+        }
+    }
+
+    /// Sends fragment `i` of a write to holder `h`: its bytes, then its entry header
+    /// with the immediate. False if `h` cannot take it now (down, no log credit).
+    fn send_fragment(&mut self, slot: u32, generation: u32, i: usize, h: u8) -> bool {
+        let Some(p) = self.peer(h) else { return false };
+        if !p.is_up() || !p.has_credit() || !self.send_room(h, 2) {
+            return false;
+        }
+        let remote = p.remote.expect("an up peer has advertised its regions");
+        let w = self.writes.get_mut(slot, generation).expect("write exists");
+        let (layout, key_hash, stamp, write_seq, tombstone, side, buffer) =
+            (w.layout, w.key_hash, w.stamp, w.write_seq, w.tombstone, w.side, w.taken.accepted.buffer);
+        let f = layout.fragment_len();
+        let rl = self.region.layout();
+        let arena = rl.arena_offset;
+        // Where fragment i's bytes and header are, as offsets into the arena region.
+        let bytes_at = if i < layout.k() {
+            rl.buffer(buffer) + VALUE_OFFSET + i * f
+        } else {
+            rl.buffer(side) + layout.headers_len() + (i - layout.k()) * f
+        } - arena;
+        let header_at = rl.buffer(side) + i * crate::stripe::HEADER_LEN;
+        let mut frag_header = [0u8; crate::stripe::HEADER_LEN];
+        self.region.read_bytes(header_at, &mut frag_header);
+        let payload_crc = crc32c::crc32c_combine(
+            crc32c::crc32c(&frag_header),
+            u32::from_le_bytes(frag_header[32..36].try_into().expect("4 bytes")),
+            f,
+        );
+        let p = self.peer_mut(h).expect("peer exists");
+        let seq = p.next_seq;
+        p.next_seq += 1;
+        p.sent.push_back(Sent::Fragment { write: slot, generation, fragment: i as u8 });
+        p.bytes_out += (super::node::FRAGMENT_HEAD_BYTES + f) as u64;
+        let entry = EntryRepr {
+            kind: EntryKind::Fragment,
+            writer: self.me,
+            holder: h,
+            seq,
+            write_seq,
+            key_hash,
+            stamp,
+            payload_len: (crate::stripe::HEADER_LEN + f) as u32,
+            tombstone,
+            repair: false,
+            payload_crc,
+            incarnation: self.incarnation,
+        };
+        let mut head = [0u8; super::node::FRAGMENT_HEAD_BYTES];
+        entry.emit(&mut head[..ENTRY_HEADER_LEN]);
+        head[ENTRY_HEADER_LEN..].copy_from_slice(&frag_header);
+        let staging = slot * (self.k + self.m) as u32 + i as u32;
+        self.pools.header.write(staging, &head);
+        let log_at = (seq % u64::from(remote.log_slots)) * u64::from(remote.log_slot_bytes);
+        let tag = (generation & 0xffff) << 8 | i as u32;
+        let w = self.writes.get_mut(slot, generation).expect("write exists");
+        if f > 0 {
+            w.wrs += 1;
+            let buf = self.arena_mr.buf(bytes_at, f).expect("fragment inside the arena");
+            self.post(
+                h,
+                WrId::new(Kind::FragmentBytes, h, slot, tag),
+                Op::Write { remote: remote.log.at(log_at + super::node::FRAGMENT_HEAD_BYTES as u64), imm: None },
+                buf,
+            );
+        }
+        let w = self.writes.get_mut(slot, generation).expect("write exists");
+        w.wrs += 1;
+        let buf = self.pools.header.buf(staging, super::node::FRAGMENT_HEAD_BYTES);
+        self.post(
+            h,
+            WrId::new(Kind::FragmentHeader, h, slot, tag),
+            Op::Write { remote: remote.log.at(log_at), imm: Some((seq & 0x7fff_ffff) as u32) },
+            buf,
+        );
+        true
+    }
+
+    /// A fragment's WRITE (bytes or header) completed.
+    pub(super) fn on_fragment_sent(&mut self, id: WrId, ok: bool, _now: Now) {
+        let Some(w) = self.writes.slot_mut(id.a) else { return };
+        if w.generation & 0xffff != id.b >> 8 {
+            return;
+        }
+        w.wrs = w.wrs.saturating_sub(1);
+        if !ok && w.acked & (1 << id.peer) == 0 {
+            w.failed |= 1 << id.peer;
+        }
+    }
+
+    /// A holder acknowledged the oldest entry this node wrote into its log.
+    pub(super) fn on_ack(&mut self, peer: u8, imm: u32, now: Now) {
+        let me = self.me;
+        let status = (imm >> 24) & 0x7f;
+        let Some(p) = self.peer_mut(peer) else { return };
+        let acked_seq = p.next_seq - p.sent.len() as u64;
+        let Some(sent) = p.sent.pop_front() else {
+            tracing::warn!(node = me, peer, "acknowledgement with nothing outstanding: reconnecting");
+            self.link_failed(peer, crate::fabric::WcStatus::RemoteOperation, now);
+            return;
+        };
+        if (acked_seq & 0xff_ffff) as u32 != imm & 0xff_ffff {
+            tracing::warn!(node = me, peer, acked_seq, imm, "acknowledgement out of order: reconnecting");
+            self.link_failed(peer, crate::fabric::WcStatus::RemoteOperation, now);
+            return;
+        }
+        match sent {
+            Sent::Fragment { write, generation, .. } => {
+                let quorum_reached;
+                {
+                    let Some(w) = self.writes.get_mut(write, generation) else { return };
+                    if status == super::holder::ACK_OK {
+                        w.acked |= 1 << peer;
+                        let _ = self.outcomes.set_acked(w.write_seq, peer);
+                    } else {
+                        w.failed |= 1 << peer;
+                        self.stats.refusals += 1;
+                        tracing::warn!(node = me, peer, status, "holder refused a fragment");
+                    }
+                    quorum_reached = w.phase != Phase::Replicating && status == super::holder::ACK_OK;
+                }
+                // A late holder of a decided write gets the decision too (an aborted
+                // write's, so it drops the fragment).
+                if quorum_reached {
+                    self.notify(write, generation, peer);
+                }
+            }
+            Sent::Notice { notice } => self.notice_done(notice, peer, status == super::holder::ACK_OK),
+        }
+    }
+
+    /// An entry written to `peer` was lost with its link.
+    pub(super) fn entry_lost(&mut self, peer: u8, sent: Sent) {
+        match sent {
+            Sent::Fragment { write, generation, .. } => {
+                if let Some(w) = self.writes.get_mut(write, generation) {
+                    if w.acked & (1 << peer) == 0 {
+                        w.failed |= 1 << peer;
+                    }
+                }
+            }
+            Sent::Notice { notice } => self.notice_done(notice, peer, false),
+        }
+    }
+
+    /// Moves every write forward.
+    pub(super) fn advance_writes(&mut self, now: Now) -> bool {
+        let mut busy = false;
+        for slot in 0..self.writes.capacity() {
+            busy |= self.advance_write(slot, now);
+        }
+        busy
+    }
+
+    fn advance_write(&mut self, slot: u32, now: Now) -> bool {
+        let (quorum, n, decide_min) = (self.quorum, self.n, self.m as u32 + 1);
+        let Some(w) = self.writes.slot_mut(slot) else { return false };
+        let generation = w.generation;
+        match w.phase {
+            Phase::Replicating => {
+                if w.acked.count_ones() >= quorum {
+                    w.stamp_stage(WriteStage::Replicate, now.mono_ns);
+                    self.decide(slot, generation, now);
+                    true
+                } else if !w.quorum_possible(quorum) || now.mono_ns >= w.deadline_ns {
+                    self.abort(slot, generation, now);
+                    true
+                } else {
+                    false
+                }
+            }
+            Phase::Deciding => {
+                if w.decided.count_ones() >= decide_min && w.marks_settled(n) {
+                    w.stamp_stage(WriteStage::Decide, now.mono_ns);
+                    self.commit(slot, generation, now);
+                    true
+                } else if now.mono_ns >= w.deadline_ns {
+                    w.end = Some(End::Undecided);
+                    w.phase = Phase::Finished;
+                    tracing::warn!(node = self.me, write_seq = w.write_seq, decided = w.decided, "write committed but its decision did not reach m + 1 holders in time");
+                    true
+                } else {
+                    false
+                }
+            }
+            Phase::Invalidating => {
+                if w.marks_settled(n) {
+                    w.stamp_stage(WriteStage::Invalidate, now.mono_ns);
+                    w.end = Some(End::Committed);
+                    w.phase = Phase::Finished;
+                    true
+                } else if now.mono_ns >= w.deadline_ns {
+                    w.end = Some(End::Undecided);
+                    w.phase = Phase::Finished;
+                    true
+                } else {
+                    false
+                }
+            }
+            Phase::Finished => {
+                if w.wrs == 0 {
+                    self.retire(slot, now);
+                    true
+                } else {
+                    false
+                }
+            }
+        }
+    }
+
+    /// Phase 1 reached its quorum: the write is committed at the writer.
+    fn decide(&mut self, slot: u32, generation: u32, _now: Now) {
+        let me = self.me;
+        let w = self.writes.get_mut(slot, generation).expect("write exists");
+        w.phase = Phase::Deciding;
+        let (write_seq, key_hash, stamp, acked) = (w.write_seq, w.key_hash, w.stamp, w.acked);
+        if let Err(e) = self.outcomes.set_state(write_seq, WriteState::Committed) {
+            tracing::error!(node = me, write_seq, error = %e, "cannot record the commit");
+        }
+        if acked & (1 << me) != 0 && self.store.resolve(key_hash, stamp, Decision::Committed).is_ok() {
+            let w = self.writes.get_mut(slot, generation).expect("write exists");
+            w.decided |= 1 << me;
+            let _ = self.outcomes.set_decided(write_seq, me);
+        }
+        // Every holder hears the decision, also those whose acknowledgement was lost
+        // (they may hold the fragment); only acknowledged ones count towards m + 1.
+        let holders = self.writes.get_mut(slot, generation).map_or(0, |w| w.holder_mask());
+        for h in 0..self.n as u8 {
+            if h != me && holders & (1 << h) != 0 {
+                self.notify(slot, generation, h);
+            }
+        }
+        let _ = acked;
+    }
+
+    /// Queues the write's decision for holder `h` (nothing while it is undecided).
+    fn notify(&mut self, slot: u32, generation: u32, h: u8) {
+        let Some(w) = self.writes.get_mut(slot, generation) else { return };
+        let outcome = match (w.phase, w.end) {
+            (Phase::Replicating, _) => return,
+            (_, Some(End::NotDurable | End::Failed | End::Overloaded)) => Decision::Aborted,
+            _ => Decision::Committed,
+        };
+        let record = OutcomeRecordRepr { write_seq: w.write_seq, key_hash: w.key_hash, stamp: w.stamp, outcome };
+        // Only a Committed decision counts towards the m + 1 a write waits for.
+        let owner = (outcome == Decision::Committed).then_some((slot, generation));
+        w.notified |= 1 << h;
+        if !self.notices.queue(h, record, owner) {
+            tracing::debug!(node = self.me, peer = h, "notice batch full; the decision waits for the next one");
+        }
+    }
+
+    /// Phase 1 cannot reach its quorum: roll back.
+    fn abort(&mut self, slot: u32, generation: u32, now: Now) {
+        let me = self.me;
+        let w = self.writes.get_mut(slot, generation).expect("write exists");
+        let (write_seq, key_hash, stamp, acked) = (w.write_seq, w.key_hash, w.stamp, w.acked);
+        w.end = Some(End::NotDurable);
+        w.phase = Phase::Finished;
+        tracing::info!(node = me, write_seq, acked, failed = w.failed, "write not durable: rolling back");
+        let _ = self.outcomes.set_state(write_seq, WriteState::Aborted);
+        if acked & (1 << me) != 0 {
+            let _ = self.store.resolve(key_hash, stamp, Decision::Aborted);
+        }
+        let holders = self.writes.get_mut(slot, generation).map_or(0, |w| w.holder_mask());
+        for h in 0..self.n as u8 {
+            if h != me && holders & (1 << h) != 0 {
+                let record = OutcomeRecordRepr { write_seq, key_hash, stamp, outcome: Decision::Aborted };
+                let _ = self.notices.queue(h, record, None);
+            }
+        }
+        self.resolve_marks(slot, generation, false, now);
+    }
+
+    /// Turns the write's placed marks Invalid (commit) or back (rollback).
+    fn resolve_marks(&mut self, slot: u32, generation: u32, commit: bool, _now: Now) {
+        for j in 0..self.n as u8 {
+            let Some(w) = self.writes.get_mut(slot, generation) else { return };
+            let key_id = w.key_id;
+            let Mark::Placed { placed, prior } = w.marks[j as usize] else { continue };
+            w.marks[j as usize] = Mark::Settled;
+            if placed.state != SlotState::Pending {
+                continue;
+            }
+            let intent = if commit { Intent::Commit { placed } } else { Intent::Rollback { placed, prior } };
+            let dir_slot = self.slot_for(j, key_id);
+            self.start_job(Owner::Detached, j, dir_slot, intent, Some(placed.pack()));
+        }
+    }
+
+    /// Decided on m + 1 holders and every mark settled: the write is committed.
+    fn commit(&mut self, slot: u32, generation: u32, now: Now) {
+        self.resolve_marks(slot, generation, true, now);
+        let w = self.writes.get_mut(slot, generation).expect("write exists");
+        w.stamp_stage(WriteStage::Commit, now.mono_ns);
+        if self.policy.invalidation == Invalidation::AfterCommit {
+            w.phase = Phase::Invalidating;
+            let version = w.stamp >> 8;
+            for j in 0..self.n as u8 {
+                self.start_mark(slot, generation, j, Intent::Invalidate { version }, None, now);
+            }
+        } else {
+            w.end = Some(End::Committed);
+            w.phase = Phase::Finished;
+        }
+    }
+
+    /// Completes a finished write to the host and frees its slot and side buffer.
+    fn retire(&mut self, slot: u32, now: Now) {
+        let Some(w) = self.writes.remove(slot) else { return };
+        self.side_free.push(w.side);
+        let outcome = match w.end.unwrap_or(End::Failed) {
+            End::Committed => Outcome::ok(w.stamp),
+            End::NotDurable => Outcome::failed(Status::NotDurable, w.acked.count_ones()),
+            End::Undecided => Outcome::failed(Status::Unavailable, w.decided.count_ones()),
+            End::Failed => Outcome::failed(Status::StageFailed, 0),
+            End::Overloaded => Outcome::failed(Status::Overloaded, 0),
+        };
+        self.stats.record_write(&w, now.mono_ns, outcome.status);
+        self.host.complete(&w.taken, outcome, &mut self.metrics);
+    }
+
+    /// After a restart: finishes what the previous incarnation decided. A write it
+    /// left in progress never completed to the host and is aborted; one it committed
+    /// has its own record resolved (holders it did not tell keep a pending record,
+    /// which readers do not count).
+    pub(super) fn recover_outcomes(&mut self, _now: Now) {
+        let mut unsettled = Vec::new();
+        let _ = self.outcomes.unsettled(|e| unsettled.push((e.write_seq(), e.key_hash(), e.stamp(), e.state())));
+        let (mut aborted, mut committed) = (0, 0);
+        for (write_seq, key_hash, stamp, state) in unsettled {
+            match state {
+                WriteState::InProgress => {
+                    let _ = self.outcomes.set_state(write_seq, WriteState::Aborted);
+                    let _ = self.store.resolve(key_hash, stamp, Decision::Aborted);
+                    aborted += 1;
+                }
+                WriteState::Committed => {
+                    let _ = self.store.resolve(key_hash, stamp, Decision::Committed);
+                    committed += 1;
+                }
+                _ => {}
+            }
+        }
+        if aborted + committed > 0 {
+            tracing::info!(node = self.me, aborted, committed, "settled writes a previous incarnation left");
+        }
+    }
+
+    /// Resends the decisions peer `h` may have missed (it was down, or its link broke
+    /// with notices queued): walks the outcome table from the peer's resync cursor, a
+    /// bounded chunk per call, queueing every decided write of which `h` is a holder
+    /// and has not persisted the decision.
+    pub(super) fn resync(&mut self, h: u8) {
+        let Some(p) = self.peer(h) else { return };
+        let (Some(mut seq), true) = (p.resync, p.is_up()) else { return };
+        let end = self.next_write_seq;
+        let stop = (seq + RESYNC_CHUNK).min(end);
+        while seq < stop {
+            if let Some(e) = self.outcomes.get(seq) {
+                let bit = 1u32 << h;
+                let outcome = match e.state() {
+                    WriteState::Committed => Some(Decision::Committed),
+                    WriteState::Aborted => Some(Decision::Aborted),
+                    _ => None,
+                };
+                if let (Some(outcome), true) = (outcome, e.holders() & bit != 0 && e.decided() & bit == 0) {
+                    let record = OutcomeRecordRepr { write_seq: seq, key_hash: e.key_hash(), stamp: e.stamp(), outcome };
+                    if !self.notices.queue(h, record, None) {
+                        break;
+                    }
+                    self.stats.notices_resent += 1;
+                }
+            }
+            seq += 1;
+        }
+        if let Some(p) = self.peer_mut(h) {
+            p.resync = (seq < end).then_some(seq);
+        }
+    }
+
+    /// Keeps the persisted version floor ahead of the versions issued (an fsync at
+    /// most once per second of versions).
+    pub(super) fn reserve_versions(&mut self, now: Now) -> Result<(), String> {
+        if let Some(floor) = self.hlc.reservation_due(now.wall_us) {
+            self.hlc_floor.persist(floor).map_err(|e| format!("cannot persist the version floor: {e}"))?;
+            self.hlc.floor_persisted(floor);
+        }
+        Ok(())
+    }
+
+    /// Sends the outcome records waiting for each peer, one notice entry per peer.
+    pub(super) fn flush_notices(&mut self, _now: Now) -> bool {
+        let mut busy = false;
+        for h in 0..self.n as u8 {
+            if h == self.me || self.notices.batches[h as usize].is_empty() {
+                continue;
+            }
+            let Some(p) = self.peer(h) else { continue };
+            let (up, credit, remote) = (p.is_up(), p.has_credit(), p.remote);
+            if !up {
+                // Kept for when the link is back (bounded by the batch; what does not
+                // fit is found again by the resync from the outcome table).
+                continue;
+            }
+            if !credit || !self.send_room(h, 1) {
+                continue;
+            }
+            let Some(notice) = self.notices.free.pop() else { continue };
+            busy = true;
+            let remote = remote.expect("an up peer has advertised its regions");
+            let batch = std::mem::replace(&mut self.notices.batches[h as usize], std::mem::take(&mut self.notices.in_flight[notice as usize]));
+            let mut payload = [0u8; NOTICE_RECORDS_MAX * OUTCOME_RECORD_LEN];
+            for (i, r) in batch.iter().enumerate() {
+                r.record.emit(&mut payload[i * OUTCOME_RECORD_LEN..(i + 1) * OUTCOME_RECORD_LEN]);
+            }
+            let payload = &payload[..batch.len() * OUTCOME_RECORD_LEN];
+            let p = self.peer_mut(h).expect("peer exists");
+            let seq = p.next_seq;
+            p.next_seq += 1;
+            p.sent.push_back(Sent::Notice { notice });
+            p.bytes_out += (ENTRY_HEADER_LEN + payload.len()) as u64;
+            let entry = EntryRepr {
+                kind: EntryKind::Outcomes,
+                writer: self.me,
+                holder: h,
+                seq,
+                write_seq: 0,
+                key_hash: 0,
+                stamp: 0,
+                payload_len: payload.len() as u32,
+                tombstone: false,
+                repair: false,
+                payload_crc: crc32c::crc32c(payload),
+                incarnation: self.incarnation,
+            };
+            let mut head = [0u8; ENTRY_HEADER_LEN];
+            entry.emit(&mut head);
+            self.pools.notices.write(notice, &head);
+            self.pools.notices.memory().write(self.pools.notices.offset(notice) + ENTRY_HEADER_LEN, payload).expect("notice fits its slot");
+            self.notices.in_flight[notice as usize] = batch;
+            let log_at = (seq % u64::from(remote.log_slots)) * u64::from(remote.log_slot_bytes);
+            let buf = self.pools.notices.buf(notice, ENTRY_HEADER_LEN + payload.len());
+            self.post(
+                h,
+                WrId::new(Kind::Notice, h, notice, 0),
+                Op::Write { remote: remote.log.at(log_at), imm: Some((seq & 0x7fff_ffff) as u32) },
+                buf,
+            );
+        }
+        busy
+    }
+
+    /// A notice's work request completed (its acknowledgement settles it).
+    pub(super) fn on_notice_sent(&mut self, _id: WrId, _ok: bool) {}
+
+    /// Notice `notice` to `peer` was acknowledged (`ok`) or lost.
+    fn notice_done(&mut self, notice: u32, peer: u8, ok: bool) {
+        let mut batch = std::mem::take(&mut self.notices.in_flight[notice as usize]);
+        for p in batch.drain(..) {
+            if ok {
+                // Settles the outcome table entry (also for resynced, long-gone writes).
+                let _ = self.outcomes.set_decided(p.record.write_seq, peer);
+            }
+            let Some((slot, generation)) = p.owner else { continue };
+            let Some(w) = self.writes.get_mut(slot, generation) else { continue };
+            w.notified &= !(1 << peer);
+            // Only a holder that acknowledged its fragment holds it for sure.
+            if ok && p.record.outcome == Decision::Committed && w.acked & (1 << peer) != 0 {
+                w.decided |= 1 << peer;
+            }
+        }
+        self.notices.in_flight[notice as usize] = batch;
+        self.notices.free.push(notice);
+    }
+}

@@ -1,0 +1,290 @@
+//! The DPU side of the cache-directory protocol: jobs that move one slot word of one
+//! host's directory by compare-and-swap, following the rules of
+//! `prescient_shim::directory` (versions only move forward).
+//!
+//! A job knows what it wants ([`Intent`]) but not the word in the slot: it CASes from
+//! a guess (the last word this node saw there, and for an Invalid word also the Valid
+//! word a reader's refill makes of it, both in one round trip), and when the guesses
+//! were wrong it retries from the word the CAS returned. The remote CASes are posted
+//! by the node; this module only decides what to post and what the results mean.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use prescient_shim::directory::{self, SlotState, SlotWord};
+
+/// CAS rounds a job makes before it gives up (the slot is contended or hostile).
+pub const ATTEMPTS_MAX: u8 = 8;
+
+/// What a job wants done to a slot word.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Intent {
+    /// Announce a write (or a lease) of `version`: `Pending(max(current, version), me)`.
+    Mark {
+        /// The write's version.
+        version: u64,
+    },
+    /// The write committed: the word this node placed becomes Invalid.
+    Commit {
+        /// The Pending word this node's mark placed.
+        placed: SlotWord,
+    },
+    /// The write failed or the lease expired unused: the placed word goes back to
+    /// the state it replaced.
+    Rollback {
+        /// The word this node placed.
+        placed: SlotWord,
+        /// What the mark replaced.
+        prior: SlotState,
+    },
+    /// Invalidate after commit (the baseline policy): the word always changes, so a
+    /// reader's refill from an older Invalid word cannot revalidate a stale copy.
+    Invalidate {
+        /// The write's version.
+        version: u64,
+    },
+}
+
+impl Intent {
+    /// The word to CAS in over `current`, or `None` if nothing needs to change.
+    pub fn apply(&self, current: SlotWord, me: u8) -> Option<SlotWord> {
+        match *self {
+            Intent::Mark { version } => Some(directory::mark(current, version, me)),
+            Intent::Commit { placed } => directory::commit(current, placed),
+            Intent::Rollback { placed, prior } => directory::rollback(current, placed, prior),
+            Intent::Invalidate { version } => Some(SlotWord {
+                state: SlotState::Invalid,
+                writer: me,
+                version: current.version.saturating_add(1).max(version).min(directory::VERSION_MAX),
+            }),
+        }
+    }
+}
+
+/// How a job ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Finished {
+    /// The CAS took: the slot held `replaced` and now holds `placed`.
+    Done {
+        /// The word now in the slot.
+        placed: SlotWord,
+        /// The word it replaced.
+        replaced: SlotWord,
+    },
+    /// The slot already was where the intent wanted it (`current`).
+    NotNeeded {
+        /// The word seen.
+        current: SlotWord,
+    },
+    /// The peer could not be reached, or the slot stayed contended for
+    /// [`ATTEMPTS_MAX`] rounds: the owner must fence the host off.
+    Failed,
+}
+
+/// What to do next for a job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Post CASes `expected -> swap` for each guess (at most two; `None` unused).
+    Post([Option<(u64, u64)>; 2]),
+    /// More CAS results are due.
+    Wait,
+    /// The job is over.
+    Finished(Finished),
+}
+
+/// One slot job.
+#[derive(Clone, Copy, Debug)]
+pub struct Job {
+    intent: Intent,
+    me: u8,
+    attempts: u8,
+    /// CASes of the current round: (expected, swap, result) per guess.
+    round: [Option<(u64, u64, Option<u64>)>; 2],
+    failed: bool,
+}
+
+impl Job {
+    /// A job for `intent` by node `me` starting from the guessed word `guess`.
+    /// Returns the job and its first step (always a post).
+    pub fn start(intent: Intent, me: u8, guess: u64) -> (Self, Step) {
+        let mut job = Self { intent, me, attempts: 0, round: [None, None], failed: false };
+        let guessed = SlotWord::unpack(guess);
+        let mut guesses = [Some(guess), None];
+        // An Invalid word is what a reader refills into Valid at the same version:
+        // guess both in one round trip (the second CAS runs after the first on the
+        // same queue pair, so at most one of them takes).
+        if guessed.state == SlotState::Invalid {
+            guesses[1] = Some(SlotWord { state: SlotState::Valid, ..guessed }.pack());
+        }
+        let step = job.post(guesses);
+        (job, step)
+    }
+
+    fn post(&mut self, guesses: [Option<u64>; 2]) -> Step {
+        self.attempts += 1;
+        let mut out = [None, None];
+        for (i, g) in guesses.iter().enumerate() {
+            self.round[i] = None;
+            if let Some(expected) = *g {
+                let current = SlotWord::unpack(expected);
+                // A guess the intent would not change is still posted as an identity
+                // CAS: its result tells us the real word.
+                let swap = self.intent.apply(current, self.me).map_or(expected, SlotWord::pack);
+                self.round[i] = Some((expected, swap, None));
+                out[i] = Some((expected, swap));
+            }
+        }
+        Step::Post(out)
+    }
+
+    /// The CAS of guess `which` came back with the word the slot held (`old`), or
+    /// failed on the fabric (`None`).
+    pub fn on_result(&mut self, which: usize, old: Option<u64>) -> Step {
+        let Some(entry) = self.round.get_mut(which).and_then(Option::as_mut) else {
+            return Step::Wait;
+        };
+        match old {
+            Some(v) => entry.2 = Some(v),
+            None => {
+                self.failed = true;
+                entry.2 = Some(entry.0 ^ u64::MAX);
+            }
+        }
+        if self.round.iter().flatten().any(|e| e.2.is_none()) {
+            return Step::Wait;
+        }
+        if self.failed {
+            return Step::Finished(Finished::Failed);
+        }
+        // Did one take?
+        for (expected, swap, got) in self.round.iter().flatten() {
+            if *got == Some(*expected) {
+                let replaced = SlotWord::unpack(*expected);
+                return Step::Finished(if swap == expected {
+                    Finished::NotNeeded { current: replaced }
+                } else {
+                    Finished::Done { placed: SlotWord::unpack(*swap), replaced }
+                });
+            }
+        }
+        // Neither: retry from the newest word seen (the later CAS ran last).
+        let latest = self.round.iter().flatten().last().and_then(|e| e.2).expect("a result per posted CAS");
+        let current = SlotWord::unpack(latest);
+        if self.intent.apply(current, self.me).is_none() {
+            return Step::Finished(Finished::NotNeeded { current });
+        }
+        if self.attempts >= ATTEMPTS_MAX {
+            return Step::Finished(Finished::Failed);
+        }
+        self.post([Some(latest), None])
+    }
+}
+
+/// Runs `intent` on a slot word of this node's own host directory (no fabric).
+pub fn run_local(word: &AtomicU64, intent: Intent, me: u8) -> Finished {
+    let mut current = word.load(Ordering::Acquire);
+    for _ in 0..ATTEMPTS_MAX {
+        let Some(next) = intent.apply(SlotWord::unpack(current), me) else {
+            return Finished::NotNeeded { current: SlotWord::unpack(current) };
+        };
+        let next = next.pack();
+        match word.compare_exchange(current, next, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return Finished::Done { placed: SlotWord::unpack(next), replaced: SlotWord::unpack(current) },
+            Err(seen) => current = seen,
+        }
+    }
+    Finished::Failed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn w(state: SlotState, writer: u8, version: u64) -> SlotWord {
+        SlotWord { state, writer, version }
+    }
+
+    /// Plays a job against a slot held in `slot`, executing its CASes in order.
+    fn play(intent: Intent, me: u8, guess: u64, slot: &mut u64) -> (Finished, u8) {
+        let (mut job, mut step) = Job::start(intent, me, guess);
+        let mut rounds = 0;
+        loop {
+            match step {
+                Step::Post(cases) => {
+                    rounds += 1;
+                    let mut results = [None, None];
+                    for (i, c) in cases.iter().enumerate() {
+                        if let Some((expected, swap)) = c {
+                            let old = *slot;
+                            if old == *expected {
+                                *slot = *swap;
+                            }
+                            results[i] = Some(old);
+                        }
+                    }
+                    step = Step::Wait;
+                    for (i, r) in results.iter().enumerate() {
+                        if r.is_some() {
+                            step = job.on_result(i, *r);
+                        }
+                    }
+                }
+                Step::Finished(f) => return (f, rounds),
+                Step::Wait => unreachable!("all results were delivered"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_right_guess_marks_in_one_round_and_a_refilled_slot_too() {
+        let mut slot = w(SlotState::Invalid, 2, 10).pack();
+        let (f, rounds) = play(Intent::Mark { version: 20 }, 1, slot, &mut slot);
+        assert_eq!(rounds, 1);
+        assert_eq!(f, Finished::Done { placed: w(SlotState::Pending, 1, 20), replaced: w(SlotState::Invalid, 2, 10) });
+        // The reader refilled the Invalid word we last saw: the second guess takes.
+        let guess = w(SlotState::Invalid, 1, 20).pack();
+        let mut slot = w(SlotState::Valid, 1, 20).pack();
+        let (f, rounds) = play(Intent::Mark { version: 30 }, 1, guess, &mut slot);
+        assert_eq!(rounds, 1);
+        assert!(matches!(f, Finished::Done { replaced, .. } if replaced.state == SlotState::Valid));
+    }
+
+    #[test]
+    fn a_wrong_guess_retries_from_the_word_seen_and_versions_never_drop() {
+        let mut slot = w(SlotState::Pending, 3, 50).pack();
+        let (f, rounds) = play(Intent::Mark { version: 20 }, 1, 0, &mut slot);
+        assert_eq!(rounds, 2);
+        assert_eq!(f, Finished::Done { placed: w(SlotState::Pending, 1, 50), replaced: w(SlotState::Pending, 3, 50) });
+        // Invalidate always moves the word.
+        let mut slot = w(SlotState::Invalid, 3, 50).pack();
+        let (f, _) = play(Intent::Invalidate { version: 20 }, 1, slot, &mut slot);
+        assert_eq!(f, Finished::Done { placed: w(SlotState::Invalid, 1, 51), replaced: w(SlotState::Invalid, 3, 50) });
+    }
+
+    #[test]
+    fn commit_and_rollback_only_touch_what_they_placed() {
+        let placed = w(SlotState::Pending, 1, 20);
+        let mut slot = placed.pack();
+        let (f, _) = play(Intent::Commit { placed }, 1, slot, &mut slot);
+        assert!(matches!(f, Finished::Done { placed, .. } if placed.state == SlotState::Invalid));
+        // Another writer's newer mark is left alone by our rollback.
+        let mut slot = w(SlotState::Pending, 4, 90).pack();
+        let (f, _) = play(Intent::Rollback { placed, prior: SlotState::Valid }, 1, placed.pack(), &mut slot);
+        assert!(matches!(f, Finished::NotNeeded { .. }));
+        assert_eq!(SlotWord::unpack(slot), w(SlotState::Pending, 4, 90));
+    }
+
+    #[test]
+    fn a_fabric_failure_fails_the_job() {
+        let (mut job, _) = Job::start(Intent::Mark { version: 1 }, 0, 0);
+        assert_eq!(job.on_result(0, None), Step::Finished(Finished::Failed));
+    }
+
+    #[test]
+    fn local_jobs_run_to_the_end() {
+        let word = AtomicU64::new(w(SlotState::Valid, 0, 5).pack());
+        let f = run_local(&word, Intent::Mark { version: 9 }, 2);
+        assert_eq!(f, Finished::Done { placed: w(SlotState::Pending, 2, 9), replaced: w(SlotState::Valid, 0, 5) });
+        let f = run_local(&word, Intent::Rollback { placed: w(SlotState::Pending, 2, 9), prior: SlotState::Valid }, 2);
+        assert!(matches!(f, Finished::Done { placed, .. } if placed == w(SlotState::Valid, 2, 9)));
+    }
+}

@@ -1,0 +1,212 @@
+//! What a node counts and times, and the summary it prints.
+
+use prescient_shim::Status;
+
+use super::write::Write;
+use crate::histogram::{Histogram, ReadStage, StageTimes, WriteStage};
+
+/// A node's counters and latency histograms (fixed memory, allocated at start).
+#[derive(Debug)]
+pub struct NodeStats {
+    /// Per-stage latencies of writes.
+    pub writes: StageTimes,
+    /// GET latencies: gather (all sets in), total.
+    pub gets_gather: Histogram,
+    /// GET latencies, end to end.
+    pub gets_total: Histogram,
+    /// Writes completed Ok.
+    pub writes_ok: u64,
+    /// Writes that failed (any status).
+    pub writes_failed: u64,
+    /// GETs completed Ok.
+    pub gets_ok: u64,
+    /// GETs that found nothing.
+    pub gets_not_found: u64,
+    /// GETs that failed.
+    pub gets_failed: u64,
+    /// GET gather rounds repeated (sets of different ages disagreed).
+    pub get_retries: u64,
+    /// Arrival to every mark settled (the speculative invalidation).
+    pub invalidated_after: Histogram,
+    /// Predictor hits (a write found its key leased).
+    pub predictor_hits: u64,
+    /// Leases marked.
+    pub leases_opened: u64,
+    /// Leases rolled back unused (false positives).
+    pub leases_rolled_back: u64,
+    /// Leases rolled back for age.
+    pub leases_timed_out: u64,
+    /// Leases not marked for lack of room.
+    pub leases_dropped: u64,
+    /// Suspicions raised (a host directory could not be reached).
+    pub suspicions: u64,
+    /// Whole-directory revocations.
+    pub revocations: u64,
+    /// Peers declared dead.
+    pub dead_declared: u64,
+    /// Pending marks of dead writers cleared.
+    pub marks_cleared: u64,
+    /// Links lost.
+    pub links_lost: u64,
+    /// Fragments this node holds for others, persisted.
+    pub fragments_held: u64,
+    /// Entries refused (malformed, inconsistent, tampered).
+    pub entries_refused: u64,
+    /// Entries replayed from a log after a restart.
+    pub entries_replayed: u64,
+    /// Fragments refused for lack of store room.
+    pub store_full: u64,
+    /// Holders' refusals this node received as a writer.
+    pub refusals: u64,
+    /// Outcome records dropped with a lost link.
+    pub notices_dropped: u64,
+    /// Decisions resent to a peer after it reconnected.
+    pub notices_resent: u64,
+    /// Fragments refused by GETs (checksums) and frames that did not open.
+    pub fragments_refused: u64,
+    /// Rebuilt frames that did not open (a forged fragment).
+    pub forged: u64,
+}
+
+impl NodeStats {
+    /// Zeroed stats for a cluster of `nodes`.
+    pub fn new(_nodes: usize) -> Self {
+        Self {
+            writes: StageTimes::new(),
+            gets_gather: Histogram::new(),
+            gets_total: Histogram::new(),
+            writes_ok: 0,
+            writes_failed: 0,
+            gets_ok: 0,
+            gets_not_found: 0,
+            gets_failed: 0,
+            get_retries: 0,
+            invalidated_after: Histogram::new(),
+            predictor_hits: 0,
+            leases_opened: 0,
+            leases_rolled_back: 0,
+            leases_timed_out: 0,
+            leases_dropped: 0,
+            suspicions: 0,
+            revocations: 0,
+            dead_declared: 0,
+            marks_cleared: 0,
+            links_lost: 0,
+            fragments_held: 0,
+            entries_refused: 0,
+            entries_replayed: 0,
+            store_full: 0,
+            refusals: 0,
+            notices_dropped: 0,
+            notices_resent: 0,
+            fragments_refused: 0,
+            forged: 0,
+        }
+    }
+
+    /// Records a finished write.
+    pub fn record_write(&mut self, w: &Write, now_ns: u64, status: Status) {
+        if status != Status::Ok {
+            self.writes_failed += 1;
+            return;
+        }
+        self.writes_ok += 1;
+        let mut last = w.arrived_ns;
+        for stage in WriteStage::ALL {
+            let t = w.times[stage as usize];
+            match stage {
+                // Replication and invalidation run side by side from the end of encoding.
+                WriteStage::Replicate | WriteStage::Invalidate => {
+                    let from = w.times[WriteStage::Encode as usize];
+                    if t >= from && t > 0 {
+                        self.writes.record_write(stage, t - from);
+                    }
+                }
+                WriteStage::Complete => self.writes.record_write(stage, now_ns.saturating_sub(last)),
+                WriteStage::Total => self.writes.record_write(stage, now_ns.saturating_sub(w.arrived_ns)),
+                _ => {
+                    if t >= last && t > 0 {
+                        self.writes.record_write(stage, t - last);
+                        last = t;
+                    }
+                }
+            }
+        }
+        let inv = w.times[WriteStage::Invalidate as usize];
+        if inv > 0 {
+            self.invalidated_after.record(inv.saturating_sub(w.arrived_ns));
+        }
+    }
+
+    /// Records a finished GET.
+    pub fn record_get(&mut self, started_ns: u64, gathered_ns: u64, now_ns: u64, status: Status) {
+        match status {
+            Status::Ok => self.gets_ok += 1,
+            Status::NotFound => self.gets_not_found += 1,
+            _ => self.gets_failed += 1,
+        }
+        self.gets_gather.record(gathered_ns.saturating_sub(started_ns));
+        self.gets_total.record(now_ns.saturating_sub(started_ns));
+        let _ = ReadStage::Total;
+    }
+}
+
+/// Microseconds, for tables.
+fn us(ns: u64) -> f64 {
+    ns as f64 / 1e3
+}
+
+impl NodeStats {
+    /// A readable summary of node `me`; `bytes` are (peer, out, in) per peer.
+    pub fn render(&self, me: u8, bytes: &[(u8, u64, u64)]) -> String {
+        let mut s = format!(
+            "node {me}: {} writes ok, {} failed; GETs {} ok, {} not found, {} failed\n",
+            self.writes_ok, self.writes_failed, self.gets_ok, self.gets_not_found, self.gets_failed
+        );
+        s.push_str(&self.writes.render());
+        if self.gets_total.count() > 0 {
+            s.push_str(&format!(
+                "  GET: gather p50 {:.1} us, total p50 {:.1} us, p99 {:.1} us\n",
+                us(self.gets_gather.percentile(0.5)),
+                us(self.gets_total.percentile(0.5)),
+                us(self.gets_total.percentile(0.99))
+            ));
+        }
+        if self.invalidated_after.count() > 0 {
+            s.push_str(&format!(
+                "  invalidation: every directory marked {:.1} us (p50) / {:.1} us (p99) after the PUT arrived\n",
+                us(self.invalidated_after.percentile(0.5)),
+                us(self.invalidated_after.percentile(0.99))
+            ));
+        }
+        if self.leases_opened > 0 || self.predictor_hits > 0 {
+            s.push_str(&format!(
+                "  predictor: {} hits, {} leases marked, {} rolled back unused (false positives), {} timed out\n",
+                self.predictor_hits, self.leases_opened, self.leases_rolled_back, self.leases_timed_out
+            ));
+        }
+        s.push_str("  bytes moved:");
+        for (peer, out, inn) in bytes {
+            s.push_str(&format!(" ->{peer} {:.1} MB / <-{peer} {:.1} MB;", *out as f64 / 1e6, *inn as f64 / 1e6));
+        }
+        s.push('\n');
+        let faults = [
+            ("links lost", self.links_lost),
+            ("suspicions", self.suspicions),
+            ("directory revocations", self.revocations),
+            ("peers declared dead", self.dead_declared),
+            ("dead writers' marks cleared", self.marks_cleared),
+            ("entries refused", self.entries_refused),
+            ("entries replayed after restart", self.entries_replayed),
+            ("store full", self.store_full),
+            ("refusals from holders", self.refusals),
+            ("fragments refused by GETs", self.fragments_refused),
+            ("forged frames", self.forged),
+        ];
+        let shown: Vec<String> = faults.iter().filter(|(_, n)| *n > 0).map(|(w, n)| format!("{n} {w}")).collect();
+        if !shown.is_empty() {
+            s.push_str(&format!("  faults: {}\n", shown.join(", ")));
+        }
+        s
+    }
+}

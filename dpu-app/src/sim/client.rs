@@ -1,0 +1,273 @@
+//! A simulated KV store on one node: it writes and deletes through its queue pair,
+//! reads through its cache and the cache directory (GET from the DPU app on a miss),
+//! and hands everything it sees to the oracle.
+//!
+//! Its cache follows the protocol a real KV store must: an entry is filled from a GET
+//! issued after a miss, tagged with the Valid word its refill CAS put in the slot, and
+//! served only while the slot holds exactly that word (slots are shared by colliding
+//! keys, and every transition changes the word).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use prescient_shim::directory::{RefillToken, SlotState, SlotWord};
+use prescient_shim::{Completion, Host, QueuePair, ReadCheck, Sla, Status};
+
+use super::oracle::{value_of, Fate, Oracle};
+
+/// What one request in flight is.
+#[derive(Clone, Copy, Debug)]
+enum Request {
+    Write { write_id: u64 },
+    Get { key: u32, began_ns: u64, token: Option<RefillToken>, fresh: bool },
+}
+
+/// A Fresh read waiting for a Pending slot to resolve.
+#[derive(Clone, Copy, Debug)]
+struct Waiting {
+    key: u32,
+    began_ns: u64,
+    until_ns: u64,
+}
+
+/// Counters of one client.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ClientStats {
+    /// Reads served from the cache.
+    pub cache_hits: u64,
+    /// Reads that went to the DPU app.
+    pub gets: u64,
+    /// GETs that came back Unavailable.
+    pub unavailable: u64,
+}
+
+/// One node's simulated KV store.
+pub struct Client {
+    node: u8,
+    host: Arc<Host>,
+    qp: QueuePair,
+    in_flight: HashMap<u64, Request>,
+    cache: HashMap<u32, (u64, u64, Vec<u8>)>,
+    waiting: Vec<Waiting>,
+    next_tag: u64,
+    /// Counters.
+    pub stats: ClientStats,
+}
+
+/// The key bytes of key index `key`.
+pub fn key_bytes(key: u32) -> [u8; 6] {
+    let mut b = *b"k00000";
+    let digits = format!("{:05}", key % 100_000);
+    b[1..].copy_from_slice(digits.as_bytes());
+    b
+}
+
+impl Client {
+    /// The client of node `node`'s host.
+    pub fn new(node: u8, host: Arc<Host>) -> Self {
+        let qp = host.queue_pair(0).expect("queue pair 0 of a fresh host");
+        Self { node, host, qp, in_flight: HashMap::new(), cache: HashMap::new(), waiting: Vec::new(), next_tag: 1, stats: ClientStats::default() }
+    }
+
+    /// Requests in flight.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    fn tag(&mut self) -> u64 {
+        self.next_tag += 1;
+        self.next_tag
+    }
+
+    /// Submits a PUT (or DELETE) of `key` as write `write_id`; false if there is no room.
+    pub fn write(&mut self, key: u32, write_id: u64, len: usize, delete: bool, oracle: &mut Oracle) -> bool {
+        let Ok(mut buf) = self.host.take_buffer() else { return false };
+        let tag = self.tag();
+        let kb = key_bytes(key);
+        let result = if delete {
+            self.qp.push_delete(&kb, buf, tag)
+        } else {
+            let len = len.min(buf.capacity());
+            value_of(key, write_id, len, buf.value_mut());
+            self.qp.push_put(&kb, buf, len.max(super::oracle::VALUE_HEADER), Sla::Fresh, tag)
+        };
+        match result {
+            Ok(()) => {
+                tracing::debug!(node = self.node, key, write_id, delete, "write");
+                self.in_flight.insert(tag, Request::Write { write_id });
+                oracle.issue(write_id, key, delete);
+                true
+            }
+            Err((_, buf)) => {
+                drop(buf);
+                false
+            }
+        }
+    }
+
+    /// Reads `key` at `now_ns`: from the cache when the directory allows, else with a
+    /// GET. Cached reads are checked at once.
+    pub fn read(&mut self, key: u32, fresh: bool, now_ns: u64, max_wait_ns: u64, oracle: &mut Oracle) -> Result<(), String> {
+        let check = self.host.check_read(&key_bytes(key), now_ns);
+        tracing::debug!(node = self.node, key, fresh, now_ns, ?check, "read");
+        match check {
+            ReadCheck::Cached(word) => self.serve_cached(key, word, now_ns, fresh, oracle),
+            ReadCheck::Pending(_) if !fresh => {
+                // Stale: the cached copy, if there is one, unchecked for freshness.
+                if let Some((_, stamp, value)) = self.cache.get(&key) {
+                    let (stamp, value) = (*stamp, value.clone());
+                    self.stats.cache_hits += 1;
+                    return oracle.check_read(key, now_ns, stamp, (!value.is_empty()).then_some(&value[..]), false);
+                }
+                self.get(key, now_ns, None, fresh);
+                Ok(())
+            }
+            ReadCheck::Pending(_) => {
+                self.waiting.push(Waiting { key, began_ns: now_ns, until_ns: now_ns + max_wait_ns });
+                Ok(())
+            }
+            ReadCheck::Miss(token) => {
+                self.get(key, now_ns, Some(token), fresh);
+                Ok(())
+            }
+            ReadCheck::NoLease | ReadCheck::NoDirectory => {
+                self.get(key, now_ns, None, fresh);
+                Ok(())
+            }
+        }
+    }
+
+    fn serve_cached(&mut self, key: u32, word: SlotWord, now_ns: u64, fresh: bool, oracle: &mut Oracle) -> Result<(), String> {
+        match self.cache.get(&key) {
+            Some((tagged, stamp, value)) if *tagged == word.pack() => {
+                let (stamp, value) = (*stamp, value.clone());
+                self.stats.cache_hits += 1;
+                oracle.check_read(key, now_ns, stamp, (!value.is_empty()).then_some(&value[..]), fresh)
+            }
+            // Valid, but not from our refill for this key: a miss without a token
+            // (refilling needs an Invalid word).
+            _ => {
+                self.get(key, now_ns, None, fresh);
+                Ok(())
+            }
+        }
+    }
+
+    fn get(&mut self, key: u32, began_ns: u64, token: Option<RefillToken>, fresh: bool) {
+        let Ok(buf) = self.host.take_buffer() else { return };
+        let tag = self.tag();
+        let sla = if fresh { Sla::Fresh } else { Sla::Stale };
+        if self.qp.push_get(&key_bytes(key), buf, sla, tag).is_ok() {
+            self.in_flight.insert(tag, Request::Get { key, began_ns, token, fresh });
+            self.stats.gets += 1;
+        }
+    }
+
+    /// Rechecks the reads waiting on Pending slots.
+    pub fn recheck(&mut self, now_ns: u64, oracle: &mut Oracle) -> Result<(), String> {
+        let mut i = 0;
+        while i < self.waiting.len() {
+            let w = self.waiting[i];
+            let check = self.host.check_read(&key_bytes(w.key), now_ns);
+            let resolved = match check {
+                ReadCheck::Pending(_) if now_ns < w.until_ns => None,
+                ReadCheck::Pending(_) => Some(None),
+                ReadCheck::Cached(word) => Some(Some(word)),
+                ReadCheck::Miss(token) => {
+                    self.waiting.swap_remove(i);
+                    self.get(w.key, w.began_ns, Some(token), true);
+                    continue;
+                }
+                _ => Some(None),
+            };
+            match resolved {
+                None => i += 1,
+                Some(Some(word)) => {
+                    self.waiting.swap_remove(i);
+                    self.serve_cached_from(w, word, oracle)?;
+                }
+                Some(None) => {
+                    self.waiting.swap_remove(i);
+                    self.get(w.key, w.began_ns, None, true);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn serve_cached_from(&mut self, w: Waiting, word: SlotWord, oracle: &mut Oracle) -> Result<(), String> {
+        match self.cache.get(&w.key) {
+            Some((tagged, stamp, value)) if *tagged == word.pack() => {
+                let (stamp, value) = (*stamp, value.clone());
+                self.stats.cache_hits += 1;
+                oracle.check_read(w.key, w.began_ns, stamp, (!value.is_empty()).then_some(&value[..]), true)
+            }
+            _ => {
+                self.get(w.key, w.began_ns, None, true);
+                Ok(())
+            }
+        }
+    }
+
+    /// Publishes what was pushed.
+    pub fn flush(&mut self) {
+        let _ = self.qp.flush();
+    }
+
+    /// Reaps completions, checking each read; `now_ns` is the completion time.
+    pub fn reap(&mut self, now_ns: u64, oracle: &mut Oracle) -> Result<(), String> {
+        let mut done: Vec<Completion> = Vec::new();
+        let _ = self.qp.poll(|c| done.push(c));
+        for c in done {
+            let Some(req) = self.in_flight.remove(&c.user_data) else {
+                return Err(format!("node {}: a completion for a request never made: {c:?}", self.node));
+            };
+            tracing::debug!(node = self.node, ?req, status = ?c.status, version = c.version, detail = c.detail, now_ns, "completion");
+            match req {
+                Request::Write { write_id } => {
+                    let fate = match c.status {
+                        Status::Ok => Fate::Committed { stamp: c.version, at_ns: now_ns },
+                        Status::NotDurable => Fate::RolledBack,
+                        _ => Fate::Unknown,
+                    };
+                    oracle.finish(write_id, fate);
+                }
+                Request::Get { key, began_ns, token, fresh } => {
+                    let buf = self.qp.take_value(&c);
+                    match c.status {
+                        Status::Ok => {
+                            let len = c.detail as usize;
+                            let value = buf.as_ref().map(|b| b.value()[..len].to_vec()).unwrap_or_default();
+                            oracle.check_read(key, began_ns, c.version, Some(&value), fresh)?;
+                            if fresh {
+                                self.fill(key, token, c.version, value, now_ns);
+                            }
+                        }
+                        Status::NotFound => {
+                            oracle.check_read(key, began_ns, c.version, None, fresh)?;
+                            if fresh {
+                                self.fill(key, token, c.version, Vec::new(), now_ns);
+                            }
+                        }
+                        Status::Unavailable => self.stats.unavailable += 1,
+                        _ => {}
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Caches a value fetched after a miss, valid once the refill takes. Only a Fresh
+    /// GET's value may refill: a Stale one may be older than a committed write, and a
+    /// Valid slot would then serve it to Fresh readers too.
+    fn fill(&mut self, key: u32, token: Option<RefillToken>, stamp: u64, value: Vec<u8>, now_ns: u64) {
+        let Some(token) = token else { return };
+        let valid = SlotWord { state: SlotState::Valid, ..SlotWord::unpack(token.word) };
+        // The entry first, then the refill (a concurrent reader seeing Valid finds it).
+        self.cache.insert(key, (valid.pack(), stamp, value));
+        if !self.host.refill_at(token, now_ns) {
+            self.cache.remove(&key);
+        }
+    }
+}

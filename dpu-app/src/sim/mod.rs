@@ -1,0 +1,363 @@
+//! Deterministic simulation of a whole cluster: the in-process cluster on a manual
+//! clock over the seeded emulated fabric, random workloads from every node's KV store,
+//! random crashes, restarts, message delays and losses, and partitions - all drawn from
+//! one seed, so a seed replays exactly - checking after every step:
+//!
+//! - no slot word of any directory ever moves to a lower version (so no late
+//!   speculative mark overwrites a newer version);
+//! - no Pending mark of a dead writer outlives the bound (`dead_after` + two heartbeats);
+//! - every read returns a value intact and traceable to a write of its key, never one
+//!   that was rolled back, and a `Fresh` read never returns a version older than a
+//!   write that committed before the read began (cached reads included);
+//! - at the end, with every node restarted and every link healed, every committed write
+//!   (its newest version per key) is readable with a Fresh GET from any node.
+//!
+//! A failing seed reports the command that replays it.
+
+pub mod client;
+pub mod oracle;
+pub mod rng;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use prescient_shim::directory::{self, SlotState, SlotWord};
+
+use crate::cluster::config::{ClusterConfig, Invalidation};
+use crate::cluster::inprocess::{region_config_for, ClusterClock, InProcess};
+use crate::fabric::emu::ModelConfig;
+use client::{key_bytes, Client};
+use oracle::Oracle;
+use rng::Rng;
+
+/// What to simulate.
+#[derive(Clone, Debug)]
+pub struct SimOptions {
+    /// The seed of everything.
+    pub seed: u64,
+    /// Nodes.
+    pub nodes: u8,
+    /// Data fragments.
+    pub k: u8,
+    /// Parity fragments.
+    pub m: u8,
+    /// Holders that must persist a fragment.
+    pub quorum: u8,
+    /// Scheduler steps.
+    pub steps: u32,
+    /// Keys the workload touches (few, so writes collide).
+    pub keys: u32,
+    /// Crashes, restarts and partitions (off: only delays and losses).
+    pub faults: bool,
+    /// Where the nodes' files go (a fresh folder per run is made inside).
+    pub dir: PathBuf,
+}
+
+impl SimOptions {
+    /// Defaults for `seed`: 5 nodes, RS(3, 2), quorum 4, 3000 steps, 12 keys, faults on.
+    pub fn new(seed: u64, dir: PathBuf) -> Self {
+        Self { seed, nodes: 5, k: 3, m: 2, quorum: 4, steps: 3000, keys: 12, faults: true, dir }
+    }
+
+    /// The command that replays this run.
+    pub fn replay_command(&self) -> String {
+        format!(
+            "cargo run --release -p prescient-dpu -- sim --seed {} --steps {} --nodes {} --k {} --m {} --quorum {} --keys {}{}",
+            self.seed,
+            self.steps,
+            self.nodes,
+            self.k,
+            self.m,
+            self.quorum,
+            self.keys,
+            if self.faults { "" } else { " --no-faults" }
+        )
+    }
+}
+
+/// What a run did.
+#[derive(Clone, Debug, Default)]
+pub struct SimReport {
+    /// Steps run.
+    pub steps: u32,
+    /// Writes issued, committed, rolled back, undetermined.
+    pub writes: (usize, usize, usize, usize),
+    /// Reads checked.
+    pub reads_checked: u64,
+    /// Reads served from a cache.
+    pub cache_hits: u64,
+    /// GETs made.
+    pub gets: u64,
+    /// GETs that came back Unavailable.
+    pub unavailable: u64,
+    /// Crashes.
+    pub crashes: u32,
+    /// Partitions.
+    pub partitions: u32,
+    /// Simulated time, nanoseconds.
+    pub sim_ns: u64,
+}
+
+impl SimReport {
+    /// Adds another run's counts.
+    pub fn merge(&mut self, other: &SimReport) {
+        self.steps += other.steps;
+        self.writes.0 += other.writes.0;
+        self.writes.1 += other.writes.1;
+        self.writes.2 += other.writes.2;
+        self.writes.3 += other.writes.3;
+        self.reads_checked += other.reads_checked;
+        self.cache_hits += other.cache_hits;
+        self.gets += other.gets;
+        self.unavailable += other.unavailable;
+        self.crashes += other.crashes;
+        self.partitions += other.partitions;
+        self.sim_ns += other.sim_ns;
+    }
+
+    /// One line of counts.
+    pub fn line(&self) -> String {
+        format!(
+            "{} steps, {:.1} ms simulated; writes {} issued / {} committed / {} rolled back / {} undetermined; \
+             {} reads checked ({} from caches, {} GETs, {} unavailable); {} crashes, {} partitions",
+            self.steps,
+            self.sim_ns as f64 / 1e6,
+            self.writes.0,
+            self.writes.1,
+            self.writes.2,
+            self.writes.3,
+            self.reads_checked,
+            self.cache_hits,
+            self.gets,
+            self.unavailable,
+            self.crashes,
+            self.partitions
+        )
+    }
+}
+
+/// A broken invariant: what, when, and how to replay it.
+#[derive(Clone, Debug)]
+pub struct Violation {
+    /// The run's options.
+    pub options: SimOptions,
+    /// The step it was found at.
+    pub step: u32,
+    /// What was broken.
+    pub what: String,
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "seed {} step {}: {}\n  replay: {}", self.options.seed, self.step, self.what, self.options.replay_command())
+    }
+}
+
+/// One simulated microsecond per step in these units.
+const TICK_NS: u64 = 5_000;
+/// How long a Fresh reader waits for a Pending slot before asking the DPU app.
+const MAX_WAIT_NS: u64 = 300_000;
+
+fn config(opts: &SimOptions, dir: &std::path::Path) -> Result<ClusterConfig, String> {
+    let keys = dir.join("keys");
+    std::fs::create_dir_all(&keys).map_err(|e| e.to_string())?;
+    let key = keys.join("1.key");
+    std::fs::write(&key, [0x5a; 32]).map_err(|e| e.to_string())?;
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).map_err(|e| e.to_string())?;
+    let mut c = ClusterConfig::in_process(opts.nodes.into(), opts.k.into(), opts.m.into(), dir);
+    c.quorum = opts.quorum.into();
+    c.key_dir = keys;
+    c.value_bytes_max = 1024;
+    c.store_keys = 1024;
+    c.log_slots = 64;
+    c.outcome_entries = 4096;
+    c.heartbeat_us = 100;
+    c.lease_us = 500;
+    c.dead_after_us = 1_500;
+    c.write_timeout_us = 6_000;
+    c.invalidation = Invalidation::Speculative;
+    c.predictive = false;
+    c.validate().map_err(|e| e.to_string())?;
+    Ok(c)
+}
+
+/// Runs one seed.
+pub fn run(opts: &SimOptions) -> Result<SimReport, Violation> {
+    let fail = |step: u32, what: String| Violation { options: opts.clone(), step, what };
+    let dir = opts.dir.join(format!("sim-{}-{}", opts.seed, std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let cfg = Arc::new(config(opts, &dir).map_err(|e| fail(0, format!("configuration: {e}")))?);
+    let mut rng = Rng::new(opts.seed);
+    let model = ModelConfig {
+        seed: rng.next_u64(),
+        latency_ns: 2_000,
+        jitter_ns: 8_000,
+        loss_ppm: if opts.faults { 2_000 } else { 0 },
+        partitions: vec![],
+    };
+    let region = region_config_for(&cfg, 1, 64);
+    let clock = ClusterClock::manual(1_000_000);
+    let mut cluster = InProcess::start(Arc::clone(&cfg), clock, model, region, &dir.join("regions"))
+        .map_err(|e| fail(0, format!("cluster did not start: {e}")))?;
+    let n = opts.nodes;
+    let mut clients: Vec<Client> = (0..n).map(|i| Client::new(i, Arc::clone(cluster.host(i)))).collect();
+    let mut oracle = Oracle::default();
+    let mut report = SimReport::default();
+    let mut down_since: Vec<Option<u64>> = vec![None; n as usize];
+    let mut back_at: Vec<u64> = vec![0; n as usize];
+    let mut cuts: Vec<(u8, u8, u64)> = Vec::new();
+    let mut last_version: Vec<Vec<u64>> = vec![vec![0; 64]; n as usize];
+    let mut next_write = 1u64;
+    let dead_bound = (cfg.dead_after_us + 4 * cfg.heartbeat_us) * 1_000;
+    // Let the nodes connect.
+    cluster.run_until(TICK_NS, 50_000_000, |c| (0..n).all(|i| (0..n).all(|j| i == j || c.node(i).is_some_and(|x| x.peer_up(j)))));
+
+    let steps = opts.steps;
+    for step in 0..steps + 2_000 {
+        let now = cluster.now().mono_ns;
+        let workload = step < steps;
+        // Faults.
+        if opts.faults && workload {
+            let down = down_since.iter().filter(|d| d.is_some()).count();
+            if down < opts.m as usize && rng.chance(400) {
+                let victim = rng.below(u64::from(n)) as u8;
+                if down_since[victim as usize].is_none() {
+                    cluster.crash(victim);
+                    down_since[victim as usize] = Some(now);
+                    back_at[victim as usize] = now + 1_000_000 + rng.below(8_000_000);
+                    report.crashes += 1;
+                }
+            }
+            if rng.chance(500) {
+                let (a, b) = (rng.below(u64::from(n)) as u8, rng.below(u64::from(n)) as u8);
+                if a != b && cluster.is_up(a) && cluster.is_up(b) {
+                    cluster.partition(a, b);
+                    cuts.push((a, b, now + 200_000 + rng.below(3_000_000)));
+                    report.partitions += 1;
+                }
+            }
+        }
+        cuts.retain(|&(a, b, until)| {
+            let heal = now >= until || !workload;
+            if heal {
+                cluster.heal(a, b);
+            }
+            !heal
+        });
+        for i in 0..n {
+            let due = down_since[i as usize].is_some() && (now >= back_at[i as usize] || !workload);
+            if due {
+                cluster.restart(i).map_err(|e| fail(step, format!("node {i} did not restart: {e}")))?;
+                down_since[i as usize] = None;
+            }
+        }
+        // Workload.
+        if workload {
+            for i in 0..n {
+                if !cluster.is_up(i) {
+                    continue;
+                }
+                let c = &mut clients[i as usize];
+                if c.in_flight() < 6 && rng.chance(250_000) {
+                    let key = rng.below(u64::from(opts.keys)) as u32;
+                    let delete = rng.chance(100_000);
+                    let len = 16 + rng.below(700) as usize;
+                    if c.write(key, next_write, len, delete, &mut oracle) {
+                        next_write += 1;
+                    }
+                }
+                if c.in_flight() < 10 && rng.chance(300_000) {
+                    let key = rng.below(u64::from(opts.keys)) as u32;
+                    let fresh = rng.chance(800_000);
+                    c.read(key, fresh, now, MAX_WAIT_NS, &mut oracle).map_err(|e| fail(step, e))?;
+                }
+                c.flush();
+            }
+        }
+        cluster.step();
+        let now = cluster.now().mono_ns;
+        for c in &mut clients {
+            c.reap(now, &mut oracle).map_err(|e| fail(step, e))?;
+            c.recheck(now, &mut oracle).map_err(|e| fail(step, e))?;
+            c.flush();
+        }
+        // Directory invariants, on every host, for every key's slot.
+        for h in 0..n {
+            let host = cluster.host(h);
+            let slots = host.config().directory_slots;
+            for key in 0..opts.keys {
+                let slot = directory::slot_of(directory::key_id(&key_bytes(key)), slots);
+                let word = SlotWord::unpack(host.directory_slot(slot).expect("a slot").load(std::sync::atomic::Ordering::Acquire));
+                let last = &mut last_version[h as usize][slot as usize % 64];
+                if word.version < *last {
+                    return Err(fail(step, format!("host {h} slot {slot}: version moved back from {:#x} to {:#x}", *last, word.version)));
+                }
+                *last = word.version;
+                // (A dead node's own host directory is nobody's to clear: its lease has
+                // lapsed with its DPU app, and it revokes the directory at restart.)
+                if word.state == SlotState::Pending && cluster.is_up(h) {
+                    if let Some(since) = down_since.get(word.writer as usize).copied().flatten() {
+                        if now > since + dead_bound {
+                            return Err(fail(step, format!(
+                                "host {h} slot {slot}: a Pending mark of node {} outlived it by {} us (bound {} us)",
+                                word.writer, (now - since) / 1000, dead_bound / 1000
+                            )));
+                        }
+                    }
+                }
+            }
+        }
+        cluster.clock().advance(TICK_NS);
+        report.steps = step + 1;
+    }
+
+    // Quiesce: let every write and read finish, then read every key back.
+    let quiet = cluster.run_until(TICK_NS, 200_000_000, |c| {
+        (0..n).all(|i| c.node(i).is_some_and(|x| x.in_flight() == 0 && (0..n).all(|j| i == j || x.peer_up(j))))
+    });
+    for c in &mut clients {
+        let now = cluster.now().mono_ns;
+        c.reap(now, &mut oracle).map_err(|e| fail(report.steps, e))?;
+    }
+    if !quiet {
+        return Err(fail(report.steps, "the cluster did not settle (writes in flight or links down) with every node up and every link healed".into()));
+    }
+    for key in 0..opts.keys {
+        let Some((stamp, _, deleted)) = oracle.newest(key) else { continue };
+        let reader = (key % u32::from(n)) as u8;
+        let began = cluster.now().mono_ns;
+        let before = oracle.reads_checked;
+        let c = &mut clients[reader as usize];
+        c.read(key, true, began, 0, &mut oracle).map_err(|e| fail(report.steps, e))?;
+        let got = cluster.run_until(TICK_NS, 50_000_000, |cl| {
+            let now = cl.now().mono_ns;
+            let c = &mut clients[reader as usize];
+            c.flush();
+            let _ = c.reap(now, &mut oracle);
+            let _ = c.recheck(now, &mut oracle);
+            c.in_flight() == 0
+        });
+        if !got {
+            return Err(fail(report.steps, format!("the final read of key {key} never completed")));
+        }
+        if oracle.reads_checked == before {
+            let _ = (stamp, deleted);
+            return Err(fail(
+                report.steps,
+                format!("the final Fresh read of key {key} (newest committed version {stamp:#x}) came back Unavailable with every node up"),
+            ));
+        }
+    }
+    report.writes = oracle.counts();
+    report.reads_checked = oracle.reads_checked;
+    for c in &clients {
+        report.cache_hits += c.stats.cache_hits;
+        report.gets += c.stats.gets;
+        report.unavailable += c.stats.unavailable;
+    }
+    report.sim_ns = cluster.now().mono_ns;
+    drop(clients);
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(report)
+}
