@@ -253,7 +253,8 @@ mod tests {
         let mut slot = w(SlotState::Pending, 3, 50).pack();
         let (f, rounds) = play(Intent::Mark { version: 20 }, 1, 0, &mut slot);
         assert_eq!(rounds, 2);
-        assert_eq!(f, Finished::Done { placed: w(SlotState::Pending, 1, 50), replaced: w(SlotState::Pending, 3, 50) });
+        // max(current + 1, version): every mark changes the word's version.
+        assert_eq!(f, Finished::Done { placed: w(SlotState::Pending, 1, 51), replaced: w(SlotState::Pending, 3, 50) });
         // Invalidate always moves the word.
         let mut slot = w(SlotState::Invalid, 3, 50).pack();
         let (f, _) = play(Intent::Invalidate { version: 20 }, 1, slot, &mut slot);

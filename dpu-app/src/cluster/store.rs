@@ -765,26 +765,31 @@ mod tests {
     }
 
     #[test]
-    fn a_key_has_at_most_three_records() {
+    fn a_key_has_at_most_versions_per_key_max_records() {
+        let max = VERSIONS_PER_KEY_MAX as u64;
         let dir = TempDir::new("store-versions");
-        let store = one_set(&dir, 8);
-        for stamp in [0x103, 0x203, 0x303] {
-            insert(&store, rec(1, stamp, 0)).unwrap();
+        let store = one_set(&dir, 16);
+        for i in 0..max {
+            insert(&store, rec(1, (i + 1) << 8 | 3, 0)).unwrap();
         }
-        let err = insert(&store, rec(1, 0x403, 0)).unwrap_err();
-        assert!(matches!(err, StoreError::KeyFull { key_hash: 1, versions: 3, .. }), "{err}");
+        let err = insert(&store, rec(1, (max + 1) << 8 | 3, 0)).unwrap_err();
+        assert!(
+            matches!(err, StoreError::KeyFull { key_hash: 1, versions, .. } if versions == VERSIONS_PER_KEY_MAX),
+            "{err}"
+        );
         assert!(matches!(insert(&store, rec(2, 0x403, 0)).unwrap(), Inserted::Stored { .. }), "other keys have room");
         // At its limit, a key gives up its oldest superseded record.
         let dir = TempDir::new("store-versions-evict");
-        let store = one_set(&dir, 8);
-        put(&store, 5, rec(1, 0x203, 0), RecordState::Committed);
-        put(&store, 6, rec(1, 0x103, 0), RecordState::Committed);
-        put(&store, 7, rec(1, 0x003, 0), RecordState::Committed);
-        assert_eq!(insert(&store, rec(1, 0x303, 0)).unwrap(), Inserted::Stored { set: 0, way: 7 });
-        assert_eq!(
-            records_of(&store, 1),
-            [(0x103, 0, RecordState::Committed), (0x203, 0, RecordState::Committed), (0x303, 0, RecordState::Pending)]
-        );
+        let store = one_set(&dir, 16);
+        for i in 0..max {
+            put(&store, 15 - i as u32, rec(1, i << 8 | 3, 0), RecordState::Committed);
+        }
+        let newest = max << 8 | 3;
+        assert_eq!(insert(&store, rec(1, newest, 0)).unwrap(), Inserted::Stored { set: 0, way: 15 });
+        let kept = records_of(&store, 1);
+        assert_eq!(kept.len(), VERSIONS_PER_KEY_MAX);
+        assert!(kept.contains(&(newest, 0, RecordState::Pending)));
+        assert!(kept.iter().all(|r| r.0 != 0x003), "the oldest superseded record went: {kept:?}");
     }
 
     #[test]
