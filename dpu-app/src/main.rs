@@ -101,6 +101,9 @@ enum Command {
         /// No crashes, restarts or partitions.
         #[arg(long)]
         no_faults: bool,
+        /// Predictor leases pre-invalidate predicted keys (an online model).
+        #[arg(long)]
+        predictive: bool,
     },
     /// Train and evaluate the write-stream predictor (same as `prescient-model`).
     Model {
@@ -232,7 +235,7 @@ fn run(cli: Cli) -> Result<(), String> {
             Ok(())
         }
         Command::Model { command } => prescient_models::cli::run(command).map_err(|e| e.to_string()),
-        Command::Sim { seed, seeds, from, steps, nodes, k, m, quorum, keys, no_faults } => {
+        Command::Sim { seed, seeds, from, steps, nodes, k, m, quorum, keys, no_faults, predictive } => {
             let dir = std::env::temp_dir().join("prescient-sim");
             let seeds: Vec<u64> = match seed {
                 Some(s) => vec![s],
@@ -250,6 +253,7 @@ fn run(cli: Cli) -> Result<(), String> {
                     steps,
                     keys,
                     faults: !no_faults,
+                    predictive,
                     dir: dir.clone(),
                 };
                 let r = prescient_dpu::sim::run(&opts).map_err(|v| format!("invariant broken\n{v}"))?;

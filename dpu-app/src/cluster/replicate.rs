@@ -671,6 +671,7 @@ impl<F: Fabric> Node<F> {
         self.resolve_marks(slot, generation, true, now);
         let w = self.writes.get_mut(slot, generation).expect("write exists");
         w.stamp_stage(WriteStage::Commit, now.mono_ns);
+        self.stats.record_commit(w.stamp, now.mono_ns);
         if self.policy.invalidation == Invalidation::AfterCommit {
             w.phase = Phase::Invalidating;
             let version = w.stamp >> 8;

@@ -5,9 +5,18 @@ use prescient_shim::Status;
 use super::write::Write;
 use crate::histogram::{Histogram, ReadStage, StageTimes, WriteStage};
 
+/// Commit points kept for measurement (the newest; older ones are overwritten).
+pub const COMMIT_LOG_ENTRIES: usize = 1 << 16;
+
 /// A node's counters and latency histograms (fixed memory, allocated at start).
 #[derive(Debug)]
 pub struct NodeStats {
+    /// (stamp, time) of this node's latest commit points - when a write's decision
+    /// had persisted on m + 1 holders and every mark was settled - a ring of
+    /// [`COMMIT_LOG_ENTRIES`], for benchmarks that time invalidation against commits.
+    pub commit_log: Vec<(u64, u64)>,
+    /// Next position in `commit_log`.
+    pub commit_log_next: usize,
     /// Per-stage latencies of writes.
     pub writes: StageTimes,
     /// GET latencies: gather (all sets in), total.
@@ -72,6 +81,8 @@ impl NodeStats {
     /// Zeroed stats for a cluster of `nodes`.
     pub fn new(_nodes: usize) -> Self {
         Self {
+            commit_log: Vec::with_capacity(COMMIT_LOG_ENTRIES),
+            commit_log_next: 0,
             writes: StageTimes::new(),
             gets_gather: Histogram::new(),
             gets_total: Histogram::new(),
@@ -136,6 +147,16 @@ impl NodeStats {
         if inv > 0 {
             self.invalidated_after.record(inv.saturating_sub(w.arrived_ns));
         }
+    }
+
+    /// Records that the write stamped `stamp` reached its commit point at `now_ns`.
+    pub fn record_commit(&mut self, stamp: u64, now_ns: u64) {
+        if self.commit_log.len() < COMMIT_LOG_ENTRIES {
+            self.commit_log.push((stamp, now_ns));
+        } else {
+            self.commit_log[self.commit_log_next] = (stamp, now_ns);
+        }
+        self.commit_log_next = (self.commit_log_next + 1) % COMMIT_LOG_ENTRIES;
     }
 
     /// Records a finished GET.

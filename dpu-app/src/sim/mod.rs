@@ -49,6 +49,8 @@ pub struct SimOptions {
     pub keys: u32,
     /// Crashes, restarts and partitions (off: only delays and losses).
     pub faults: bool,
+    /// Predictor leases pre-invalidate predicted keys (an online model).
+    pub predictive: bool,
     /// Where the nodes' files go (a fresh folder per run is made inside).
     pub dir: PathBuf,
 }
@@ -56,7 +58,7 @@ pub struct SimOptions {
 impl SimOptions {
     /// Defaults for `seed`: 5 nodes, RS(3, 2), quorum 4, 3000 steps, 12 keys, faults on.
     pub fn new(seed: u64, dir: PathBuf) -> Self {
-        Self { seed, nodes: 5, k: 3, m: 2, quorum: 4, steps: 3000, keys: 12, faults: true, dir }
+        Self { seed, nodes: 5, k: 3, m: 2, quorum: 4, steps: 3000, keys: 12, faults: true, predictive: false, dir }
     }
 
     /// The command that replays this run.
@@ -70,8 +72,8 @@ impl SimOptions {
             self.m,
             self.quorum,
             self.keys,
-            if self.faults { "" } else { " --no-faults" }
-        )
+            if self.faults { "" } else { " --no-faults" },
+        ) + if self.predictive { " --predictive" } else { "" }
     }
 }
 
@@ -96,6 +98,8 @@ pub struct SimReport {
     pub partitions: u32,
     /// Simulated time, nanoseconds.
     pub sim_ns: u64,
+    /// Predictor leases marked, and writes that found their key leased.
+    pub leases: (u64, u64),
 }
 
 impl SimReport {
@@ -113,13 +117,15 @@ impl SimReport {
         self.crashes += other.crashes;
         self.partitions += other.partitions;
         self.sim_ns += other.sim_ns;
+        self.leases.0 += other.leases.0;
+        self.leases.1 += other.leases.1;
     }
 
     /// One line of counts.
     pub fn line(&self) -> String {
         format!(
             "{} steps, {:.1} ms simulated; writes {} issued / {} committed / {} rolled back / {} undetermined; \
-             {} reads checked ({} from caches, {} GETs, {} unavailable); {} crashes, {} partitions",
+             {} reads checked ({} from caches, {} GETs, {} unavailable); {} crashes, {} partitions; {} leases, {} lease hits",
             self.steps,
             self.sim_ns as f64 / 1e6,
             self.writes.0,
@@ -131,7 +137,9 @@ impl SimReport {
             self.gets,
             self.unavailable,
             self.crashes,
-            self.partitions
+            self.partitions,
+            self.leases.0,
+            self.leases.1
         )
     }
 }
@@ -176,7 +184,7 @@ fn config(opts: &SimOptions, dir: &std::path::Path) -> Result<ClusterConfig, Str
     c.dead_after_us = 1_500;
     c.write_timeout_us = 6_000;
     c.invalidation = Invalidation::Speculative;
-    c.predictive = false;
+    c.predictive = opts.predictive;
     c.validate().map_err(|e| e.to_string())?;
     Ok(c)
 }
@@ -208,6 +216,7 @@ pub fn run(opts: &SimOptions) -> Result<SimReport, Violation> {
     let mut cuts: Vec<(u8, u8, u64)> = Vec::new();
     let mut last_version: Vec<Vec<u64>> = vec![vec![0; 64]; n as usize];
     let mut next_write = 1u64;
+    let mut seq_key: Vec<u32> = (0..u32::from(n)).collect();
     let dead_bound = (cfg.dead_after_us + 4 * cfg.heartbeat_us) * 1_000;
     // Let the nodes connect.
     cluster.run_until(TICK_NS, 50_000_000, |c| (0..n).all(|i| (0..n).all(|j| i == j || c.node(i).is_some_and(|x| x.peer_up(j)))));
@@ -259,7 +268,14 @@ pub fn run(opts: &SimOptions) -> Result<SimReport, Violation> {
                 }
                 let c = &mut clients[i as usize];
                 if c.in_flight() < 6 && rng.chance(250_000) {
-                    let key = rng.below(u64::from(opts.keys)) as u32;
+                    // Half the writes walk the keys in order (a pattern the predictor
+                    // learns), half pick one at random.
+                    let key = if rng.chance(500_000) {
+                        seq_key[i as usize] = (seq_key[i as usize] + 1) % opts.keys;
+                        seq_key[i as usize]
+                    } else {
+                        rng.below(u64::from(opts.keys)) as u32
+                    };
                     let delete = rng.chance(100_000);
                     let len = 16 + rng.below(700) as usize;
                     if c.write(key, next_write, len, delete, &mut oracle) {
@@ -356,6 +372,10 @@ pub fn run(opts: &SimOptions) -> Result<SimReport, Violation> {
         report.unavailable += c.stats.unavailable;
     }
     report.sim_ns = cluster.now().mono_ns;
+    for node in cluster.nodes() {
+        report.leases.0 += node.stats().leases_opened;
+        report.leases.1 += node.stats().predictor_hits;
+    }
     drop(clients);
     drop(cluster);
     let _ = std::fs::remove_dir_all(&dir);
