@@ -1,0 +1,87 @@
+//! The in-process cluster on the real clock: a value written through one node's host
+//! is read back through every other node's, and its directory slots are invalidated.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use prescient_dpu::cluster::config::ClusterConfig;
+use prescient_dpu::cluster::inprocess::{region_config_for, ClusterClock, InProcess};
+use prescient_dpu::fabric::emu::ModelConfig;
+use prescient_shim::directory::SlotState;
+use prescient_shim::{Completion, Sla, Status};
+
+fn cluster(name: &str) -> (InProcess, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("prescient-inproc-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("keys")).unwrap();
+    let key = dir.join("keys/1.key");
+    std::fs::write(&key, [7u8; 32]).unwrap();
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let mut config = ClusterConfig::in_process(5, 3, 2, &dir);
+    config.key_dir = dir.join("keys");
+    config.value_bytes_max = 4096;
+    config.store_keys = 4096;
+    config.log_slots = 64;
+    config.outcome_entries = 4096;
+    config.validate().unwrap();
+    let region = region_config_for(&config, 1, 1024);
+    let c = InProcess::start(Arc::new(config), ClusterClock::Real, ModelConfig::ideal(), region, &dir.join("regions"))
+        .unwrap();
+    (c, dir)
+}
+
+/// Steps the cluster until `done` or 20 s.
+fn until(c: &mut InProcess, mut done: impl FnMut(&mut InProcess) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !done(c) {
+        assert!(Instant::now() < deadline, "the cluster did not get there in 20 s");
+        c.step();
+    }
+}
+
+fn wait_one(c: &mut InProcess, node: u8, qp: &mut prescient_shim::QueuePair) -> Completion {
+    let mut got = None;
+    until(c, |_| {
+        let _ = qp.poll(|x| got = Some(x));
+        got.is_some()
+    });
+    let _ = node;
+    got.unwrap()
+}
+
+#[test]
+fn a_write_on_one_node_is_read_back_on_every_other() {
+    let (mut c, dir) = cluster("rw");
+    until(&mut c, |c| (0..5).all(|i| (0..5).all(|j| i == j || c.node(i).is_some_and(|n| n.peer_up(j)))));
+    let value: Vec<u8> = (0..3000u32).map(|i| (i * 7) as u8).collect();
+    let host = Arc::clone(c.host(1));
+    let mut qp = host.queue_pair(0).unwrap();
+    let mut buf = host.take_buffer().unwrap();
+    buf.value_mut()[..value.len()].copy_from_slice(&value);
+    qp.put(b"user:42", buf, value.len(), Sla::Fresh, 1).map_err(|(e, _)| e).unwrap();
+    let done = wait_one(&mut c, 1, &mut qp);
+    assert_eq!(done.status, Status::Ok, "{done:?}");
+    let version = done.version;
+    assert_ne!(version, 0);
+    for reader in [0u8, 2, 3, 4] {
+        let host = Arc::clone(c.host(reader));
+        // The write turned every other host's slot for the key Invalid.
+        let slot = host.slot_state(b"user:42").unwrap();
+        assert_ne!(slot.state, SlotState::Valid, "node {reader}'s slot still says Valid: {slot:?}");
+        let mut qp = host.queue_pair(0).unwrap();
+        let buf = host.take_buffer().unwrap();
+        qp.get(b"user:42", buf, Sla::Fresh, 7).map_err(|(e, _)| e).unwrap();
+        let got = wait_one(&mut c, reader, &mut qp);
+        assert_eq!(got.status, Status::Ok, "node {reader}: {got:?}");
+        assert_eq!(got.version, version);
+        let buf = qp.take_value(&got).expect("a GET hands its buffer back");
+        assert_eq!(&buf.value()[..got.detail as usize], &value[..], "node {reader}");
+    }
+    // A key never written is not found.
+    let host = Arc::clone(c.host(3));
+    let mut qp = host.queue_pair(0).unwrap();
+    qp.get(b"nobody", host.take_buffer().unwrap(), Sla::Fresh, 9).map_err(|(e, _)| e).unwrap();
+    assert_eq!(wait_one(&mut c, 3, &mut qp).status, Status::NotFound);
+    drop(c);
+    let _ = std::fs::remove_dir_all(dir);
+}
