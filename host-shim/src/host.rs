@@ -286,6 +286,12 @@ impl Host {
         self.directory_word(key).map(|(_, word)| SlotWord::unpack(word.load(Ordering::Acquire)))
     }
 
+    /// The cluster nodes this host's DPU app reaches now, as a bit mask (its own bit
+    /// included); 0 outside a cluster or while no DPU app runs.
+    pub fn cluster_peers_up(&self) -> u32 {
+        self.region.u32_at(header::CLUSTER_PEERS_UP).load(Ordering::Acquire)
+    }
+
     /// Whether the DPU app's directory lease covers `now_ns` (`CLOCK_MONOTONIC`
     /// nanoseconds, see [`crate::sys::monotonic_ns`]).
     pub fn lease_valid(&self, now_ns: u64) -> bool {

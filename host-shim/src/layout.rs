@@ -108,10 +108,13 @@ pub mod header {
     pub const DIRECTORY_LEASE_UNTIL_NS: usize = CLUSTER_LINE;
     /// `u32` this region's cluster node id + 1; 0: not in a cluster.
     pub const CLUSTER_NODE: usize = CLUSTER_LINE + 8;
+    /// `u32` bit mask of the cluster nodes this DPU app reaches now (its own bit
+    /// included): for operators, and hosts that want to know their node is connected.
+    pub const CLUSTER_PEERS_UP: usize = CLUSTER_LINE + 12;
 
     const _: () = assert!(DPU_WAKE_LINE + crate::config::LINE_BYTES <= CLUSTER_LINE);
     const _: () = assert!(CLUSTER_LINE + crate::config::LINE_BYTES <= crate::config::HEADER_BYTES);
-    const _: () = assert!(DIRECTORY_LEASE_UNTIL_NS % 8 == 0 && CLUSTER_NODE % 4 == 0);
+    const _: () = assert!(DIRECTORY_LEASE_UNTIL_NS % 8 == 0 && CLUSTER_NODE % 4 == 0 && CLUSTER_PEERS_UP % 4 == 0);
 }
 
 /// Offsets inside one queue pair's block.

@@ -75,6 +75,12 @@ impl DpuProcess {
         let _ = self.child.wait();
     }
 
+    /// Waits for it to exit by itself (a DPU app that refused to start).
+    pub fn wait(mut self) -> std::process::Output {
+        let child = std::mem::replace(&mut self.child, Command::new("true").spawn().expect("spawn true"));
+        child.wait_with_output().expect("wait for prescient-dpu")
+    }
+
     /// Stops it with SIGTERM and returns (exit success, stdout, stderr).
     pub fn stop(mut self) -> (bool, String, String) {
         prescient_shim::sys::terminate(self.child.id()).expect("signal prescient-dpu");
@@ -125,4 +131,133 @@ pub fn host_and_dpu(
     let dpu = DpuProcess::serve(&[&region.0], extra);
     assert!(wait_served(&host), "the DPU app did not start serving");
     (region, host, dpu)
+}
+
+/// A cluster of `prescient-dpu serve --config` processes, one per node, each serving
+/// a host region this test process creates and hosts. Killed on drop.
+pub struct ClusterProcs {
+    /// The folder holding the config, keys and the nodes' data.
+    pub dir: PathBuf,
+    /// The cluster file.
+    pub config: PathBuf,
+    /// Each node's host region.
+    pub regions: Vec<TempRegion>,
+    /// Each node's host.
+    pub hosts: Vec<std::sync::Arc<prescient_shim::Host>>,
+    /// Each node's DPU app, while it runs.
+    pub dpus: Vec<Option<DpuProcess>>,
+}
+
+/// Region sizes that carry 4 KiB values striped RS(3, 2) in place.
+pub fn cluster_region_config() -> prescient_shim::RegionConfig {
+    prescient_shim::RegionConfig {
+        queue_pairs: 2,
+        ring_entries: 256,
+        host_buffers: 512,
+        dpu_buffers: 72,
+        buffer_bytes: 8192,
+        directory_slots: 4096,
+    }
+}
+
+fn free_ports(count: usize) -> Vec<u16> {
+    let listeners: Vec<_> =
+        (0..count).map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port")).collect();
+    listeners.iter().map(|l| l.local_addr().expect("bound").port()).collect()
+}
+
+impl ClusterProcs {
+    /// Writes the cluster file for `nodes` nodes of RS(k, m) with `quorum`, creates the
+    /// regions and starts every node.
+    pub fn start(name: &str, nodes: usize, k: usize, m: usize, quorum: usize) -> Self {
+        let dir = std::env::temp_dir().join(format!("prescient-cluster-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("keys")).expect("make the test folder");
+        let key = dir.join("keys/1.key");
+        std::fs::write(&key, [0x42u8; 32]).expect("write a key");
+        std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).expect("chmod 600");
+        let ports = free_ports(2 * nodes);
+        let mut toml = format!(
+            "[cluster]\nname = \"{name}\"\nk = {k}\nm = {m}\nquorum = {quorum}\nkey_dir = \"keys\"\n\
+             invalidation = \"speculative\"\npredictive = false\nvalue_bytes_max = 4096\nstore_keys = 8192\n\
+             log_slots = 128\noutcome_entries = 8192\nheartbeat_us = 1000\nlease_us = 20000\n\
+             dead_after_us = 150000\nwrite_timeout_us = 3000000\n"
+        );
+        for i in 0..nodes {
+            toml.push_str(&format!(
+                "\n[[node]]\nid = {i}\nfabric = \"127.0.0.1:{}\"\ncontrol = \"127.0.0.1:{}\"\ndata_dir = \"node{i}\"\n",
+                ports[2 * i],
+                ports[2 * i + 1]
+            ));
+        }
+        let config = dir.join("cluster.toml");
+        std::fs::write(&config, toml).expect("write the cluster file");
+        let mut regions = Vec::new();
+        let mut hosts = Vec::new();
+        for i in 0..nodes {
+            let region = TempRegion::new(&format!("{name}-{i}"));
+            // A DPU timeout long enough that a loaded CI machine never trips it by
+            // accident, short enough for the test that kills a DPU app on purpose.
+            let options = prescient_shim::HostOptions { pin: false, dpu_timeout: Duration::from_secs(2) };
+            let host = prescient_shim::Host::create(&region.0, cluster_region_config(), options).expect("create region");
+            regions.push(region);
+            hosts.push(host);
+        }
+        let mut c = Self { dir, config, regions, hosts, dpus: (0..nodes).map(|_| None).collect() };
+        for i in 0..nodes {
+            c.spawn(i);
+        }
+        c
+    }
+
+    /// Starts node `i`'s DPU app (again).
+    pub fn spawn(&mut self, i: usize) {
+        assert!(self.dpus[i].is_none(), "node {i} runs already");
+        let node = i.to_string();
+        let config = self.config.to_string_lossy().into_owned();
+        self.dpus[i] = Some(DpuProcess::serve(&[&self.regions[i].0], &["--config", &config, "--node", &node]));
+    }
+
+    /// Kills node `i`'s DPU app with SIGKILL.
+    pub fn kill9(&mut self, i: usize) {
+        if let Some(mut p) = self.dpus[i].take() {
+            p.kill9();
+        }
+    }
+
+    /// Stops node `i`'s DPU app with SIGTERM; returns (success, stdout, stderr).
+    pub fn stop(&mut self, i: usize) -> (bool, String, String) {
+        self.dpus[i].take().expect("node runs").stop()
+    }
+
+    /// Waits until every running node reaches every other running node (the peers
+    /// mask its DPU app publishes in the region) and, with all of them running, every
+    /// directory lease is valid.
+    pub fn wait_connected(&self, limit: Duration) -> bool {
+        let running = (0..self.hosts.len()).filter(|&i| self.dpus[i].is_some()).fold(0u32, |m, i| m | 1 << i);
+        wait_until(limit, || {
+            let now = prescient_shim::sys::monotonic_ns();
+            (0..self.hosts.len()).filter(|&i| self.dpus[i].is_some()).all(|i| {
+                let reach = self.hosts[i].cluster_peers_up();
+                reach & running == running
+                    && (running.count_ones() as usize != self.hosts.len() || self.hosts[i].lease_valid(now))
+            })
+        })
+    }
+
+    /// The folder of node `i`'s files.
+    pub fn data_dir(&self, i: usize) -> PathBuf {
+        self.dir.join(format!("node{i}"))
+    }
+}
+
+impl Drop for ClusterProcs {
+    fn drop(&mut self) {
+        for p in self.dpus.iter_mut() {
+            if let Some(mut p) = p.take() {
+                p.kill9();
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }

@@ -51,6 +51,8 @@ impl<F: Fabric> Node<F> {
         }
         self.renew_lease(now);
         self.expire_leases(now);
+        let up = self.peers.iter().flatten().filter(|p| p.is_up()).fold(1u32 << self.me, |m, p| m | 1 << p.id);
+        self.region.u32_at(header::CLUSTER_PEERS_UP).store(up, Ordering::Release);
         busy
     }
 

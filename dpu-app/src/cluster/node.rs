@@ -493,6 +493,7 @@ impl<F: Fabric> Node<F> {
     /// heartbeat) and says so in the header.
     pub fn detach(&self) {
         self.region.u64_at(header::DIRECTORY_LEASE_UNTIL_NS).store(0, std::sync::atomic::Ordering::Release);
+        self.region.u32_at(header::CLUSTER_PEERS_UP).store(0, std::sync::atomic::Ordering::Release);
         self.host.detach();
     }
 
