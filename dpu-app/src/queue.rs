@@ -62,17 +62,19 @@ pub struct Outcome {
     pub version: u64,
     /// Error detail or value length.
     pub detail: u32,
+    /// Completion flags (a GET's `FLAG_NEWER_PENDING`).
+    pub flags: u8,
 }
 
 impl Outcome {
     /// Success with `version`.
     pub fn ok(version: u64) -> Self {
-        Self { status: Status::Ok, version, detail: 0 }
+        Self { status: Status::Ok, version, detail: 0, flags: 0 }
     }
 
     /// Failure with `status`.
     pub fn failed(status: Status, detail: u32) -> Self {
-        Self { status, version: 0, detail }
+        Self { status, version: 0, detail, flags: 0 }
     }
 }
 
@@ -275,6 +277,7 @@ impl QueueServer {
             user_data: accepted.desc.user_data,
             status: outcome.status,
             op: accepted.desc.op as u8,
+            flags: outcome.flags,
             sq_index: accepted.sq_index,
             version: outcome.version,
             detail: outcome.detail,
@@ -328,6 +331,7 @@ fn nop_completion(bytes: &[u8; 64], sq_index: u32) -> Completion {
         user_data: u64::from_le_bytes(bytes[24..32].try_into().expect("8 bytes")),
         status: Status::Ok,
         op: bytes[0],
+        flags: 0,
         sq_index,
         version: 0,
         detail: 0,
@@ -348,6 +352,7 @@ fn accept(
         user_data,
         status,
         op: bytes[0],
+        flags: 0,
         sq_index,
         version: 0,
         detail: detail.min(u32::MAX.into()) as u32,

@@ -160,6 +160,7 @@ impl RegionServer {
                     user_data,
                     status: Status::DpuRestarted,
                     op: bytes[0],
+                    flags: 0,
                     sq_index: index,
                     version: 0,
                     detail: 0,

@@ -1,15 +1,18 @@
 //! The completion entry: 32 little-endian bytes the DPU app writes for each request.
 //!
 //! ```text
-//!  0 user_data u64   8 status u16   10 op u8   11 reserved u8   12 sq_index u32
+//!  0 user_data u64   8 status u16   10 op u8   11 flags u8   12 sq_index u32
 //! 16 version u64    24 detail u32  28 cq_index u32
 //! ```
 //! For a GET that completed `Ok`, `detail` is the value's length and `version` the
 //! value's version; the value is at [`crate::config::VALUE_OFFSET`] in the GET's
 //! buffer, which the DPU app leaves held by the host (`Host`, same generation) instead
 //! of freeing it, whatever the status (the host takes it back with
-//! `QueuePair::take_value`). For `NotDurable`, `detail` is the number of holders the
-//! write reached.
+//! `QueuePair::take_value`). A GET's `flags` may carry [`FLAG_NEWER_PENDING`]: the DPU
+//! app saw a newer write of the key still being decided, so the value must not refill
+//! the cache (the slot would claim a freshness the value may lose any moment). A GET
+//! that found a deletion completes `NotFound` with the deletion's version. For
+//! `NotDurable`, `detail` is the number of holders the write reached.
 //!
 //! `sq_index` is the free-running submission index of the request and `cq_index` the
 //! completion ring index the entry was written at: a restarted DPU app uses both to
@@ -28,6 +31,8 @@ pub mod field {
     pub const STATUS: Range<usize> = 8..10;
     /// Op code of the request.
     pub const OP: usize = 10;
+    /// Flags (see [`super::FLAG_NEWER_PENDING`]).
+    pub const FLAGS: usize = 11;
     /// Submission index.
     pub const SQ_INDEX: Range<usize> = 12..16;
     /// Version the write was given.
@@ -38,6 +43,10 @@ pub mod field {
     pub const CQ_INDEX: Range<usize> = 28..32;
 }
 
+/// GET completion flag: a newer write of the key was seen still being decided; do not
+/// refill the cache from this value (serve it, and ask again next time).
+pub const FLAG_NEWER_PENDING: u8 = 1;
+
 /// A completion's fields.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Completion {
@@ -47,6 +56,8 @@ pub struct Completion {
     pub status: Status,
     /// Op code byte of the request (0 if the request was refused before decoding).
     pub op: u8,
+    /// Flags ([`FLAG_NEWER_PENDING`]); 0 for anything but a GET.
+    pub flags: u8,
     /// The request's free-running submission index.
     pub sq_index: u32,
     /// Version assigned to a write, or of the value a GET read (0 if none).
@@ -65,10 +76,16 @@ impl Completion {
         out[field::USER_DATA].copy_from_slice(&self.user_data.to_le_bytes());
         out[field::STATUS].copy_from_slice(&(self.status as u16).to_le_bytes());
         out[field::OP] = self.op;
+        out[field::FLAGS] = self.flags;
         out[field::SQ_INDEX].copy_from_slice(&self.sq_index.to_le_bytes());
         out[field::VERSION].copy_from_slice(&self.version.to_le_bytes());
         out[field::DETAIL].copy_from_slice(&self.detail.to_le_bytes());
         out[field::CQ_INDEX].copy_from_slice(&self.cq_index.to_le_bytes());
+    }
+
+    /// Whether a GET's value may refill the cache (no newer write was seen pending).
+    pub fn may_refill(&self) -> bool {
+        self.flags & FLAG_NEWER_PENDING == 0
     }
 
     /// Parses a completion (unknown status codes decode to [`Status::Unknown`]).
@@ -79,6 +96,7 @@ impl Completion {
             user_data: u64_at(field::USER_DATA),
             status: Status::from_u16(u16::from_le_bytes(b[field::STATUS].try_into().expect("2 bytes"))),
             op: b[field::OP],
+            flags: b[field::FLAGS],
             sq_index: u32_at(field::SQ_INDEX),
             version: u64_at(field::VERSION),
             detail: u32_at(field::DETAIL),
@@ -97,6 +115,7 @@ mod tests {
             user_data: 0x0102_0304_0506_0708,
             status: Status::BadOffset,
             op: 1,
+            flags: 1,
             sq_index: 0x1000_0001,
             version: 9,
             detail: 0xabcd,
@@ -106,7 +125,7 @@ mod tests {
         c.emit(&mut b);
         assert_eq!(
             b,
-            [8, 7, 6, 5, 4, 3, 2, 1, 5, 0, 1, 0, 1, 0, 0, 0x10, 9, 0, 0, 0, 0, 0, 0, 0, 0xcd, 0xab, 0, 0, 3, 0, 0, 0]
+            [8, 7, 6, 5, 4, 3, 2, 1, 5, 0, 1, 1, 1, 0, 0, 0x10, 9, 0, 0, 0, 0, 0, 0, 0, 0xcd, 0xab, 0, 0, 3, 0, 0, 0]
         );
         assert_eq!(Completion::parse(&b), c);
     }

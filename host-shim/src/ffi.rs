@@ -109,6 +109,9 @@ pub struct PrescientCompletion {
     pub detail: u32,
     /// The request's submission index (what `prescient_take_value` looks up).
     pub sq_index: u32,
+    /// Flags: bit 0 (`FLAG_NEWER_PENDING`) on a GET means a newer write of the key is
+    /// being decided - serve the value, but do not refill the cache with it.
+    pub flags: u8,
 }
 
 /// The state of a cache-directory slot (see `SlotState`).
@@ -489,6 +492,7 @@ pub unsafe extern "C" fn prescient_wait(
             op: c.op,
             detail: c.detail,
             sq_index: c.sq_index,
+            flags: c.flags,
         };
         count += 1;
     };
@@ -564,6 +568,7 @@ pub unsafe extern "C" fn prescient_take_value(
         user_data: c.user_data,
         status: Status::from_u16(c.status),
         op: c.op,
+        flags: c.flags,
         sq_index: c.sq_index,
         version: c.version,
         detail: c.detail,

@@ -1036,6 +1036,7 @@ mod tests {
                 user_data: desc.user_data,
                 status,
                 op: desc.op as u8,
+                flags: 0,
                 sq_index,
                 version: 77,
                 detail,

@@ -14,6 +14,7 @@
 //! the reader then tries again without it.
 
 use prescient_shim::config::{KEY_BYTES_MAX, VALUE_OFFSET};
+use prescient_shim::completion::FLAG_NEWER_PENDING;
 use prescient_shim::descriptor::Sla;
 use prescient_shim::Status;
 
@@ -100,9 +101,14 @@ pub enum Choice {
         fragments: [(u8, u8); FRAGMENTS_MAX],
         /// How many.
         count: usize,
+        /// A newer version was seen, not proven committed (still being decided).
+        newer_pending: bool,
     },
     /// No committed version.
-    NotFound,
+    NotFound {
+        /// Versions were seen, none proven committed.
+        newer_pending: bool,
+    },
     /// No version can be proven or rebuilt now.
     Unavailable {
         /// Fragments reachable of the version that was wanted.
@@ -180,7 +186,14 @@ pub fn choose(
     for c in &candidates[..used] {
         if c.committed {
             if c.count >= k {
-                return Choice::Value { stamp: c.stamp, tombstone: c.tombstone, fragments: c.fragments, count: c.count };
+                let newer_pending = candidates[0].stamp > c.stamp;
+                return Choice::Value {
+                    stamp: c.stamp,
+                    tombstone: c.tombstone,
+                    fragments: c.fragments,
+                    count: c.count,
+                    newer_pending,
+                };
             }
             if fresh {
                 return Choice::Unavailable { have: c.count };
@@ -196,7 +209,7 @@ pub fn choose(
     if fresh && unreachable > m {
         return Choice::Unavailable { have: 0 };
     }
-    Choice::NotFound
+    Choice::NotFound { newer_pending: used > 0 }
 }
 
 impl<F: Fabric> Node<F> {
@@ -336,13 +349,17 @@ impl<F: Fabric> Node<F> {
                     }
                 }
             }
-            let Choice::Value { stamp, tombstone, fragments, count } = choice else {
+            let Choice::Value { stamp, tombstone, fragments, count, newer_pending } = choice else {
                 break match choice {
-                    Choice::NotFound => Outcome::failed(Status::NotFound, 0),
+                    Choice::NotFound { newer_pending } => {
+                        Outcome { flags: if newer_pending { FLAG_NEWER_PENDING } else { 0 }, ..Outcome::failed(Status::NotFound, 0) }
+                    }
                     Choice::Unavailable { have } => Outcome::failed(Status::Unavailable, have as u32),
                     Choice::Value { .. } => unreachable!(),
                 };
             };
+            // A newer write still being decided: serve this value, but no refill.
+            let flags = if newer_pending { FLAG_NEWER_PENDING } else { 0 };
             let mut frags = [Fragment { header: &[], payload: &[] }; FRAGMENTS_MAX];
             let mut ways = [(0u8, 0u8); FRAGMENTS_MAX];
             let mut used = 0;
@@ -364,7 +381,9 @@ impl<F: Fabric> Node<F> {
                     debug_assert_eq!(id.version, stamp);
                     match open_in_place(self.sealer.keys(), &mut frame[..frame_len], &binding) {
                         // A deletion: found, as deleted at `stamp`.
-                        Ok(_) if tombstone => break Outcome { status: Status::NotFound, version: stamp, detail: 0 },
+                        Ok(_) if tombstone => {
+                            break Outcome { status: Status::NotFound, version: stamp, detail: 0, flags };
+                        }
                         Ok(plain) => {
                             let len = plain.len();
                             let buffer = g.taken.accepted.buffer;
@@ -375,7 +394,7 @@ impl<F: Fabric> Node<F> {
                             let at = self.region.layout().buffer(buffer) + VALUE_OFFSET;
                             self.region.write_bytes(at, &frame[..len]);
                             let _ = self.hlc.observe(stamp >> 8);
-                            break Outcome { status: Status::Ok, version: stamp, detail: len as u32 };
+                            break Outcome { status: Status::Ok, version: stamp, detail: len as u32, flags };
                         }
                         Err(e) => {
                             // Every checksum held but the frame does not open: some

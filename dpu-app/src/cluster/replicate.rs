@@ -326,23 +326,30 @@ impl<F: Fabric> Node<F> {
                     self.start_job(Owner::Detached, j, dir_slot, Intent::Rollback { placed, prior }, Some(placed.pack()));
                 } else {
                     w.marks[j as usize] = Mark::Placed { placed, prior };
-                    if w.marks_settled(self.n) {
+                    if w.marks_placed(self.n) {
                         w.stamp_stage(WriteStage::Invalidate, now.mono_ns);
+                    }
+                    if w.phase == Phase::Deciding {
+                        // Decided while the CAS flew: commit the mark now.
+                        self.commit_mark(slot, generation, j, now);
                     }
                 }
             }
             (Intent::Mark { .. }, Finished::NotNeeded { current }) => {
                 let prior = w.lease_priors[j as usize].unwrap_or(SlotState::Invalid);
                 w.marks[j as usize] = Mark::Placed { placed: current, prior };
+                if w.phase == Phase::Deciding {
+                    self.commit_mark(slot, generation, j, now);
+                }
             }
-            (Intent::Invalidate { .. }, Finished::Done { .. } | Finished::NotNeeded { .. }) => {
+            (Intent::Invalidate { .. } | Intent::Commit { .. }, Finished::Done { .. } | Finished::NotNeeded { .. }) => {
                 w.marks[j as usize] = Mark::Settled;
             }
-            (Intent::Mark { .. } | Intent::Invalidate { .. }, Finished::Failed) => {
+            (Intent::Mark { .. } | Intent::Invalidate { .. } | Intent::Commit { .. }, Finished::Failed) => {
                 w.marks[j as usize] = Mark::Failed;
-                tracing::debug!(node = me, peer = j, "mark failed: waiting for the host's exclusion");
+                tracing::debug!(node = me, peer = j, "directory job failed: waiting for the host's exclusion");
             }
-            (Intent::Commit { .. } | Intent::Rollback { .. }, _) => {}
+            (Intent::Rollback { .. }, _) => {}
         }
     }
 
@@ -609,6 +616,30 @@ impl<F: Fabric> Node<F> {
             }
         }
         let _ = acked;
+        // The marks turn Invalid now, in the same round trip as the decision: the host
+        // hears of the commit only once both are done, so no reader can refill a slot
+        // from a value without this write after it (a reader's GET that sees this
+        // write's fragments still undecided gets no refill either).
+        for j in 0..self.n as u8 {
+            self.commit_mark(slot, generation, j, _now);
+        }
+    }
+
+    /// Turns write `slot`'s placed mark on host `j` Invalid, as a tracked job.
+    fn commit_mark(&mut self, slot: u32, generation: u32, j: u8, now: Now) {
+        let Some(w) = self.writes.get_mut(slot, generation) else { return };
+        let Mark::Placed { placed, .. } = w.marks[j as usize] else { return };
+        if placed.state != SlotState::Pending {
+            w.marks[j as usize] = Mark::Settled;
+            return;
+        }
+        let key_id = w.key_id;
+        let dir_slot = self.slot_for(j, key_id);
+        let intent = Intent::Commit { placed };
+        match self.start_job(Owner::Write { slot, generation }, j, dir_slot, intent, Some(placed.pack())) {
+            Started::Finished(f) => self.write_job_done(slot, generation, j, dir_slot, intent, f, now),
+            Started::Running(job) => self.set_mark(slot, generation, j, Mark::Running { job }),
+        }
     }
 
     /// Queues the write's decision for holder `h` (nothing while it is undecided).
@@ -647,11 +678,12 @@ impl<F: Fabric> Node<F> {
                 let _ = self.notices.queue(h, record, None);
             }
         }
-        self.resolve_marks(slot, generation, false, now);
+        self.rollback_marks(slot, generation);
+        let _ = now;
     }
 
-    /// Turns the write's placed marks Invalid (commit) or back (rollback).
-    fn resolve_marks(&mut self, slot: u32, generation: u32, commit: bool, _now: Now) {
+    /// Rolls the write's placed marks back to what they replaced.
+    fn rollback_marks(&mut self, slot: u32, generation: u32) {
         for j in 0..self.n as u8 {
             let Some(w) = self.writes.get_mut(slot, generation) else { return };
             let key_id = w.key_id;
@@ -660,7 +692,7 @@ impl<F: Fabric> Node<F> {
             if placed.state != SlotState::Pending {
                 continue;
             }
-            let intent = if commit { Intent::Commit { placed } } else { Intent::Rollback { placed, prior } };
+            let intent = Intent::Rollback { placed, prior };
             let dir_slot = self.slot_for(j, key_id);
             self.start_job(Owner::Detached, j, dir_slot, intent, Some(placed.pack()));
         }
@@ -668,7 +700,6 @@ impl<F: Fabric> Node<F> {
 
     /// Decided on m + 1 holders and every mark settled: the write is committed.
     fn commit(&mut self, slot: u32, generation: u32, now: Now) {
-        self.resolve_marks(slot, generation, true, now);
         let w = self.writes.get_mut(slot, generation).expect("write exists");
         w.stamp_stage(WriteStage::Commit, now.mono_ns);
         self.stats.record_commit(w.stamp, now.mono_ns);

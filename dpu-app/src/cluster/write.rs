@@ -74,9 +74,16 @@ pub enum Mark {
 }
 
 impl Mark {
-    /// Whether this mark lets the write commit.
-    pub fn allows_commit(&self) -> bool {
-        matches!(self, Mark::None | Mark::Placed { .. } | Mark::Skipped | Mark::Settled)
+    /// Whether this host needs nothing more from the write: no mark wanted, its
+    /// directory excluded, or its mark resolved (Invalid after commit, rolled back).
+    pub fn is_settled(&self) -> bool {
+        matches!(self, Mark::None | Mark::Skipped | Mark::Settled)
+    }
+
+    /// Whether readers of this host no longer take the old value from their cache
+    /// (the mark is in place, or resolved, or the host is excluded).
+    pub fn is_placed(&self) -> bool {
+        matches!(self, Mark::Placed { .. }) || self.is_settled()
     }
 }
 
@@ -144,9 +151,14 @@ impl Write {
         (holders & !self.failed).count_ones() >= quorum
     }
 
-    /// Whether every host's mark lets the write commit.
+    /// Whether every host's mark is settled.
     pub fn marks_settled(&self, nodes: usize) -> bool {
-        self.marks[..nodes].iter().all(Mark::allows_commit)
+        self.marks[..nodes].iter().all(Mark::is_settled)
+    }
+
+    /// Whether every host's mark is in place (the speculative invalidation is done).
+    pub fn marks_placed(&self, nodes: usize) -> bool {
+        self.marks[..nodes].iter().all(Mark::is_placed)
     }
 
     /// Records that `stage` ended at `now_ns` (the first time only).

@@ -239,13 +239,13 @@ impl Client {
                             let len = c.detail as usize;
                             let value = buf.as_ref().map(|b| b.value()[..len].to_vec()).unwrap_or_default();
                             oracle.check_read(key, began_ns, c.version, Some(&value), fresh)?;
-                            if fresh {
+                            if fresh && c.may_refill() {
                                 self.fill(key, token, c.version, value, now_ns);
                             }
                         }
                         Status::NotFound => {
                             oracle.check_read(key, began_ns, c.version, None, fresh)?;
-                            if fresh {
+                            if fresh && c.may_refill() {
                                 self.fill(key, token, c.version, Vec::new(), now_ns);
                             }
                         }
