@@ -101,7 +101,12 @@ fn a_follower_killed_mid_write_commits_while_a_quorum_remains_and_fails_cleanly_
     });
     let ok = done.values().filter(|d| d.status == Status::Ok).count();
     let not_durable = done.values().filter(|d| d.status == Status::NotDurable).count();
-    assert_eq!(ok + not_durable, 200, "every write committed or failed cleanly: {:?}", done.values().map(|d| d.status).collect::<Vec<_>>());
+    assert_eq!(
+        ok + not_durable,
+        200,
+        "every write committed or failed cleanly: {:?}",
+        done.values().map(|d| d.status).collect::<Vec<_>>()
+    );
     assert!(ok >= 150, "the quorum of 4 remained: most writes commit ({ok} of 200)");
     // Every committed value reads back, from another node.
     let reader = Arc::clone(&c.hosts[2]);
@@ -122,7 +127,8 @@ fn a_follower_killed_mid_write_commits_while_a_quorum_remains_and_fails_cleanly_
     for key in &keys {
         for h in [0usize, 1, 2] {
             assert!(
-                prescient::wait_until(WAIT, || c.hosts[h].slot_state(&key_of(*key)).unwrap().state != SlotState::Pending),
+                prescient::wait_until(WAIT, || c.hosts[h].slot_state(&key_of(*key)).unwrap().state
+                    != SlotState::Pending),
                 "host {h} keeps key {key} Pending"
             );
         }

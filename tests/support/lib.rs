@@ -199,7 +199,8 @@ impl ClusterProcs {
             // A DPU timeout long enough that a loaded CI machine never trips it by
             // accident, short enough for the test that kills a DPU app on purpose.
             let options = prescient_shim::HostOptions { pin: false, dpu_timeout: Duration::from_secs(2) };
-            let host = prescient_shim::Host::create(&region.0, cluster_region_config(), options).expect("create region");
+            let host =
+                prescient_shim::Host::create(&region.0, cluster_region_config(), options).expect("create region");
             regions.push(region);
             hosts.push(host);
         }

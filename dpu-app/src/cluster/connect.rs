@@ -116,9 +116,10 @@ impl<F: Fabric> Node<F> {
         let link = self.peer(j).map(|p| p.link()).expect("a peer");
         match hello.kind {
             HelloKind::Offer => {
-                let same = self.peer(j).and_then(|p| p.remote).is_some_and(|r| {
-                    r.incarnation == hello.incarnation && r.endpoint == hello.endpoint
-                });
+                let same = self
+                    .peer(j)
+                    .and_then(|p| p.remote)
+                    .is_some_and(|r| r.incarnation == hello.incarnation && r.endpoint == hello.endpoint);
                 if same && matches!(link, Link::Connected | Link::Up) {
                     // A retransmitted offer: our answer was lost.
                     let answer = self.hello_for(j, HelloKind::Answer);

@@ -13,8 +13,8 @@
 //! under the version and key it claims, so a tampered or foreign fragment is refused;
 //! the reader then tries again without it.
 
-use prescient_shim::config::{KEY_BYTES_MAX, VALUE_OFFSET};
 use prescient_shim::completion::FLAG_NEWER_PENDING;
+use prescient_shim::config::{KEY_BYTES_MAX, VALUE_OFFSET};
 use prescient_shim::descriptor::Sla;
 use prescient_shim::Status;
 
@@ -181,7 +181,7 @@ pub fn choose(
             }
         }
     }
-    candidates[..used].sort_unstable_by(|a, b| b.stamp.cmp(&a.stamp));
+    candidates[..used].sort_unstable_by_key(|c| std::cmp::Reverse(c.stamp));
     tracing::trace!(key_hash, unreachable, candidates = ?&candidates[..used].iter().map(|c| (c.stamp, c.committed, c.count)).collect::<Vec<_>>(), "GET candidates");
     for c in &candidates[..used] {
         if c.committed {
@@ -351,9 +351,10 @@ impl<F: Fabric> Node<F> {
             }
             let Choice::Value { stamp, tombstone, fragments, count, newer_pending } = choice else {
                 break match choice {
-                    Choice::NotFound { newer_pending } => {
-                        Outcome { flags: if newer_pending { FLAG_NEWER_PENDING } else { 0 }, ..Outcome::failed(Status::NotFound, 0) }
-                    }
+                    Choice::NotFound { newer_pending } => Outcome {
+                        flags: if newer_pending { FLAG_NEWER_PENDING } else { 0 },
+                        ..Outcome::failed(Status::NotFound, 0)
+                    },
                     Choice::Unavailable { have } => Outcome::failed(Status::Unavailable, have as u32),
                     Choice::Value { .. } => unreachable!(),
                 };
@@ -377,7 +378,13 @@ impl<F: Fabric> Node<F> {
             match decode_stripe(&mut self.rs, &frags[..used], &mut frame) {
                 Ok((layout, id)) => {
                     let frame_len = layout.frame_len();
-                    let binding = Binding { key_hash: g.key_hash, version: id.version, k: self.k as u8, m: self.m as u8, tombstone };
+                    let binding = Binding {
+                        key_hash: g.key_hash,
+                        version: id.version,
+                        k: self.k as u8,
+                        m: self.m as u8,
+                        tombstone,
+                    };
                     debug_assert_eq!(id.version, stamp);
                     match open_in_place(self.sealer.keys(), &mut frame[..frame_len], &binding) {
                         // A deletion: found, as deleted at `stamp`.
@@ -411,15 +418,15 @@ impl<F: Fabric> Node<F> {
                 }
                 Err(e) => {
                     let bad = match e {
-                        StripeError::PayloadChecksum { index, .. } | StripeError::Inconsistent { index, .. } => Some(index),
+                        StripeError::PayloadChecksum { index, .. } | StripeError::Inconsistent { index, .. } => {
+                            Some(index)
+                        }
                         StripeError::Duplicate { index } => Some(index),
                         _ => None,
                     };
                     tracing::warn!(node = self.me, error = %e, "a fragment was refused; rebuilding without it");
                     self.stats.fragments_refused += 1;
-                    let pos = bad.and_then(|i| {
-                        frags[..used].iter().position(|f| f.header.get(7) == Some(&i))
-                    });
+                    let pos = bad.and_then(|i| frags[..used].iter().position(|f| f.header.get(7) == Some(&i)));
                     match pos {
                         Some(p) if skipped < FRAGMENTS_MAX => {
                             skip[skipped] = ways[p];

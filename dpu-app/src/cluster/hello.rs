@@ -93,7 +93,11 @@ pub mod field {
 const _: () = assert!(field::CRC.end == HELLO_BYTES);
 const _: () = assert!(field::ENDPOINT.end - field::ENDPOINT.start == Endpoint::WIRE_BYTES);
 const _: () = assert!(field::DIRECTORY.end - field::DIRECTORY.start == RemoteRegion::WIRE_BYTES);
-const _: () = assert!(field::LOG_SLOT_BYTES.end == field::LOG_APPLIED.start && field::LOG_APPLIED.end == field::RESERVED.start && field::RESERVED.end == field::CRC.start);
+const _: () = assert!(
+    field::LOG_SLOT_BYTES.end == field::LOG_APPLIED.start
+        && field::LOG_APPLIED.end == field::RESERVED.start
+        && field::RESERVED.end == field::CRC.start
+);
 
 /// Why a Hello was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -84,7 +84,8 @@ impl<F: Fabric> Node<F> {
                         return ACK_REFUSED;
                     }
                 };
-                let checked = HeaderRepr::parse(&frag.header).and_then(|r| frag.header.verify_payload(frag.payload).map(|()| r));
+                let checked =
+                    HeaderRepr::parse(&frag.header).and_then(|r| frag.header.verify_payload(frag.payload).map(|()| r));
                 let repr = match checked {
                     Ok(r) => r,
                     Err(e) => {
@@ -99,7 +100,12 @@ impl<F: Fabric> Node<F> {
                     && header.writer == w
                     && (header.stamp & 0xff) as u8 == w;
                 if !consistent {
-                    tracing::warn!(node = me, peer = w, seq, "refused a fragment whose header disagrees with its entry");
+                    tracing::warn!(
+                        node = me,
+                        peer = w,
+                        seq,
+                        "refused a fragment whose header disagrees with its entry"
+                    );
                     self.stats.entries_refused += 1;
                     return ACK_REFUSED;
                 }
@@ -116,7 +122,15 @@ impl<F: Fabric> Node<F> {
                     incarnation: header.incarnation,
                 };
                 let inserted = self.store.insert(&record, frag.header.into_inner(), frag.payload);
-                tracing::trace!(node = me, writer = w, stamp = header.stamp, write_seq = header.write_seq, index = repr.index, ?inserted, "fragment stored");
+                tracing::trace!(
+                    node = me,
+                    writer = w,
+                    stamp = header.stamp,
+                    write_seq = header.write_seq,
+                    index = repr.index,
+                    ?inserted,
+                    "fragment stored"
+                );
                 match inserted {
                     Ok(Inserted::Stored { set, way }) => {
                         if self.sync_records {
@@ -173,8 +187,7 @@ impl<F: Fabric> Node<F> {
     pub(super) fn replay_logs(&mut self) {
         for w in 0..self.n as u8 {
             let mut replayed = 0u64;
-            loop {
-                let Some((log, _)) = self.logs.get(w as usize).and_then(Option::as_ref) else { break };
+            while let Some((log, _)) = self.logs.get(w as usize).and_then(Option::as_ref) {
                 let seq = log.applied_seq();
                 if log.read_entry(seq, &mut self.entry_buf).is_err() {
                     break;

@@ -88,8 +88,8 @@ impl ClusterClock {
 /// The region sizes a host of this cluster needs: buffers that carry the largest
 /// value striped in place, one DPU buffer per write in flight.
 pub fn region_config_for(config: &ClusterConfig, queue_pairs: u32, directory_slots: u32) -> RegionConfig {
-    let (k, m) = (config.k as usize, config.m as usize);
-    let frame = config.value_bytes_max as usize + crate::seal::FRAME_OVERHEAD;
+    let (k, m) = (config.k, config.m);
+    let frame = config.value_bytes_max + crate::seal::FRAME_OVERHEAD;
     let layout = StripeLayout::new(k, m, frame).expect("the configuration was validated");
     let need = (prescient_shim::config::VALUE_OFFSET + layout.data_len()).max(layout.side_len());
     let buffer_bytes = need.next_multiple_of(4096).max(prescient_shim::config::BUFFER_BYTES_MIN as usize) as u32;
@@ -133,8 +133,11 @@ impl InProcess {
     ) -> Result<Self, NodeError> {
         let n = config.nodes.len();
         let network = Network::new(model, clock.fabric_clock()).map_err(NodeError::Fabric)?;
-        std::fs::create_dir_all(region_dir)
-            .map_err(|source| NodeError::Io { what: "create the region folder", path: region_dir.into(), source })?;
+        std::fs::create_dir_all(region_dir).map_err(|source| NodeError::Io {
+            what: "create the region folder",
+            path: region_dir.into(),
+            source,
+        })?;
         let mut hosts = Vec::with_capacity(n);
         let mut regions = Vec::with_capacity(n);
         for id in 0..n {

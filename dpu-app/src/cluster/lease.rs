@@ -120,7 +120,9 @@ impl<F: Fabric> Node<F> {
             let dir_slot = self.slot_for(j, key_id);
             let owner = Owner::Lease { slot, generation };
             match self.start_job(owner, j, dir_slot, Intent::Mark { version }, None) {
-                Started::Finished(f) => self.lease_job_done(slot, generation, j, dir_slot, Intent::Mark { version }, f, now),
+                Started::Finished(f) => {
+                    self.lease_job_done(slot, generation, j, dir_slot, Intent::Mark { version }, f, now)
+                }
                 Started::Running(job) => self.set_lease_mark(slot, j, Mark::Running { job }),
             }
         }
@@ -144,7 +146,8 @@ impl<F: Fabric> Node<F> {
         f: Finished,
         _now: Now,
     ) {
-        let Some(l) = self.leases.slots.get_mut(slot as usize).and_then(Option::as_mut).filter(|l| l.generation == generation)
+        let Some(l) =
+            self.leases.slots.get_mut(slot as usize).and_then(Option::as_mut).filter(|l| l.generation == generation)
         else {
             return;
         };
@@ -158,7 +161,13 @@ impl<F: Fabric> Node<F> {
                     // The write came while this CAS flew and marked on its own: undo ours
                     // (the rollback takes only if the slot still holds our word).
                     l.marks[j as usize] = Mark::Settled;
-                    self.start_job(Owner::Detached, j, dir_slot, Intent::Rollback { placed, prior }, Some(placed.pack()));
+                    self.start_job(
+                        Owner::Detached,
+                        j,
+                        dir_slot,
+                        Intent::Rollback { placed, prior },
+                        Some(placed.pack()),
+                    );
                     self.leases.release(slot);
                 } else {
                     l.marks[j as usize] = Mark::Placed { placed, prior };

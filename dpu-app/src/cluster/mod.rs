@@ -9,7 +9,7 @@
 //!   heartbeat block), [`hello`] (connection setup messages);
 //! - configuration and time: [`config`] (the cluster file), [`hlc`] (versions);
 //! - the protocol, as one single-threaded state machine per node ([`node::Node`],
-//!   driven by `poll(now)`): [`slotjob`] (directory CAS jobs), [`peer`], [`write`],
+//!   driven by `poll(now)`): [`slotjob`] (directory CAS jobs), [`peer`], [`mod@write`],
 //!   and the roles in `replicate.rs`, `holder.rs`, `get.rs`, `lease.rs`,
 //!   `membership.rs`, `connect.rs`;
 //! - running it: [`rendezvous`] (hello delivery in one process or over TCP),

@@ -41,8 +41,7 @@ use super::wr::{Kind, WrId};
 use super::write::WriteTable;
 use super::NodeError;
 use crate::fabric::{
-    Access, Completion, CompletionQueue, Fabric, LocalBuf, MemoryRegion, Op, QpOptions, WcOpcode, WcStatus,
-    WorkRequest,
+    Access, Completion, CompletionQueue, Fabric, LocalBuf, MemoryRegion, Op, QpOptions, WcOpcode, WcStatus, WorkRequest,
 };
 use crate::metrics::Metrics;
 use crate::region_server::{RegionServer, Taken};
@@ -230,17 +229,20 @@ impl<F: Fabric> Node<F> {
         let NodeSetup { config, id: me, fabric, region: region_path, pin, host_timeout, mailbox, now } = setup;
         let node_cfg = config.node(u32::from(me)).map_err(NodeError::Config)?.clone();
         let n = config.nodes.len();
-        let (k, m) = (config.k as usize, config.m as usize);
+        let (k, m) = (config.k, config.m);
         let data_dir = node_cfg.data_dir.clone();
-        std::fs::create_dir_all(&data_dir)
-            .map_err(|source| NodeError::Io { what: "create the data folder", path: data_dir.clone(), source })?;
+        std::fs::create_dir_all(&data_dir).map_err(|source| NodeError::Io {
+            what: "create the data folder",
+            path: data_dir.clone(),
+            source,
+        })?;
         let incarnation = bump_epoch(&data_dir.join("incarnation")).map_err(NodeError::Seal)?;
 
         let mut metrics = Metrics::default();
         let host = RegionServer::attach(&region_path, pin, host_timeout, &mut metrics).map_err(NodeError::Dpu)?;
         let region = Arc::clone(host.region());
         let rc = region.layout().config;
-        let value_max = config.value_bytes_max as usize;
+        let value_max = config.value_bytes_max;
         let frame_max = value_max + crate::seal::FRAME_OVERHEAD;
         let stripe_max = StripeLayout::new(k, m, frame_max).map_err(NodeError::Stripe)?;
         let buffer_value_room = rc.buffer_bytes as usize - prescient_shim::config::VALUE_OFFSET;
@@ -272,8 +274,10 @@ impl<F: Fabric> Node<F> {
         region.u64_at(header::DIRECTORY_LEASE_UNTIL_NS).store(0, std::sync::atomic::Ordering::Release);
 
         let peers_n = n - 1;
-        let send_depth = (crate::fabric::config::CQ_DEPTH_MAX / peers_n.max(1)).min(crate::fabric::config::SEND_DEPTH_MAX);
-        let recv_depth = (crate::fabric::config::CQ_DEPTH_MAX / peers_n.max(1)).min(crate::fabric::config::RECV_DEPTH_MAX);
+        let send_depth =
+            (crate::fabric::config::CQ_DEPTH_MAX / peers_n.max(1)).min(crate::fabric::config::SEND_DEPTH_MAX);
+        let recv_depth =
+            (crate::fabric::config::CQ_DEPTH_MAX / peers_n.max(1)).min(crate::fabric::config::RECV_DEPTH_MAX);
         // A lost message is retransmitted well within `dead_after`, so one loss never
         // looks like a dead peer (hardware rounds the timeout up to 4.096 us * 2^n).
         let timeout_us = (config.dead_after_us / 8).clamp(50, 4_000) as u32;
@@ -288,9 +292,13 @@ impl<F: Fabric> Node<F> {
         let send_cq = fabric.create_cq(crate::fabric::config::CQ_DEPTH_MAX).map_err(fab)?;
         let recv_cq = fabric.create_cq(crate::fabric::config::CQ_DEPTH_MAX).map_err(fab)?;
 
-        let arena_mr = fabric.register(Arc::new(super::host_memory::arena(&region).map_err(fab)?), Access::LOCAL_WRITE).map_err(fab)?;
+        let arena_mr = fabric
+            .register(Arc::new(super::host_memory::arena(&region).map_err(fab)?), Access::LOCAL_WRITE)
+            .map_err(fab)?;
         let directory_mr = match super::host_memory::directory(&region).map_err(fab)? {
-            Some(mem) => Some(fabric.register(Arc::new(mem), Access::LOCAL_WRITE | Access::REMOTE_ATOMIC).map_err(fab)?),
+            Some(mem) => {
+                Some(fabric.register(Arc::new(mem), Access::LOCAL_WRITE | Access::REMOTE_ATOMIC).map_err(fab)?)
+            }
             None => None,
         };
         let control = ControlBlock::new(&*fabric, me, incarnation).map_err(fab)?;
@@ -314,7 +322,8 @@ impl<F: Fabric> Node<F> {
                 payload_max.max(NOTICE_PAYLOAD_BYTES as u32),
             )
             .map_err(NodeError::Log)?;
-            let mr = fabric.register(Arc::clone(log.memory()), Access::LOCAL_WRITE | Access::REMOTE_WRITE).map_err(fab)?;
+            let mr =
+                fabric.register(Arc::clone(log.memory()), Access::LOCAL_WRITE | Access::REMOTE_WRITE).map_err(fab)?;
             logs.push(Some((log, mr)));
         }
         let outcomes = OutcomeTable::open(&data_dir.join("outcomes.prout"), me, config.outcome_entries as u32)
@@ -346,7 +355,8 @@ impl<F: Fabric> Node<F> {
             control: Pool::new(&*fabric, n as u32, CONTROL_BYTES).map_err(fab)?,
             zero: Pool::new(&*fabric, 1, 8).map_err(fab)?,
             sets: Pool::new(&*fabric, gets_max * n as u32, store.set_bytes()).map_err(fab)?,
-            notices: Pool::new(&*fabric, NOTICES_MAX * n as u32, ENTRY_HEADER_LEN + NOTICE_PAYLOAD_BYTES).map_err(fab)?,
+            notices: Pool::new(&*fabric, NOTICES_MAX * n as u32, ENTRY_HEADER_LEN + NOTICE_PAYLOAD_BYTES)
+                .map_err(fab)?,
         };
         let mut peers = Vec::with_capacity(n);
         for j in 0..n as u8 {
@@ -359,7 +369,8 @@ impl<F: Fabric> Node<F> {
         }
         let side_free = (0..writes_max).map(|i| rc.host_buffers + i).rev().collect();
         let directory_slots = rc.directory_slots;
-        let entry_buf = EntryBuf::new(logs.iter().flatten().next().map(|(l, _)| l.geometry()).expect("a cluster has peers"));
+        let entry_buf =
+            EntryBuf::new(logs.iter().flatten().next().map(|(l, _)| l.geometry()).expect("a cluster has peers"));
         let mut node = Self {
             me,
             n,
@@ -651,7 +662,14 @@ impl<F: Fabric> Node<F> {
     /// Starts `intent` on slot `slot` of host `host`'s directory for `owner`. The local
     /// host's directory is worked on at once; a remote one through CASes, whose end the
     /// owner hears through [`Node::on_job_done`].
-    pub(super) fn start_job(&mut self, owner: Owner, host: u8, slot: u32, intent: Intent, guess: Option<u64>) -> Started {
+    pub(super) fn start_job(
+        &mut self,
+        owner: Owner,
+        host: u8,
+        slot: u32,
+        intent: Intent,
+        guess: Option<u64>,
+    ) -> Started {
         if host == self.me {
             if self.directory_slots == 0 {
                 return Started::Finished(Finished::NotNeeded { current: SlotWord::unpack(0) });
@@ -756,12 +774,8 @@ impl<F: Fabric> Node<F> {
     /// Tells a job's owner how it ended.
     pub(super) fn on_job_done(&mut self, owner: Owner, host: u8, dir_slot: u32, intent: Intent, f: Finished, now: Now) {
         match owner {
-            Owner::Write { slot, generation } => {
-                self.write_job_done(slot, generation, host, dir_slot, intent, f, now)
-            }
-            Owner::Lease { slot, generation } => {
-                self.lease_job_done(slot, generation, host, dir_slot, intent, f, now)
-            }
+            Owner::Write { slot, generation } => self.write_job_done(slot, generation, host, dir_slot, intent, f, now),
+            Owner::Lease { slot, generation } => self.lease_job_done(slot, generation, host, dir_slot, intent, f, now),
             Owner::Detached => {}
         }
     }

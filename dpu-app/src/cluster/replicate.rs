@@ -223,8 +223,7 @@ impl<F: Fabric> Node<F> {
         self.writes.put(slot, write);
 
         // 7. Replicate.
-        for i in 0..layout.fragments() {
-            let h = holders[i];
+        for (i, &h) in holders.iter().enumerate().take(layout.fragments()) {
             if h == self.me {
                 self.persist_own_fragment(slot, generation, i);
             } else if !self.send_fragment(slot, generation, i, h) {
@@ -323,7 +322,13 @@ impl<F: Fabric> Node<F> {
                 if w.end.is_some() {
                     // Aborted while the CAS flew: roll it back now.
                     w.marks[j as usize] = Mark::Settled;
-                    self.start_job(Owner::Detached, j, dir_slot, Intent::Rollback { placed, prior }, Some(placed.pack()));
+                    self.start_job(
+                        Owner::Detached,
+                        j,
+                        dir_slot,
+                        Intent::Rollback { placed, prior },
+                        Some(placed.pack()),
+                    );
                 } else {
                     w.marks[j as usize] = Mark::Placed { placed, prior };
                     if w.marks_placed(self.n) {
@@ -361,8 +366,16 @@ impl<F: Fabric> Node<F> {
             (w.layout, w.key_hash, w.stamp, w.write_seq, w.tombstone, w.side);
         let buffer = w.taken.accepted.buffer;
         let config = self.region.layout().config;
-        let data = super::host_memory::buffer_mut(&self.region, self.region.layout().buffer(buffer), config.buffer_bytes as usize);
-        let side = super::host_memory::buffer_mut(&self.region, self.region.layout().buffer(side), config.buffer_bytes as usize);
+        let data = super::host_memory::buffer_mut(
+            &self.region,
+            self.region.layout().buffer(buffer),
+            config.buffer_bytes as usize,
+        );
+        let side = super::host_memory::buffer_mut(
+            &self.region,
+            self.region.layout().buffer(side),
+            config.buffer_bytes as usize,
+        );
         let f = fragment(&layout, &data[VALUE_OFFSET..], side, i);
         let record = RecordRepr {
             writer: me,
@@ -562,7 +575,12 @@ impl<F: Fabric> Node<F> {
                 } else if now.mono_ns >= w.deadline_ns {
                     w.end = Some(End::Undecided);
                     w.phase = Phase::Finished;
-                    tracing::warn!(node = self.me, write_seq = w.write_seq, decided = w.decided, "write committed but its decision did not reach m + 1 holders in time");
+                    tracing::warn!(
+                        node = self.me,
+                        write_seq = w.write_seq,
+                        decided = w.decided,
+                        "write committed but its decision did not reach m + 1 holders in time"
+                    );
                     true
                 } else {
                     false
@@ -775,7 +793,8 @@ impl<F: Fabric> Node<F> {
                     _ => None,
                 };
                 if let (Some(outcome), true) = (outcome, e.holders() & bit != 0 && e.decided() & bit == 0) {
-                    let record = OutcomeRecordRepr { write_seq: seq, key_hash: e.key_hash(), stamp: e.stamp(), outcome };
+                    let record =
+                        OutcomeRecordRepr { write_seq: seq, key_hash: e.key_hash(), stamp: e.stamp(), outcome };
                     if !self.notices.queue(h, record, None) {
                         break;
                     }
@@ -819,7 +838,10 @@ impl<F: Fabric> Node<F> {
             let Some(notice) = self.notices.free.pop() else { continue };
             busy = true;
             let remote = remote.expect("an up peer has advertised its regions");
-            let batch = std::mem::replace(&mut self.notices.batches[h as usize], std::mem::take(&mut self.notices.in_flight[notice as usize]));
+            let batch = std::mem::replace(
+                &mut self.notices.batches[h as usize],
+                std::mem::take(&mut self.notices.in_flight[notice as usize]),
+            );
             let mut payload = [0u8; NOTICE_RECORDS_MAX * OUTCOME_RECORD_LEN];
             for (i, r) in batch.iter().enumerate() {
                 r.record.emit(&mut payload[i * OUTCOME_RECORD_LEN..(i + 1) * OUTCOME_RECORD_LEN]);
@@ -847,7 +869,11 @@ impl<F: Fabric> Node<F> {
             let mut head = [0u8; ENTRY_HEADER_LEN];
             entry.emit(&mut head);
             self.pools.notices.write(notice, &head);
-            self.pools.notices.memory().write(self.pools.notices.offset(notice) + ENTRY_HEADER_LEN, payload).expect("notice fits its slot");
+            self.pools
+                .notices
+                .memory()
+                .write(self.pools.notices.offset(notice) + ENTRY_HEADER_LEN, payload)
+                .expect("notice fits its slot");
             self.notices.in_flight[notice as usize] = batch;
             let log_at = (seq % u64::from(remote.log_slots)) * u64::from(remote.log_slot_bytes);
             let buf = self.pools.notices.buf(notice, ENTRY_HEADER_LEN + payload.len());

@@ -69,7 +69,10 @@ impl WrId {
 
     /// The 64-bit form posted with the request.
     pub fn encode(self) -> u64 {
-        (self.kind as u64) << 56 | u64::from(self.peer) << 48 | u64::from(self.a & INDEX_MAX) << 24 | u64::from(self.b & INDEX_MAX)
+        (self.kind as u64) << 56
+            | u64::from(self.peer) << 48
+            | u64::from(self.a & INDEX_MAX) << 24
+            | u64::from(self.b & INDEX_MAX)
     }
 
     /// Decodes a completion's `wr_id`; `None` for one this node never posted.

@@ -66,7 +66,16 @@ impl Client {
     /// The client of node `node`'s host.
     pub fn new(node: u8, host: Arc<Host>) -> Self {
         let qp = host.queue_pair(0).expect("queue pair 0 of a fresh host");
-        Self { node, host, qp, in_flight: HashMap::new(), cache: HashMap::new(), waiting: Vec::new(), next_tag: 1, stats: ClientStats::default() }
+        Self {
+            node,
+            host,
+            qp,
+            in_flight: HashMap::new(),
+            cache: HashMap::new(),
+            waiting: Vec::new(),
+            next_tag: 1,
+            stats: ClientStats::default(),
+        }
     }
 
     /// Requests in flight.
@@ -107,7 +116,14 @@ impl Client {
 
     /// Reads `key` at `now_ns`: from the cache when the directory allows, else with a
     /// GET. Cached reads are checked at once.
-    pub fn read(&mut self, key: u32, fresh: bool, now_ns: u64, max_wait_ns: u64, oracle: &mut Oracle) -> Result<(), String> {
+    pub fn read(
+        &mut self,
+        key: u32,
+        fresh: bool,
+        now_ns: u64,
+        max_wait_ns: u64,
+        oracle: &mut Oracle,
+    ) -> Result<(), String> {
         let check = self.host.check_read(&key_bytes(key), now_ns);
         tracing::debug!(node = self.node, key, fresh, now_ns, ?check, "read");
         match check {
@@ -137,7 +153,14 @@ impl Client {
         }
     }
 
-    fn serve_cached(&mut self, key: u32, word: SlotWord, now_ns: u64, fresh: bool, oracle: &mut Oracle) -> Result<(), String> {
+    fn serve_cached(
+        &mut self,
+        key: u32,
+        word: SlotWord,
+        now_ns: u64,
+        fresh: bool,
+        oracle: &mut Oracle,
+    ) -> Result<(), String> {
         match self.cache.get(&key) {
             Some((tagged, stamp, value)) if *tagged == word.pack() => {
                 let (stamp, value) = (*stamp, value.clone());

@@ -157,7 +157,14 @@ pub struct Violation {
 
 impl std::fmt::Display for Violation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "seed {} step {}: {}\n  replay: {}", self.options.seed, self.step, self.what, self.options.replay_command())
+        write!(
+            f,
+            "seed {} step {}: {}\n  replay: {}",
+            self.options.seed,
+            self.step,
+            self.what,
+            self.options.replay_command()
+        )
     }
 }
 
@@ -219,7 +226,9 @@ pub fn run(opts: &SimOptions) -> Result<SimReport, Violation> {
     let mut seq_key: Vec<u32> = (0..u32::from(n)).collect();
     let dead_bound = (cfg.dead_after_us + 4 * cfg.heartbeat_us) * 1_000;
     // Let the nodes connect.
-    cluster.run_until(TICK_NS, 50_000_000, |c| (0..n).all(|i| (0..n).all(|j| i == j || c.node(i).is_some_and(|x| x.peer_up(j)))));
+    cluster.run_until(TICK_NS, 50_000_000, |c| {
+        (0..n).all(|i| (0..n).all(|j| i == j || c.node(i).is_some_and(|x| x.peer_up(j))))
+    });
 
     let steps = opts.steps;
     for step in 0..steps + 2_000 {
@@ -303,10 +312,15 @@ pub fn run(opts: &SimOptions) -> Result<SimReport, Violation> {
             let slots = host.config().directory_slots;
             for key in 0..opts.keys {
                 let slot = directory::slot_of(directory::key_id(&key_bytes(key)), slots);
-                let word = SlotWord::unpack(host.directory_slot(slot).expect("a slot").load(std::sync::atomic::Ordering::Acquire));
+                let word = SlotWord::unpack(
+                    host.directory_slot(slot).expect("a slot").load(std::sync::atomic::Ordering::Acquire),
+                );
                 let last = &mut last_version[h as usize][slot as usize % 64];
                 if word.version < *last {
-                    return Err(fail(step, format!("host {h} slot {slot}: version moved back from {:#x} to {:#x}", *last, word.version)));
+                    return Err(fail(
+                        step,
+                        format!("host {h} slot {slot}: version moved back from {:#x} to {:#x}", *last, word.version),
+                    ));
                 }
                 *last = word.version;
                 // (A dead node's own host directory is nobody's to clear: its lease has
@@ -314,10 +328,13 @@ pub fn run(opts: &SimOptions) -> Result<SimReport, Violation> {
                 if word.state == SlotState::Pending && cluster.is_up(h) {
                     if let Some(since) = down_since.get(word.writer as usize).copied().flatten() {
                         if now > since + dead_bound {
-                            return Err(fail(step, format!(
+                            return Err(fail(
+                                step,
+                                format!(
                                 "host {h} slot {slot}: a Pending mark of node {} outlived it by {} us (bound {} us)",
                                 word.writer, (now - since) / 1000, dead_bound / 1000
-                            )));
+                            ),
+                            ));
                         }
                     }
                 }
@@ -336,7 +353,11 @@ pub fn run(opts: &SimOptions) -> Result<SimReport, Violation> {
         c.reap(now, &mut oracle).map_err(|e| fail(report.steps, e))?;
     }
     if !quiet {
-        return Err(fail(report.steps, "the cluster did not settle (writes in flight or links down) with every node up and every link healed".into()));
+        return Err(fail(
+            report.steps,
+            "the cluster did not settle (writes in flight or links down) with every node up and every link healed"
+                .into(),
+        ));
     }
     for key in 0..opts.keys {
         let Some((stamp, _, deleted)) = oracle.newest(key) else { continue };

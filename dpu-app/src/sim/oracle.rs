@@ -103,7 +103,9 @@ impl Oracle {
 
     /// The newest stamp of `key` committed before `at_ns` (0 if none).
     pub fn newest_before(&self, key: u32, at_ns: u64) -> u64 {
-        self.committed.get(&key).map_or(0, |c| c.iter().filter(|(t, _, _)| *t < at_ns).map(|(_, s, _)| *s).max().unwrap_or(0))
+        self.committed
+            .get(&key)
+            .map_or(0, |c| c.iter().filter(|(t, _, _)| *t < at_ns).map(|(_, s, _)| *s).max().unwrap_or(0))
     }
 
     /// The newest committed write of `key`: (stamp, write id, is a delete).
@@ -114,7 +116,14 @@ impl Oracle {
 
     /// Checks a read of `key` that began at `began_ns` and returned `stamp` with
     /// `value` (`None`: the key was found deleted or never written).
-    pub fn check_read(&mut self, key: u32, began_ns: u64, stamp: u64, value: Option<&[u8]>, fresh: bool) -> Result<(), String> {
+    pub fn check_read(
+        &mut self,
+        key: u32,
+        began_ns: u64,
+        stamp: u64,
+        value: Option<&[u8]>,
+        fresh: bool,
+    ) -> Result<(), String> {
         self.reads_checked += 1;
         if let Some(v) = value {
             let (vkey, write_id) = check_value(v)?;
@@ -126,7 +135,9 @@ impl Oracle {
             };
             match w.fate {
                 Fate::RolledBack => {
-                    return Err(format!("a read of key {key} returned write {write_id}, which was rolled back (NotDurable)"))
+                    return Err(format!(
+                        "a read of key {key} returned write {write_id}, which was rolled back (NotDurable)"
+                    ))
                 }
                 Fate::Committed { stamp: s, .. } if s != stamp => {
                     return Err(format!("write {write_id} committed as version {s:#x} but was read as {stamp:#x}"))
