@@ -164,6 +164,8 @@ impl<F: Fabric> Node<F> {
         let resync_from = self.next_write_seq.saturating_sub(self.config.outcome_entries as u64).max(1);
         let zero = &self.pools.zero;
         let Some(p) = self.peers.get_mut(j as usize).and_then(Option::as_mut) else { return false };
+        p.conn_gen = p.conn_gen.wrapping_add(1);
+        let gen = p.conn_gen & super::wr::INDEX_MAX;
         let Conn::Reset(qp) = std::mem::replace(&mut p.conn, Conn::Gone) else {
             tracing::warn!(node = me, peer = j, "connect without a reset queue pair");
             return false;
@@ -172,7 +174,7 @@ impl<F: Fabric> Node<F> {
             let qp = qp.init()?;
             let mut posted = 0;
             for _ in 0..recv_depth {
-                if qp.post_recv(WrId::new(Kind::Recv, j, 0, 0).encode(), zero.buf(0, 0)).is_err() {
+                if qp.post_recv(WrId::new(Kind::Recv, j, gen, 0).encode(), zero.buf(0, 0)).is_err() {
                     break;
                 }
                 posted += 1;
@@ -197,7 +199,7 @@ impl<F: Fabric> Node<F> {
                 });
                 // Continue our log on the peer where it says it has applied.
                 p.next_seq = hello.applied;
-                p.sent.clear();
+                debug_assert!(p.sent.is_empty(), "a reset link has nothing outstanding");
                 p.shadow.clear();
                 // Whatever it missed while the link was down comes again.
                 p.resync = Some(resync_from);

@@ -82,6 +82,16 @@ impl GetTable {
         self.free.len()
     }
 
+    /// Bytes of one store set.
+    pub fn set_bytes(&self) -> usize {
+        self.set_bytes
+    }
+
+    /// GET slots in all.
+    pub fn capacity(&self) -> u32 {
+        self.slots.len() as u32
+    }
+
     /// GETs in flight.
     pub fn in_flight(&self) -> usize {
         self.slots.len() - self.free.len()

@@ -107,6 +107,8 @@ pub const NOTICE_PAYLOAD_BYTES: usize = NOTICE_RECORDS_MAX * OUTCOME_RECORD_BYTE
 pub const POLL_BATCH: usize = 128;
 /// Poll rounds per call while completions keep coming.
 pub const POLL_ROUNDS_MAX: u32 = 4;
+/// Repairs (fragments rebuilt for a holder that missed them) in flight at once.
+pub const REPAIRS_MAX: u32 = 4;
 /// Outcome-table entries a resync examines per heartbeat and peer.
 pub const RESYNC_CHUNK: u64 = 4096;
 /// Ways of each store set (a GET READs a whole set from every peer).

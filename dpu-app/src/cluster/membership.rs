@@ -45,7 +45,7 @@ impl<F: Fabric> Node<F> {
             }
             self.offer_if_due(j, now);
             self.post_heartbeat(j, now);
-            self.resync(j);
+            self.resync(j, now);
             self.check_trust(j, now);
             self.check_dead(j, now);
         }
@@ -275,7 +275,11 @@ impl<F: Fabric> Node<F> {
         }
         p.recvs = 0;
         p.heartbeat_posted_ns = None;
-        p.sent.clear();
         p.set_link(me, Link::Down);
+        // (Nothing is left in `sent`: the link failed, and that lost every entry.)
+        let leftover: Vec<_> = p.sent.drain(..).collect();
+        for s in leftover {
+            self.entry_lost(j, s);
+        }
     }
 }

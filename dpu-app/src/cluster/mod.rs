@@ -46,6 +46,7 @@ pub mod pool;
 pub mod process;
 pub mod record;
 pub mod rendezvous;
+pub mod repair;
 pub mod slotjob;
 pub mod stats;
 pub mod store;

@@ -37,7 +37,7 @@ use super::replicate::NoticeTable;
 use super::slotjob::{self, Finished, Intent, Job, Step};
 use super::stats::NodeStats;
 use super::store::{Store, StoreGeometry};
-use super::wr::{Kind, WrId};
+use super::wr::{Kind, WrId, INDEX_MAX};
 use super::write::WriteTable;
 use super::NodeError;
 use crate::fabric::{
@@ -190,6 +190,7 @@ pub struct Node<F: Fabric> {
     pub(super) free_jobs: Vec<u32>,
     pub(super) gets: GetTable,
     pub(super) leases: LeaseTable,
+    pub(super) repairs: super::repair::RepairTable,
     pub(super) notices: NoticeTable,
     pub(super) sealer: Sealer,
     pub(super) rs: ReedSolomon,
@@ -350,11 +351,11 @@ impl<F: Fabric> Node<F> {
         let gets_max = GETS_MAX;
         let jobs_max = (writes_max as usize + LEASES_MAX) * n * 2;
         let pools = Pools {
-            header: Pool::new(&*fabric, writes_max * (k + m) as u32, FRAGMENT_HEAD_BYTES).map_err(fab)?,
+            header: Pool::new(&*fabric, writes_max * (k + m) as u32 + REPAIRS_MAX, FRAGMENT_HEAD_BYTES).map_err(fab)?,
             cas: Pool::new(&*fabric, 2 * jobs_max as u32, 8).map_err(fab)?,
             control: Pool::new(&*fabric, n as u32, CONTROL_BYTES).map_err(fab)?,
             zero: Pool::new(&*fabric, 1, 8).map_err(fab)?,
-            sets: Pool::new(&*fabric, gets_max * n as u32, store.set_bytes()).map_err(fab)?,
+            sets: Pool::new(&*fabric, (gets_max + REPAIRS_MAX) * n as u32, store.set_bytes()).map_err(fab)?,
             notices: Pool::new(&*fabric, NOTICES_MAX * n as u32, ENTRY_HEADER_LEN + NOTICE_PAYLOAD_BYTES)
                 .map_err(fab)?,
         };
@@ -407,6 +408,7 @@ impl<F: Fabric> Node<F> {
             free_jobs: (0..jobs_max as u32).rev().collect(),
             gets: GetTable::new(gets_max, n, geometry.set_bytes(), stripe_max.data_len()),
             leases: LeaseTable::new(LEASES_MAX as u32),
+            repairs: super::repair::RepairTable::new(n, geometry.set_bytes()),
             notices: NoticeTable::new(n, NOTICES_MAX),
             sealer,
             rs,
@@ -488,6 +490,7 @@ impl<F: Fabric> Node<F> {
         busy |= self.take_requests(now);
         busy |= self.advance_writes(now);
         busy |= self.advance_gets(now);
+        busy |= self.advance_repairs(now);
         busy |= self.run_timers(now);
         busy |= self.flush_notices(now);
         self.host.flush();
@@ -547,6 +550,11 @@ impl<F: Fabric> Node<F> {
             return;
         };
         let ok = c.status == WcStatus::Success;
+        if id.kind == Kind::Recv && self.peer(id.peer).is_none_or(|p| p.conn_gen & INDEX_MAX != id.a) {
+            // A receive of an earlier connection to this peer, flushed when that one
+            // broke: nothing of the current link.
+            return;
+        }
         if let Some(p) = self.peer_mut(id.peer) {
             if c.opcode == WcOpcode::Recv || c.opcode == WcOpcode::RecvWithImm || id.kind == Kind::Recv {
                 p.recvs = p.recvs.saturating_sub(1);
@@ -576,6 +584,8 @@ impl<F: Fabric> Node<F> {
             Kind::Ack => {}
             Kind::Heartbeat => self.on_heartbeat(id.peer, ok, now),
             Kind::GetRead => self.on_get_read(id, ok, now),
+            Kind::RepairRead => self.on_repair_read(id, ok),
+            Kind::RepairWrite => self.on_repair_write(id, ok),
         }
     }
 
@@ -641,7 +651,7 @@ impl<F: Fabric> Node<F> {
         let buf = self.zero_buf();
         let Some(p) = self.peer_mut(peer) else { return };
         let Some(qp) = p.conn.ready() else { return };
-        match qp.post_recv(WrId::new(Kind::Recv, peer, 0, 0).encode(), buf) {
+        match qp.post_recv(WrId::new(Kind::Recv, peer, p.conn_gen & INDEX_MAX, 0).encode(), buf) {
             Ok(()) => p.recvs += 1,
             Err(e) => tracing::debug!(peer, error = %e.error, "receive not reposted"),
         }

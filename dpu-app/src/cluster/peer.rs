@@ -116,6 +116,13 @@ pub enum Sent {
         /// Notice slot.
         notice: u32,
     },
+    /// A fragment a repair rebuilt for this peer.
+    Repair {
+        /// Repair slot.
+        repair: u32,
+        /// Its generation.
+        generation: u32,
+    },
 }
 
 /// A small direct-mapped cache of the last word seen in each of the peer's slots:
@@ -195,6 +202,9 @@ pub struct Peer<Q: RawQp> {
     pub dead: bool,
     /// Guesses for CASes on its directory.
     pub shadow: Shadow,
+    /// Connections made so far (receives carry it, so those of an earlier connection,
+    /// flushed when it broke, are told apart).
+    pub conn_gen: u32,
     /// The next outcome-table entry to resend decisions from (after a reconnect).
     pub resync: Option<u64>,
     /// Bytes this node sent to the peer (fragments, notices).
@@ -225,6 +235,7 @@ impl<Q: RawQp> Peer<Q> {
             readmitted_by_peer: false,
             dead: false,
             shadow: Shadow::new(),
+            conn_gen: 0,
             resync: None,
             bytes_out: 0,
             bytes_in: 0,

@@ -404,7 +404,6 @@ impl<F: Fabric> Node<F> {
         if !p.is_up() || !p.has_credit() || !self.send_room(h, 2) {
             return false;
         }
-        let remote = p.remote.expect("an up peer has advertised its regions");
         let w = self.writes.get_mut(slot, generation).expect("write exists");
         let (layout, key_hash, stamp, write_seq, tombstone, side, buffer) =
             (w.layout, w.key_hash, w.stamp, w.write_seq, w.tombstone, w.side, w.taken.accepted.buffer);
@@ -425,16 +424,12 @@ impl<F: Fabric> Node<F> {
             u32::from_le_bytes(frag_header[32..36].try_into().expect("4 bytes")),
             f,
         );
-        let p = self.peer_mut(h).expect("peer exists");
-        let seq = p.next_seq;
-        p.next_seq += 1;
-        p.sent.push_back(Sent::Fragment { write: slot, generation, fragment: i as u8 });
-        p.bytes_out += (super::node::FRAGMENT_HEAD_BYTES + f) as u64;
+        let tag = (generation & 0xffff) << 8 | i as u32;
         let entry = EntryRepr {
             kind: EntryKind::Fragment,
             writer: self.me,
             holder: h,
-            seq,
+            seq: 0,
             write_seq,
             key_hash,
             stamp,
@@ -444,34 +439,60 @@ impl<F: Fabric> Node<F> {
             payload_crc,
             incarnation: self.incarnation,
         };
+        let staging = slot * (self.k + self.m) as u32 + i as u32;
+        let w = self.writes.get_mut(slot, generation).expect("write exists");
+        w.wrs += if f > 0 { 2 } else { 1 };
+        self.post_fragment_entry(
+            h,
+            bytes_at,
+            &frag_header,
+            entry,
+            staging,
+            (WrId::new(Kind::FragmentBytes, h, slot, tag), WrId::new(Kind::FragmentHeader, h, slot, tag)),
+            Sent::Fragment { write: slot, generation, fragment: i as u8 },
+        );
+        true
+    }
+
+    /// Writes one fragment entry into peer `h`'s log (which must be up, with credit
+    /// and send room): the `f` bytes at `bytes_at` in the arena with a plain WRITE, then
+    /// the entry header and fragment header from header staging slot `staging` with the
+    /// WRITE_WITH_IMM that announces it; `sent` is what its acknowledgement settles.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn post_fragment_entry(
+        &mut self,
+        h: u8,
+        bytes_at: usize,
+        frag_header: &[u8; crate::stripe::HEADER_LEN],
+        mut entry: EntryRepr,
+        staging: u32,
+        ids: (WrId, WrId),
+        sent: Sent,
+    ) {
+        let f = entry.payload_len as usize - crate::stripe::HEADER_LEN;
+        let p = self.peer_mut(h).expect("peer exists");
+        let remote = p.remote.expect("an up peer has advertised its regions");
+        let seq = p.next_seq;
+        p.next_seq += 1;
+        p.sent.push_back(sent);
+        p.bytes_out += (super::node::FRAGMENT_HEAD_BYTES + f) as u64;
+        entry.seq = seq;
         let mut head = [0u8; super::node::FRAGMENT_HEAD_BYTES];
         entry.emit(&mut head[..ENTRY_HEADER_LEN]);
-        head[ENTRY_HEADER_LEN..].copy_from_slice(&frag_header);
-        let staging = slot * (self.k + self.m) as u32 + i as u32;
+        head[ENTRY_HEADER_LEN..].copy_from_slice(frag_header);
         self.pools.header.write(staging, &head);
         let log_at = (seq % u64::from(remote.log_slots)) * u64::from(remote.log_slot_bytes);
-        let tag = (generation & 0xffff) << 8 | i as u32;
-        let w = self.writes.get_mut(slot, generation).expect("write exists");
         if f > 0 {
-            w.wrs += 1;
             let buf = self.arena_mr.buf(bytes_at, f).expect("fragment inside the arena");
             self.post(
                 h,
-                WrId::new(Kind::FragmentBytes, h, slot, tag),
+                ids.0,
                 Op::Write { remote: remote.log.at(log_at + super::node::FRAGMENT_HEAD_BYTES as u64), imm: None },
                 buf,
             );
         }
-        let w = self.writes.get_mut(slot, generation).expect("write exists");
-        w.wrs += 1;
         let buf = self.pools.header.buf(staging, super::node::FRAGMENT_HEAD_BYTES);
-        self.post(
-            h,
-            WrId::new(Kind::FragmentHeader, h, slot, tag),
-            Op::Write { remote: remote.log.at(log_at), imm: Some((seq & 0x7fff_ffff) as u32) },
-            buf,
-        );
-        true
+        self.post(h, ids.1, Op::Write { remote: remote.log.at(log_at), imm: Some((seq & 0x7fff_ffff) as u32) }, buf);
     }
 
     /// A fragment's WRITE (bytes or header) completed.
@@ -499,6 +520,7 @@ impl<F: Fabric> Node<F> {
         };
         if (acked_seq & 0xff_ffff) as u32 != imm & 0xff_ffff {
             tracing::warn!(node = me, peer, acked_seq, imm, "acknowledgement out of order: reconnecting");
+            self.entry_lost(peer, sent);
             self.link_failed(peer, crate::fabric::WcStatus::RemoteOperation, now);
             return;
         }
@@ -524,6 +546,9 @@ impl<F: Fabric> Node<F> {
                 }
             }
             Sent::Notice { notice } => self.notice_done(notice, peer, status == super::holder::ACK_OK),
+            Sent::Repair { repair, generation } => {
+                self.repair_acked(repair, generation, peer, status == super::holder::ACK_OK)
+            }
         }
     }
 
@@ -538,6 +563,7 @@ impl<F: Fabric> Node<F> {
                 }
             }
             Sent::Notice { notice } => self.notice_done(notice, peer, false),
+            Sent::Repair { repair, generation } => self.repair_acked(repair, generation, peer, false),
         }
     }
 
@@ -744,6 +770,18 @@ impl<F: Fabric> Node<F> {
             End::Failed => Outcome::failed(Status::StageFailed, 0),
             End::Overloaded => Outcome::failed(Status::Overloaded, 0),
         };
+        // Holders that never persisted their fragment of a committed write get it
+        // rebuilt (the resync of each comes back to this write).
+        if matches!(w.end, Some(End::Committed | End::Undecided)) {
+            let missing = w.holder_mask() & !w.acked & !(1 << self.me);
+            for h in 0..self.n as u8 {
+                if missing & (1 << h) != 0 {
+                    if let Some(p) = self.peer_mut(h) {
+                        p.resync = Some(p.resync.map_or(w.write_seq, |c| c.min(w.write_seq)));
+                    }
+                }
+            }
+        }
         self.stats.record_write(&w, now.mono_ns, outcome.status);
         self.host.complete(&w.taken, outcome, &mut self.metrics);
     }
@@ -775,11 +813,25 @@ impl<F: Fabric> Node<F> {
         }
     }
 
+    /// Notice slots free, and records waiting per peer (for diagnostics).
+    pub(super) fn notices_debug(&self) -> String {
+        format!(
+            "{} free, batches {:?}",
+            self.notices.free.len(),
+            self.notices.batches.iter().map(Vec::len).collect::<Vec<_>>()
+        )
+    }
+
+    /// Queues an outcome record for peer `h` that no write in flight waits for.
+    pub(super) fn notices_queue(&mut self, h: u8, record: OutcomeRecordRepr) -> bool {
+        self.notices.queue(h, record, None)
+    }
+
     /// Resends the decisions peer `h` may have missed (it was down, or its link broke
     /// with notices queued): walks the outcome table from the peer's resync cursor, a
     /// bounded chunk per call, queueing every decided write of which `h` is a holder
     /// and has not persisted the decision.
-    pub(super) fn resync(&mut self, h: u8) {
+    pub(super) fn resync(&mut self, h: u8, now: Now) {
         let Some(p) = self.peer(h) else { return };
         let (Some(mut seq), true) = (p.resync, p.is_up()) else { return };
         let end = self.next_write_seq;
@@ -792,6 +844,14 @@ impl<F: Fabric> Node<F> {
                     WriteState::Aborted => Some(Decision::Aborted),
                     _ => None,
                 };
+                // A committed write whose fragment it never persisted: rebuild it.
+                if outcome == Some(Decision::Committed) && e.holders() & bit != 0 && e.acked() & bit == 0 {
+                    if !self.start_repair(seq, e.key_hash(), e.stamp(), e.tombstone(), h, now) {
+                        break;
+                    }
+                    seq += 1;
+                    continue;
+                }
                 if let (Some(outcome), true) = (outcome, e.holders() & bit != 0 && e.decided() & bit == 0) {
                     let record =
                         OutcomeRecordRepr { write_seq: seq, key_hash: e.key_hash(), stamp: e.stamp(), outcome };

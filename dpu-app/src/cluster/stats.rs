@@ -71,6 +71,10 @@ pub struct NodeStats {
     pub notices_dropped: u64,
     /// Decisions resent to a peer after it reconnected.
     pub notices_resent: u64,
+    /// Repairs started (fragments rebuilt for a holder that missed them).
+    pub repairs_started: u64,
+    /// Repairs the holder acknowledged.
+    pub repairs_done: u64,
     /// Fragments refused by GETs (checksums) and frames that did not open.
     pub fragments_refused: u64,
     /// Rebuilt frames that did not open (a forged fragment).
@@ -110,6 +114,8 @@ impl NodeStats {
             refusals: 0,
             notices_dropped: 0,
             notices_resent: 0,
+            repairs_started: 0,
+            repairs_done: 0,
             fragments_refused: 0,
             forged: 0,
         }
@@ -223,6 +229,8 @@ impl NodeStats {
             ("refusals from holders", self.refusals),
             ("fragments refused by GETs", self.fragments_refused),
             ("forged frames", self.forged),
+            ("decisions resent", self.notices_resent),
+            ("fragments repaired", self.repairs_done),
         ];
         let shown: Vec<String> = faults.iter().filter(|(_, n)| *n > 0).map(|(w, n)| format!("{n} {w}")).collect();
         if !shown.is_empty() {

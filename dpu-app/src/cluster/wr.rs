@@ -26,6 +26,10 @@ pub enum Kind {
     Heartbeat = 7,
     /// A READ of a peer's store set for a GET: a = get slot.
     GetRead = 8,
+    /// A READ of a peer's store set for a repair: a = repair slot, b = generation.
+    RepairRead = 9,
+    /// A rebuilt fragment's WRITE (bytes or header): a = repair slot, b = generation.
+    RepairWrite = 10,
 }
 
 impl Kind {
@@ -39,6 +43,8 @@ impl Kind {
             6 => Self::Ack,
             7 => Self::Heartbeat,
             8 => Self::GetRead,
+            9 => Self::RepairRead,
+            10 => Self::RepairWrite,
             _ => return None,
         })
     }

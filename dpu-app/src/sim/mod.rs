@@ -344,45 +344,67 @@ pub fn run(opts: &SimOptions) -> Result<SimReport, Violation> {
         report.steps = step + 1;
     }
 
-    // Quiesce: let every write and read finish, then read every key back.
-    let quiet = cluster.run_until(TICK_NS, 200_000_000, |c| {
-        (0..n).all(|i| c.node(i).is_some_and(|x| x.in_flight() == 0 && (0..n).all(|j| i == j || x.peer_up(j))))
+    // Quiesce: let every write, read and repair finish.
+    let quiet = cluster.run_until(TICK_NS, 400_000_000, |c| {
+        (0..n).all(|i| {
+            c.node(i).is_some_and(|x| {
+                x.in_flight() == 0 && x.repairs_pending() == 0 && (0..n).all(|j| i == j || x.peer_up(j))
+            })
+        })
     });
     for c in &mut clients {
         let now = cluster.now().mono_ns;
         c.reap(now, &mut oracle).map_err(|e| fail(report.steps, e))?;
     }
     if !quiet {
-        return Err(fail(
-            report.steps,
-            "the cluster did not settle (writes in flight or links down) with every node up and every link healed"
-                .into(),
-        ));
-    }
-    for key in 0..opts.keys {
-        let Some((stamp, _, deleted)) = oracle.newest(key) else { continue };
-        let reader = (key % u32::from(n)) as u8;
-        let began = cluster.now().mono_ns;
-        let before = oracle.reads_checked;
-        let c = &mut clients[reader as usize];
-        c.read(key, true, began, 0, &mut oracle).map_err(|e| fail(report.steps, e))?;
-        let got = cluster.run_until(TICK_NS, 50_000_000, |cl| {
-            let now = cl.now().mono_ns;
-            let c = &mut clients[reader as usize];
-            c.flush();
-            let _ = c.reap(now, &mut oracle);
-            let _ = c.recheck(now, &mut oracle);
-            c.in_flight() == 0
-        });
-        if !got {
-            return Err(fail(report.steps, format!("the final read of key {key} never completed")));
+        for i in 0..n {
+            if let Some(x) = cluster.node(i) {
+                tracing::warn!(node = i, in_flight = x.in_flight(), repairs = x.repairs_pending(), detail = x.repairs_debug(), up = ?(0..n).map(|j| x.peer_up(j)).collect::<Vec<_>>(), "not settled");
+            }
         }
-        if oracle.reads_checked == before {
-            let _ = (stamp, deleted);
-            return Err(fail(
-                report.steps,
-                format!("the final Fresh read of key {key} (newest committed version {stamp:#x}) came back Unavailable with every node up"),
-            ));
+        return Err(fail(report.steps, "the cluster did not settle (writes or repairs in flight, or links down) with every node up and every link healed".into()));
+    }
+    // Every committed write reads back with every node up, and again with m nodes
+    // down: the repairs gave back what the holders that were down had missed.
+    let mut down = Vec::new();
+    for round in 0..2 {
+        if round == 1 {
+            while down.len() < opts.m as usize {
+                let victim = rng.below(u64::from(n)) as u8;
+                if !down.contains(&victim) {
+                    cluster.crash(victim);
+                    down.push(victim);
+                }
+            }
+        }
+        for key in 0..opts.keys {
+            let Some((stamp, _, _)) = oracle.newest(key) else { continue };
+            let reader = (0..n)
+                .map(|i| ((key + u32::from(i)) % u32::from(n)) as u8)
+                .find(|i| !down.contains(i))
+                .expect("a live node");
+            let began = cluster.now().mono_ns;
+            let before = oracle.reads_checked;
+            let c = &mut clients[reader as usize];
+            c.read(key, true, began, 0, &mut oracle).map_err(|e| fail(report.steps, e))?;
+            let got = cluster.run_until(TICK_NS, 50_000_000, |cl| {
+                let now = cl.now().mono_ns;
+                let c = &mut clients[reader as usize];
+                c.flush();
+                let _ = c.reap(now, &mut oracle);
+                let _ = c.recheck(now, &mut oracle);
+                c.in_flight() == 0
+            });
+            if !got {
+                return Err(fail(report.steps, format!("the final read of key {key} never completed")));
+            }
+            if oracle.reads_checked == before {
+                let state = if round == 0 { "every node up".to_string() } else { format!("nodes {down:?} down") };
+                return Err(fail(
+                    report.steps,
+                    format!("the final Fresh read of key {key} (newest committed version {stamp:#x}) came back Unavailable with {state}"),
+                ));
+            }
         }
     }
     report.writes = oracle.counts();

@@ -1,0 +1,389 @@
+//! Repair: a committed write whose fragment a holder never persisted (it was down, or
+//! its link broke) gets that fragment rebuilt and sent once the holder is back, so the
+//! write again survives any m nodes down.
+//!
+//! The writer finds such writes in its outcome table (a holder in the write's holder
+//! set but not in its acknowledged set) while it resyncs a reconnected peer. A repair
+//! gathers the key's store set from every reachable node (this one included), rebuilds
+//! the sealed frame from any k fragments of exactly that version (their checksums
+//! checked), encodes the stripe again - byte for byte the fragments the write made,
+//! since sealing is not redone - and writes the missing one into the holder's log,
+//! flagged as a repair; once the holder acknowledges it, the decision follows. A repair
+//! of a version superseded by a newer committed one is dropped: only the newest value
+//! of a key must survive.
+
+use super::entry::{EntryKind, EntryRepr, Outcome as Decision, OutcomeRecordRepr};
+use super::limits::REPAIRS_MAX;
+use super::node::{Node, Now};
+use super::peer::Sent;
+use super::record::{RecordState, RecordView};
+use super::wr::{Kind, WrId};
+use crate::codec_config::FRAGMENTS_MAX;
+use crate::fabric::{Fabric, Op};
+use crate::stripe::{decode_stripe, encode_stripe, fragment, Fragment, StripeId, StripeLayout};
+
+/// One repair in flight.
+#[derive(Clone, Copy, Debug)]
+pub struct Repair {
+    generation: u32,
+    write_seq: u64,
+    key_hash: u64,
+    stamp: u64,
+    tombstone: bool,
+    target: u8,
+    /// Peers whose set READ is outstanding.
+    pending: u32,
+    /// Nodes whose set arrived.
+    arrived: u32,
+    /// Work requests carrying its buffers, not completed.
+    wrs: u32,
+    /// The fragment went out; waiting for its acknowledgement.
+    sent: bool,
+    /// Over (done or given up); freed once `wrs` is 0.
+    over: bool,
+    /// Two DPU scratch buffers: the frame's data fragments, and headers and parity.
+    data: u32,
+    side: u32,
+    deadline_ns: u64,
+}
+
+/// Repairs in flight, with their set copies, allocated at start.
+#[derive(Debug)]
+pub struct RepairTable {
+    slots: Vec<Option<Repair>>,
+    generations: Vec<u32>,
+    sets: Vec<Vec<u8>>,
+}
+
+impl RepairTable {
+    /// Room for [`REPAIRS_MAX`] repairs in a cluster of `nodes` with sets of
+    /// `set_bytes`.
+    pub fn new(nodes: usize, set_bytes: usize) -> Self {
+        Self {
+            slots: (0..REPAIRS_MAX).map(|_| None).collect(),
+            generations: vec![0; REPAIRS_MAX as usize],
+            sets: (0..REPAIRS_MAX).map(|_| vec![0u8; nodes * set_bytes]).collect(),
+        }
+    }
+
+    /// Repairs in flight.
+    pub fn in_flight(&self) -> usize {
+        self.slots.iter().filter(|s| s.is_some()).count()
+    }
+
+    fn is_running(&self, write_seq: u64, target: u8) -> bool {
+        self.slots.iter().flatten().any(|r| r.write_seq == write_seq && r.target == target)
+    }
+}
+
+impl<F: Fabric> Node<F> {
+    /// Starts repairing write `write_seq`'s fragment for `target`; false when there is
+    /// no room now (the resync tries again later).
+    pub(super) fn start_repair(
+        &mut self,
+        write_seq: u64,
+        key_hash: u64,
+        stamp: u64,
+        tombstone: bool,
+        target: u8,
+        now: Now,
+    ) -> bool {
+        if self.repairs.is_running(write_seq, target) {
+            return true;
+        }
+        let Some(slot) = self.repairs.slots.iter().position(Option::is_none) else { return false };
+        if self.side_free.len() < 2 + 4 {
+            // Leave room for host writes: repairs are background work.
+            return false;
+        }
+        let (data, side) = (self.side_free.pop().expect("checked"), self.side_free.pop().expect("checked"));
+        let g = &mut self.repairs.generations[slot];
+        *g = g.wrapping_add(1) & 0xff_ffff;
+        let generation = *g;
+        self.repairs.slots[slot] = Some(Repair {
+            generation,
+            write_seq,
+            key_hash,
+            stamp,
+            tombstone,
+            target,
+            pending: 0,
+            arrived: 0,
+            wrs: 0,
+            sent: false,
+            over: false,
+            data,
+            side,
+            deadline_ns: now.mono_ns + self.write_timeout_ns,
+        });
+        let slot = slot as u32;
+        let set_bytes = self.gets.set_bytes();
+        let set = self.store.set_of(key_hash);
+        let mut pending = 0;
+        for j in 0..self.n as u8 {
+            if j == self.me {
+                continue;
+            }
+            let Some(remote) = self.peer(j).filter(|p| p.is_up()).and_then(|p| p.remote) else { continue };
+            let staging = self.repair_staging(slot, j);
+            let buf = self.pools.sets.buf(staging, set_bytes);
+            let at = self.store.set_offset(set) as u64;
+            pending |= 1 << j;
+            if let Some(r) = self.repairs.slots[slot as usize].as_mut() {
+                r.wrs += 1;
+            }
+            self.post(
+                j,
+                WrId::new(Kind::RepairRead, j, slot, generation),
+                Op::Read { remote: remote.store.at(at) },
+                buf,
+            );
+        }
+        if let Some(r) = self.repairs.slots[slot as usize].as_mut() {
+            r.pending = pending;
+        }
+        self.stats.repairs_started += 1;
+        tracing::debug!(node = self.me, write_seq, stamp, target, "repair started");
+        true
+    }
+
+    /// The sets-pool slot a repair's READ from `j` lands in (after the GETs' slots).
+    fn repair_staging(&self, slot: u32, j: u8) -> u32 {
+        (self.gets.capacity() + slot) * self.n as u32 + u32::from(j)
+    }
+
+    /// A repair's set READ came back.
+    pub(super) fn on_repair_read(&mut self, id: WrId, ok: bool) {
+        let set_bytes = self.gets.set_bytes();
+        let staging = self.repair_staging(id.a, id.peer);
+        let Some(r) = self.repairs.slots.get_mut(id.a as usize).and_then(Option::as_mut) else { return };
+        if r.generation != id.b {
+            return;
+        }
+        r.wrs = r.wrs.saturating_sub(1);
+        r.pending &= !(1 << id.peer);
+        if ok && !r.over {
+            r.arrived |= 1 << id.peer;
+            let j = id.peer as usize;
+            self.pools.sets.read(staging, &mut self.repairs.sets[id.a as usize][j * set_bytes..(j + 1) * set_bytes]);
+        }
+    }
+
+    /// A rebuilt fragment's work request completed.
+    pub(super) fn on_repair_write(&mut self, id: WrId, _ok: bool) {
+        if let Some(r) = self.repairs.slots.get_mut(id.a as usize).and_then(Option::as_mut) {
+            if r.generation == id.b {
+                r.wrs = r.wrs.saturating_sub(1);
+            }
+        }
+    }
+
+    /// The target acknowledged (or lost) a rebuilt fragment.
+    pub(super) fn repair_acked(&mut self, slot: u32, generation: u32, peer: u8, ok: bool) {
+        let Some(r) = self.repairs.slots.get_mut(slot as usize).and_then(Option::as_mut) else { return };
+        if r.generation != generation {
+            return;
+        }
+        r.over = true;
+        let (write_seq, key_hash, stamp) = (r.write_seq, r.key_hash, r.stamp);
+        if ok {
+            let _ = self.outcomes.set_acked(write_seq, peer);
+            // Its record is Pending there: the decision follows.
+            let record = OutcomeRecordRepr { write_seq, key_hash, stamp, outcome: Decision::Committed };
+            let _ = self.notices_queue(peer, record);
+            self.stats.repairs_done += 1;
+            tracing::debug!(node = self.me, write_seq, stamp, peer, "repair acknowledged");
+        } else if let Some(p) = self.peer_mut(peer) {
+            // Lost or refused: the next resync comes back to it.
+            p.resync = Some(p.resync.map_or(write_seq, |c| c.min(write_seq)));
+        }
+    }
+
+    /// Moves every repair forward.
+    pub(super) fn advance_repairs(&mut self, now: Now) -> bool {
+        let mut busy = false;
+        for slot in 0..REPAIRS_MAX {
+            let Some(r) = self.repairs.slots[slot as usize] else { continue };
+            if r.over || now.mono_ns >= r.deadline_ns {
+                if r.wrs == 0 {
+                    self.side_free.push(r.data);
+                    self.side_free.push(r.side);
+                    self.repairs.slots[slot as usize] = None;
+                    busy = true;
+                } else if let Some(r) = self.repairs.slots[slot as usize].as_mut() {
+                    r.over = true;
+                }
+                continue;
+            }
+            if !r.sent && r.pending == 0 {
+                busy = true;
+                self.rebuild_and_send(slot);
+            }
+        }
+        busy
+    }
+
+    fn rebuild_and_send(&mut self, slot: u32) {
+        let me = self.me;
+        let set_bytes = self.gets.set_bytes();
+        let geometry = self.store.geometry();
+        let mut sets = std::mem::take(&mut self.repairs.sets[slot as usize]);
+        let mut r = self.repairs.slots[slot as usize].expect("running repair");
+        let set = self.store.set_of(r.key_hash);
+        if self.store.read_set(set, &mut sets[me as usize * set_bytes..(me as usize + 1) * set_bytes]).is_ok() {
+            r.arrived |= 1 << me;
+        }
+        let rb = geometry.record_bytes() as usize;
+        let mut frags = [Fragment { header: &[], payload: &[] }; FRAGMENTS_MAX];
+        let (mut used, mut have, mut superseded, mut present) = (0, 0u32, false, false);
+        for j in 0..self.n {
+            if r.arrived & (1 << j) == 0 {
+                continue;
+            }
+            let chunk = &sets[j * set_bytes..(j + 1) * set_bytes];
+            for way in 0..geometry.ways() as usize {
+                let record = &chunk[way * rb..(way + 1) * rb];
+                let Ok(v) = RecordView::new_checked(record, geometry.payload_max()) else { continue };
+                if v.key_hash() != r.key_hash || v.state() == RecordState::Empty {
+                    continue;
+                }
+                if v.state() == RecordState::Committed && v.stamp() > r.stamp {
+                    superseded = true;
+                }
+                if v.stamp() != r.stamp {
+                    continue;
+                }
+                if j == r.target as usize {
+                    present = true;
+                }
+                let bit = 1u32 << v.fragment_index();
+                if have & bit == 0 && used < FRAGMENTS_MAX {
+                    have |= bit;
+                    let len = v.fragment_len() as usize;
+                    frags[used] = Fragment { header: &record[64..104], payload: &record[104..104 + len] };
+                    used += 1;
+                }
+            }
+        }
+        r.sent = true;
+        let config = self.region.layout().config;
+        let rl = *self.region.layout();
+        let done = |node: &mut Self, r: Repair, sets: Vec<u8>| {
+            node.repairs.slots[slot as usize] = Some(Repair { over: true, ..r });
+            node.repairs.sets[slot as usize] = sets;
+        };
+        // Not now (too few fragments reachable, the target gone): the next resync of
+        // the target comes back to this write.
+        let retry_later = |node: &mut Self, r: Repair, sets: Vec<u8>| {
+            if let Some(p) = node.peer_mut(r.target) {
+                p.resync = Some(p.resync.map_or(r.write_seq, |c| c.min(r.write_seq)));
+            }
+            done(node, r, sets)
+        };
+        tracing::debug!(
+            node = me,
+            write_seq = r.write_seq,
+            stamp = r.stamp,
+            target = r.target,
+            used,
+            superseded,
+            present,
+            "repair gathered"
+        );
+        if superseded || present {
+            if present {
+                let _ = self.outcomes.set_acked(r.write_seq, r.target);
+            }
+            return done(self, r, sets);
+        }
+        // Rebuild the sealed frame into the data buffer, then the whole stripe.
+        let data = super::host_memory::buffer_mut(&self.region, rl.buffer(r.data), config.buffer_bytes as usize);
+        let layout = match decode_stripe(&mut self.rs, &frags[..used], data) {
+            Ok((layout, _)) => layout,
+            Err(e) => {
+                tracing::debug!(node = me, write_seq = r.write_seq, error = %e, "repair cannot rebuild the frame now");
+                return retry_later(self, r, sets);
+            }
+        };
+        let side = super::host_memory::buffer_mut(&self.region, rl.buffer(r.side), config.buffer_bytes as usize);
+        let id = StripeId { key_hash: r.key_hash, version: r.stamp };
+        let relaid = StripeLayout::new(self.k, self.m, layout.frame_len());
+        if relaid.is_err() || encode_stripe(&self.rs, &layout, id, data, side).is_err() {
+            return done(self, r, sets);
+        }
+        let home = (r.key_hash % self.n as u64) as usize;
+        let index = (r.target as usize + self.n - home) % self.n;
+        if index >= layout.fragments() {
+            return done(self, r, sets);
+        }
+        let f = layout.fragment_len();
+        let frag = fragment(&layout, data, side, index);
+        let mut frag_header = [0u8; crate::stripe::HEADER_LEN];
+        frag_header.copy_from_slice(frag.header);
+        let payload_crc = crc32c::crc32c_combine(
+            crc32c::crc32c(&frag_header),
+            u32::from_le_bytes(frag_header[32..36].try_into().expect("4 bytes")),
+            f,
+        );
+        let bytes_at = if index < layout.k() {
+            rl.buffer(r.data) + index * f
+        } else {
+            rl.buffer(r.side) + layout.headers_len() + (index - layout.k()) * f
+        } - rl.arena_offset;
+        let target = r.target;
+        let up = self.peer(target).is_some_and(|p| p.is_up() && p.has_credit()) && self.send_room(target, 2);
+        if !up {
+            return retry_later(self, r, sets);
+        }
+        let entry = EntryRepr {
+            kind: EntryKind::Fragment,
+            writer: me,
+            holder: target,
+            seq: 0,
+            write_seq: r.write_seq,
+            key_hash: r.key_hash,
+            stamp: r.stamp,
+            payload_len: (crate::stripe::HEADER_LEN + f) as u32,
+            tombstone: r.tombstone,
+            repair: true,
+            payload_crc,
+            incarnation: self.incarnation,
+        };
+        r.wrs += if f > 0 { 2 } else { 1 };
+        self.repairs.slots[slot as usize] = Some(r);
+        self.repairs.sets[slot as usize] = sets;
+        let staging = self.writes.capacity() * (self.k + self.m) as u32 + slot;
+        let tag = WrId::new(Kind::RepairWrite, target, slot, r.generation);
+        self.post_fragment_entry(
+            target,
+            bytes_at,
+            &frag_header,
+            entry,
+            staging,
+            (tag, tag),
+            Sent::Repair { repair: slot, generation: r.generation },
+        );
+    }
+
+    /// What the repairs are doing (for diagnostics).
+    pub fn repairs_debug(&self) -> String {
+        format!(
+            "side_free {} notices {} sent {:?} repairs {:?} resync {:?}",
+            self.side_free.len(),
+            self.notices_debug(),
+            self.peers.iter().flatten().map(|p| (p.id, p.sent.len(), p.has_credit(), p.sends)).collect::<Vec<_>>(),
+            self.repairs
+                .slots
+                .iter()
+                .flatten()
+                .map(|r| (r.write_seq, r.target, r.pending, r.wrs, r.sent, r.over))
+                .collect::<Vec<_>>(),
+            self.peers.iter().flatten().map(|p| (p.id, p.resync)).collect::<Vec<_>>()
+        )
+    }
+
+    /// Repairs in flight or waiting in a resync.
+    pub fn repairs_pending(&self) -> usize {
+        self.repairs.in_flight() + self.peers.iter().flatten().filter(|p| p.resync.is_some()).count()
+    }
+}
