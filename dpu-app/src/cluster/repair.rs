@@ -294,6 +294,11 @@ impl<F: Fabric> Node<F> {
             if present {
                 let _ = self.outcomes.set_acked(r.write_seq, r.target);
             }
+            // It holds the fragment (or a newer value): it still needs the decision.
+            let record = OutcomeRecordRepr { write_seq: r.write_seq, key_hash: r.key_hash, stamp: r.stamp, outcome: Decision::Committed };
+            if !self.notices_queue(r.target, record) {
+                return retry_later(self, r, sets);
+            }
             return done(self, r, sets);
         }
         // Rebuild the sealed frame into the data buffer, then the whole stripe.

@@ -698,8 +698,13 @@ impl<F: Fabric> Node<F> {
         // Only a Committed decision counts towards the m + 1 a write waits for.
         let owner = (outcome == Decision::Committed).then_some((slot, generation));
         w.notified |= 1 << h;
+        let write_seq = w.write_seq;
         if !self.notices.queue(h, record, owner) {
-            tracing::debug!(node = self.me, peer = h, "notice batch full; the decision waits for the next one");
+            // The batch is full (the peer is slow or away): its resync sends it later.
+            tracing::debug!(node = self.me, peer = h, "notice batch full; the decision goes with the peer's resync");
+            if let Some(p) = self.peer_mut(h) {
+                p.resync = Some(p.resync.map_or(write_seq, |c| c.min(write_seq)));
+            }
         }
     }
 
@@ -719,7 +724,11 @@ impl<F: Fabric> Node<F> {
         for h in 0..self.n as u8 {
             if h != me && holders & (1 << h) != 0 {
                 let record = OutcomeRecordRepr { write_seq, key_hash, stamp, outcome: Decision::Aborted };
-                let _ = self.notices.queue(h, record, None);
+                if !self.notices.queue(h, record, None) {
+                    if let Some(p) = self.peer_mut(h) {
+                        p.resync = Some(p.resync.map_or(write_seq, |c| c.min(write_seq)));
+                    }
+                }
             }
         }
         self.rollback_marks(slot, generation);
