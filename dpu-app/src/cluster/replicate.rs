@@ -211,6 +211,7 @@ impl<F: Fabric> Node<F> {
             lease: None,
             arrived_ns: arrived,
             lease_priors: [None; super::control::NODES_MAX],
+            waiting_credit: 0,
         };
         if let Some(l) = &lease {
             write.lease = Some(l.slot);
@@ -226,10 +227,8 @@ impl<F: Fabric> Node<F> {
         for (i, &h) in holders.iter().enumerate().take(layout.fragments()) {
             if h == self.me {
                 self.persist_own_fragment(slot, generation, i);
-            } else if !self.send_fragment(slot, generation, i, h) {
-                if let Some(w) = self.writes.get_mut(slot, generation) {
-                    w.failed |= 1 << h;
-                }
+            } else {
+                self.try_send_fragment(slot, generation, i, h);
             }
         }
         // 4. Invalidate speculatively, in the same round trip.
@@ -394,6 +393,24 @@ impl<F: Fabric> Node<F> {
             let _ = self.outcomes.set_acked(write_seq, me);
         } else {
             w.failed |= 1 << me;
+        }
+    }
+
+    /// Sends fragment `i` to holder `h` now, or - if its log has no free slot (the
+    /// holder is slow) or its send queue no room - marks it to retry: a write waits for
+    /// log credit until its deadline rather than overwrite what the holder has not
+    /// persisted. A holder that is down counts as failed at once.
+    fn try_send_fragment(&mut self, slot: u32, generation: u32, i: usize, h: u8) {
+        let up = self.peer(h).is_some_and(|p| p.is_up());
+        let sent = up && self.send_fragment(slot, generation, i, h);
+        let Some(w) = self.writes.get_mut(slot, generation) else { return };
+        if sent {
+            w.waiting_credit &= !(1 << i);
+        } else if up {
+            w.waiting_credit |= 1 << i;
+        } else {
+            w.waiting_credit &= !(1 << i);
+            w.failed |= 1 << h;
         }
     }
 
@@ -582,6 +599,15 @@ impl<F: Fabric> Node<F> {
         let generation = w.generation;
         match w.phase {
             Phase::Replicating => {
+                if w.waiting_credit != 0 {
+                    let (waiting, holders, fragments) = (w.waiting_credit, w.holders, w.layout.fragments());
+                    for i in 0..fragments {
+                        if waiting & (1 << i) != 0 {
+                            self.try_send_fragment(slot, generation, i, holders[i]);
+                        }
+                    }
+                }
+                let w = self.writes.slot_mut(slot).expect("write exists");
                 if w.acked.count_ones() >= quorum {
                     w.stamp_stage(WriteStage::Replicate, now.mono_ns);
                     self.decide(slot, generation, now);

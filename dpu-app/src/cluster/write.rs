@@ -134,6 +134,8 @@ pub struct Write {
     pub lease: Option<u32>,
     /// When the write arrived from the host.
     pub arrived_ns: u64,
+    /// Fragments (by index) waiting for log credit at their holder.
+    pub waiting_credit: u32,
     /// Per host, what the lease's mark replaced (a mark upgraded from a lease rolls
     /// back to that, not to the lease's Pending word).
     pub lease_priors: [Option<SlotState>; NODES_MAX],
