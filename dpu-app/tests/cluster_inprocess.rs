@@ -85,3 +85,74 @@ fn a_write_on_one_node_is_read_back_on_every_other() {
     drop(c);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A cluster on a manual clock with logs of 8 slots and quorum 5: every holder must
+/// persist every fragment.
+fn tight_cluster(name: &str) -> (InProcess, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("prescient-inproc-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("keys")).unwrap();
+    let key = dir.join("keys/1.key");
+    std::fs::write(&key, [9u8; 32]).unwrap();
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let mut config = ClusterConfig::in_process(5, 3, 2, &dir);
+    config.key_dir = dir.join("keys");
+    config.quorum = 5;
+    config.value_bytes_max = 1024;
+    config.store_keys = 1024;
+    config.log_slots = 8;
+    config.outcome_entries = 1024;
+    config.heartbeat_us = 100;
+    config.lease_us = 500;
+    config.dead_after_us = 100_000;
+    config.write_timeout_us = 200_000;
+    config.validate().unwrap();
+    let region = region_config_for(&config, 1, 256);
+    let clock = ClusterClock::manual(1_000_000);
+    let c = InProcess::start(Arc::new(config), clock, ModelConfig::ideal(), region, &dir.join("regions")).unwrap();
+    (c, dir)
+}
+
+fn submit(c: &InProcess, qp: &mut prescient_shim::QueuePair, keys: std::ops::Range<u32>) {
+    let host = c.host(0);
+    for k in keys {
+        let mut buf = host.take_buffer().unwrap();
+        buf.value_mut()[..100].fill(k as u8);
+        qp.push_put(format!("k{k}").as_bytes(), buf, 100, Sla::Fresh, u64::from(k)).map_err(|(e, _)| e).unwrap();
+    }
+    qp.flush().unwrap();
+}
+
+#[test]
+fn a_full_log_makes_writes_wait_for_credit_and_a_stalled_holder_fails_them_in_time() {
+    let (mut c, dir) = tight_cluster("credit");
+    assert!(c.run_until(10_000, 100_000_000, |c| (1..5).all(|j| c.node(0).is_some_and(|n| n.peer_up(j)))));
+    let host = Arc::clone(c.host(0));
+    let mut qp = host.queue_pair(0).unwrap();
+    // Node 4 stalls: it persists nothing, so its log of 8 slots fills up.
+    c.pause(4, true);
+    submit(&c, &mut qp, 0..20);
+    let mut done = Vec::new();
+    c.run_until(10_000, 20_000_000, |_| false);
+    let _ = qp.poll(|x| done.push(x));
+    assert!(done.is_empty(), "quorum 5: nothing commits while a holder stalls ({done:?})");
+    assert!(c.node(0).unwrap().log_outstanding(4) <= 8, "never more entries than the log has slots");
+    // It comes back: every write completes, none was dropped.
+    c.pause(4, false);
+    assert!(c.run_until(10_000, 100_000_000, |_| {
+        let _ = qp.poll(|x| done.push(x));
+        done.len() == 20
+    }));
+    assert!(done.iter().all(|d| d.status == Status::Ok), "{done:?}");
+    // Stalled for longer than the write timeout: the writes fail, with a clear status.
+    c.pause(4, true);
+    submit(&c, &mut qp, 100..104);
+    let mut failed = Vec::new();
+    assert!(c.run_until(10_000, 2_000_000_000, |_| {
+        let _ = qp.poll(|x| failed.push(x));
+        failed.len() == 4
+    }));
+    assert!(failed.iter().all(|d| d.status == Status::NotDurable), "{failed:?}");
+    drop(c);
+    let _ = std::fs::remove_dir_all(dir);
+}

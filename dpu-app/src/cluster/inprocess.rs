@@ -113,6 +113,7 @@ pub struct InProcess {
     mailboxes: Vec<Option<Box<dyn Mailbox>>>,
     hosts: Vec<Arc<Host>>,
     regions: Vec<PathBuf>,
+    paused: Vec<bool>,
 }
 
 impl std::fmt::Debug for InProcess {
@@ -161,6 +162,7 @@ impl InProcess {
             mailboxes,
             hosts,
             regions,
+            paused: vec![false; n],
         };
         for id in 0..n as u8 {
             cluster.restart(id)?;
@@ -212,12 +214,20 @@ impl InProcess {
     pub fn step(&mut self) -> bool {
         let now = self.clock.now();
         let mut busy = false;
-        for node in self.nodes.iter_mut().flatten() {
-            busy |= node.poll(now);
+        for (node, paused) in self.nodes.iter_mut().zip(&self.paused) {
+            if let (Some(node), false) = (node, paused) {
+                busy |= node.poll(now);
+            }
         }
         // Deliveries due by now happen even if no requester polled.
         self.network.progress();
         busy
+    }
+
+    /// Stops (or resumes) polling node `id`: a stalled DPU app, alive but doing
+    /// nothing (its NIC still answers one-sided operations).
+    pub fn pause(&mut self, id: u8, paused: bool) {
+        self.paused[id as usize] = paused;
     }
 
     /// Kills node `id` as a crash would: its fabric node stops answering, its process

@@ -477,6 +477,12 @@ impl<F: Fabric> Node<F> {
         self.writes.in_flight() + self.gets.in_flight()
     }
 
+    /// Entries this node wrote into `peer`'s log that the peer has not acknowledged
+    /// (never more than the log's slots: the credits).
+    pub fn log_outstanding(&self, peer: u8) -> usize {
+        self.peer(peer).map_or(0, |p| p.sent.len())
+    }
+
     /// Whether node `peer` is connected and answering.
     pub fn peer_up(&self, peer: u8) -> bool {
         self.peers.get(peer as usize).and_then(Option::as_ref).is_some_and(Peer::is_up)

@@ -295,7 +295,12 @@ impl<F: Fabric> Node<F> {
                 let _ = self.outcomes.set_acked(r.write_seq, r.target);
             }
             // It holds the fragment (or a newer value): it still needs the decision.
-            let record = OutcomeRecordRepr { write_seq: r.write_seq, key_hash: r.key_hash, stamp: r.stamp, outcome: Decision::Committed };
+            let record = OutcomeRecordRepr {
+                write_seq: r.write_seq,
+                key_hash: r.key_hash,
+                stamp: r.stamp,
+                outcome: Decision::Committed,
+            };
             if !self.notices_queue(r.target, record) {
                 return retry_later(self, r, sets);
             }
