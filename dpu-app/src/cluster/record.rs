@@ -278,7 +278,7 @@ impl<T: AsRef<[u8]>> RecordView<T> {
     }
 
     /// Checks the length, magic, format, state (0..=2), that no unknown flag or reserved
-    /// byte is set, that fragment_len is at most `payload_max` and within the bytes, and the
+    /// byte is set, that the fragment index is below `FRAGMENTS_MAX`, that fragment_len is at most `payload_max` and within the bytes, and the
     /// record checksum (recomputed).
     pub fn check(&self, payload_max: u32) -> Result<(), RecordError> {
         let b = self.buffer.as_ref();
@@ -299,6 +299,13 @@ impl<T: AsRef<[u8]>> RecordView<T> {
         }
         if let Some(&value) = b[field::RESERVED].iter().find(|&&x| x != 0) {
             return Err(RecordError::Field { field: "reserved", value: value.into(), reason: "must be zero" });
+        }
+        if usize::from(self.fragment_index()) >= crate::codec_config::FRAGMENTS_MAX {
+            return Err(RecordError::Field {
+                field: "fragment_index",
+                value: self.fragment_index().into(),
+                reason: "beyond the most fragments a stripe has",
+            });
         }
         let len = self.fragment_len();
         if len > payload_max {
@@ -601,6 +608,11 @@ mod tests {
         let mut b = record.clone();
         b[field::RESERVED.start + 3] = 1;
         assert!(matches!(check(&reseal(b)), RecordError::Field { field: "reserved", .. }));
+        // A hostile peer's fragment index past any stripe (found by the store_set fuzz
+        // target: it once reached a shift by 200 in the GET's choice).
+        let mut b = record.clone();
+        b[field::FRAGMENT_INDEX] = 200;
+        assert!(matches!(check(&reseal(b)), RecordError::Field { field: "fragment_index", value: 200, .. }));
         let mut b = record.clone();
         b[field::PAYLOAD] ^= 1;
         assert!(matches!(check(&b), RecordError::Checksum { .. }));
