@@ -285,11 +285,15 @@ fn run(cli: Cli) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // The simulator injects crashes and losses on purpose: the warnings they raise are
+    // its normal weather, so it shows errors only unless RUST_LOG says otherwise.
+    let quiet = if matches!(cli.command, Command::Sim { .. }) { "error" } else { "warn" };
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| quiet.into()))
         .with_writer(std::io::stderr)
         .init();
-    match run(Cli::parse()) {
+    match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             eprintln!("prescient-dpu: error: {message}");

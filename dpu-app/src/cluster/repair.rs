@@ -71,8 +71,9 @@ impl RepairTable {
         self.slots.iter().filter(|s| s.is_some()).count()
     }
 
-    fn is_running(&self, write_seq: u64, target: u8) -> bool {
-        self.slots.iter().flatten().any(|r| r.write_seq == write_seq && r.target == target)
+    /// The repair of `write_seq` for `target` holding a slot: `Some(over)`.
+    fn running(&self, write_seq: u64, target: u8) -> Option<bool> {
+        self.slots.iter().flatten().find(|r| r.write_seq == write_seq && r.target == target).map(|r| r.over)
     }
 }
 
@@ -88,8 +89,15 @@ impl<F: Fabric> Node<F> {
         target: u8,
         now: Now,
     ) -> bool {
-        if self.repairs.is_running(write_seq, target) {
-            return true;
+        match self.repairs.running(write_seq, target) {
+            // It will finish on its own (and come back through the resync if it fails).
+            Some(false) => return true,
+            // Over but its slot not yet free: it may just have asked to be tried again,
+            // so the resync waits for the slot rather than walking past this write
+            // (found by the simulator, seed 6311: a repair retried while its old slot
+            // lingered was taken as running and never came back).
+            Some(true) => return false,
+            None => {}
         }
         let Some(slot) = self.repairs.slots.iter().position(Option::is_none) else { return false };
         if self.side_free.len() < 2 + 4 {
