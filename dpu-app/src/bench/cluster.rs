@@ -385,6 +385,12 @@ impl ClusterReport {
 
         let _ = writeln!(
             s,
+            "(tick us: mean time of one step of the whole cluster - every node polls once, the fabric delivers what is due.\n\
+             A message costs at least one tick, so on the LAN model latency is the CPU time of the ticks a PUT waits for,\n\
+             behind the other PUTs in flight, not the 5 us network; on the WAN model ticks are short and the 20 ms delay dominates.)"
+        );
+        let _ = writeln!(
+            s,
             "\nInvalidation: PUT submission -> every remote slot left the Valid word it held at submission (negative: before the PUT)"
         );
         let _ = writeln!(
