@@ -175,6 +175,13 @@ pub fn seal_and_stripe(k: u8, m: u8, value_bytes: usize, seconds: f64) -> Result
 
 /// Runs every cell of `bench`.
 pub fn run(bench: &ClusterBench) -> Result<ClusterReport, LoadError> {
+    if let Some(seconds) = bench.seconds.filter(|s| !(s.is_finite() && *s > 0.0 && *s <= 600.0)) {
+        return Err(LoadError::Option {
+            option: "--seconds",
+            value: seconds.to_string(),
+            allowed: "more than 0 and at most 600 per cell".into(),
+        });
+    }
     let started = Instant::now();
     let (k, m) = bench.stripe;
     let load_average = std::fs::read_to_string("/proc/loadavg")

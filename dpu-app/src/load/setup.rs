@@ -19,7 +19,9 @@ pub const QUEUE_PAIRS: u32 = 2;
 /// whole-directory sweep (a revocation, clearing a dead writer's marks) slower.
 pub const DIRECTORY_SLOTS: u32 = 1 << 16;
 /// Keys each node's fragment store is sized for (every node holds a fragment of every
-/// key with 5 nodes and k + m = 5): the distinct keys a default run writes fit.
+/// key with 5 nodes and k + m = 5): the distinct keys a default run writes fit. A much
+/// longer run fills the stores, and its writes then fail ("store full" under faults);
+/// a node's start touches its whole store, so a larger one costs start-up time.
 pub const STORE_KEYS: usize = 1 << 15;
 
 /// The emulated network.
