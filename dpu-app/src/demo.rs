@@ -1,198 +1,226 @@
-//! `prescient-dpu demo`: the README's main job. Creates a region, starts a real
-//! `prescient-dpu serve` process on it, drives PUTs from several host threads with
-//! values serialised straight into arena buffers, and prints a summary.
+//! `prescient-dpu demo`: the README's main job. Starts an emulated cluster of 5 nodes
+//! in this process (RS(3,2), quorum 4, speculative invalidation with predictor leases,
+//! the LAN network model, the real clock), replays the OLTP trace's write stream from
+//! every node's host (8-byte keys, 4 KiB values; a synthetic YCSB-like stream where the
+//! trace is absent) with a reader on every node going through the cache directory and
+//! GET, and prints what happened: throughput, latencies per stage, the predictor,
+//! invalidation timing, the readers' cache, bytes moved and faults.
+//!
+//! The load is [`crate::load::driver`]'s, as in `prescient-dpu bench cluster`; the old
+//! single-node demo (one real `prescient-dpu serve` process, no cluster) is
+//! [`single_node`], reachable as `demo --single-node`.
 
+pub mod single_node;
+
+use std::fmt::Write as _;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use prescient_shim::{Host, HostOptions, RegionConfig, ShimError, Sla, Status};
+use crate::bench::cluster::us;
+use crate::histogram::Histogram;
+use crate::load::driver::{Driver, LoadConfig};
+use crate::load::keys::KeyStream;
+use crate::load::setup::{self, ClusterSpec, Network, Policy, RunDir};
+use crate::load::tally::{self, PredictorCounts};
+use crate::load::LoadError;
 
-use crate::bench::report::Percentiles;
+/// Bytes per value.
+pub const VALUE_BYTES: usize = 4096;
+/// Nodes.
+pub const NODES: u8 = 5;
+/// Data and parity fragments.
+pub const STRIPE: (u8, u8) = (3, 2);
 
-/// The workload.
+/// The cluster demo's settings.
 #[derive(Clone, Debug)]
-pub struct Demo {
-    /// Host threads, one queue pair each.
-    pub threads: u32,
-    /// How long to run.
+pub struct ClusterDemo {
+    /// Seconds of load.
     pub seconds: f64,
-    /// Bytes per value.
-    pub value_bytes: usize,
-    /// Requests each thread keeps in flight.
-    pub depth: u32,
-    /// The `prescient-dpu` binary to start as the DPU side.
-    pub dpu_binary: PathBuf,
-    /// A predictor model for the DPU app (`--model`).
+    /// The trace whose write stream the hosts replay (absent: a synthetic stream).
+    pub trace: PathBuf,
+    /// The predictor model (None, or absent, or a synthetic stream: online learning).
     pub model: Option<PathBuf>,
+    /// Seed of the fabric model and the readers.
+    pub seed: u64,
 }
 
-/// A throw-away key folder: one random 32-byte key readable by the owner only.
-struct DemoKeys {
-    dir: PathBuf,
-}
-
-impl DemoKeys {
-    fn create() -> std::io::Result<Self> {
-        use std::io::Read;
-        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-        let dir = std::env::temp_dir().join(format!("prescient-demo-keys-{}", std::process::id()));
-        std::fs::create_dir_all(&dir)?;
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
-        let mut key = [0u8; 32];
-        std::fs::File::open("/dev/urandom")?.read_exact(&mut key)?;
-        let mut file =
-            std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(dir.join("1.key"))?;
-        std::io::Write::write_all(&mut file, &key)?;
-        Ok(Self { dir })
+fn pct(h: &Histogram, q: f64) -> String {
+    if h.count() == 0 {
+        "-".into()
+    } else {
+        us(h.percentile(q) as f64)
     }
 }
 
-impl Drop for DemoKeys {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
+/// Runs the demo and returns its summary.
+pub fn run(demo: &ClusterDemo) -> Result<String, LoadError> {
+    if !(demo.seconds.is_finite() && demo.seconds > 0.0 && demo.seconds <= 3600.0) {
+        return Err(LoadError::Option {
+            option: "--seconds",
+            value: demo.seconds.to_string(),
+            allowed: "more than 0 and at most 3600".into(),
+        });
     }
-}
-
-/// What one host thread saw.
-#[derive(Debug, Default)]
-struct ThreadResult {
-    ok: u64,
-    errors: u64,
-    latencies_ns: Vec<u64>,
-}
-
-fn drive(host: Arc<Host>, qp: u32, demo: &Demo) -> Result<ThreadResult, ShimError> {
-    let mut qp = host.queue_pair(qp)?;
-    let ring = host.config().ring_entries as usize;
-    let mut started: Vec<Option<Instant>> = vec![None; ring];
-    let mut result = ThreadResult { latencies_ns: Vec::with_capacity(1 << 20), ..Default::default() };
-    let deadline = Instant::now() + Duration::from_secs_f64(demo.seconds);
-    let mut tag = 0u64;
-    let mut key = [0u8; 24];
-    let depth = demo.depth.min(ring as u32);
-    let on_completion =
-        |c: prescient_shim::Completion, result: &mut ThreadResult, started: &mut Vec<Option<Instant>>| {
-            if let Some(t) = started[c.user_data as usize % ring].take() {
-                if result.latencies_ns.len() < result.latencies_ns.capacity() {
-                    result.latencies_ns.push(t.elapsed().as_nanos() as u64);
-                }
-            }
-            if c.status == Status::Ok {
-                result.ok += 1;
-            } else {
-                result.errors += 1;
-            }
-        };
-    while Instant::now() < deadline {
-        while qp.in_flight() < depth {
-            let mut buf = match host.take_buffer() {
-                Ok(buf) => buf,
-                Err(ShimError::ArenaExhausted { .. }) => break,
-                Err(e) => return Err(e),
-            };
-            let n = demo.value_bytes.min(buf.capacity());
-            let value = &mut buf.value_mut()[..n];
-            value.fill((tag % 251) as u8);
-            value[..8].copy_from_slice(&tag.to_le_bytes());
-            // Each thread updates its own 1024 keys in a fixed order (a scan-and-update
-            // workload): a pattern the DPU app's predictor can learn.
-            let k = format!("user:{}:{:05}", qp.index(), tag % 1024);
-            key[..k.len()].copy_from_slice(k.as_bytes());
-            started[tag as usize % ring] = Some(Instant::now());
-            qp.push_put(&key[..k.len()], buf, n, Sla::Fresh, tag).map_err(|(e, _)| e)?;
-            tag += 1;
-        }
-        qp.flush()?;
-        qp.wait(Duration::from_secs(1), |c| on_completion(c, &mut result, &mut started))?;
-    }
-    while qp.in_flight() > 0 {
-        qp.wait(Duration::from_secs(1), |c| on_completion(c, &mut result, &mut started))?;
-    }
-    Ok(result)
-}
-
-/// Runs the demo and returns the summary text.
-pub fn run(demo: &Demo) -> Result<String, String> {
-    let path = PathBuf::from(format!("/dev/shm/prescient-demo-{}", std::process::id()));
-    let _ = std::fs::remove_file(&path);
-    let config = RegionConfig {
-        queue_pairs: demo.threads,
-        ring_entries: 256,
-        host_buffers: 256 * demo.threads,
-        dpu_buffers: 64,
-        buffer_bytes: 8192,
-        directory_slots: 65_536,
+    let stream = KeyStream::trace_or_synthetic(&demo.trace, demo.seed)?;
+    let model_file = demo.model.clone().filter(|p| stream.is_trace() && p.is_file());
+    let network = Network::Lan;
+    let spec = ClusterSpec {
+        nodes: NODES,
+        k: STRIPE.0,
+        m: STRIPE.1,
+        network,
+        policy: Policy::SpeculativePredictive,
+        model_file: model_file.clone(),
+        value_bytes: VALUE_BYTES,
+        seed: demo.seed,
     };
-    let host =
-        Host::create(&path, config, HostOptions { pin: false, ..HostOptions::default() }).map_err(|e| e.to_string())?;
-    let keys = DemoKeys::create().map_err(|e| format!("cannot make the demo's key folder: {e}"))?;
-    let mut child = Command::new(&demo.dpu_binary)
-        .args(["serve", "--emulate", "--no-pin", "--stripe", "4+2", "--region"])
-        .arg(&path)
-        .arg("--key-dir")
-        .arg(&keys.dir)
-        .arg("--epoch-file")
-        .arg(keys.dir.join("epoch"))
-        .args(demo.model.iter().flat_map(|m| [std::ffi::OsStr::new("--model"), m.as_os_str()]))
-        .stdout(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot start {}: {e}", demo.dpu_binary.display()))?;
-    if let Err(e) = host.wait_for_dpu(Duration::from_secs(10)) {
-        let _ = child.kill();
-        return Err(format!("the DPU app did not start: {e}"));
-    }
+    let dir = RunDir::create("demo")?;
     let started = Instant::now();
-    let handles: Vec<_> = (0..demo.threads)
-        .map(|qp| {
-            let host = host.clone();
-            let demo = demo.clone();
-            std::thread::spawn(move || drive(host, qp, &demo))
-        })
-        .collect();
-    let mut total = ThreadResult::default();
-    let mut failure = None;
-    for h in handles {
-        match h.join().expect("host thread panicked") {
-            Ok(r) => {
-                total.ok += r.ok;
-                total.errors += r.errors;
-                total.latencies_ns.extend(r.latencies_ns);
-            }
-            Err(e) => failure = Some(e.to_string()),
-        }
+    let mut cluster = setup::start(&spec, &dir)?;
+    let ready_s = started.elapsed().as_secs_f64();
+    let config = LoadConfig {
+        writer_depth: network.writer_depth(),
+        ramp_ns: 100_000_000,
+        value_bytes: VALUE_BYTES,
+        readers: true,
+        reader_gets_max: 4,
+        reads_per_tick: 1,
+        cache_entries: 4096,
+        fresh_wait_ns: network.fresh_wait_ns(),
+        lookahead: 16,
+        watches_max: 16_384,
+        watch_timeout_ns: network.watch_timeout_ns(),
+        seed: demo.seed,
+    };
+    let mut driver = Driver::new(&cluster, &stream, config)?;
+    driver.count_from_now();
+    let predictor_before = PredictorCounts::of(&cluster);
+    let faults_at_start = tally::faults(&cluster);
+    let t = Instant::now();
+    driver.run_for(&mut cluster, demo.seconds, true)?;
+    let seconds = t.elapsed().as_secs_f64();
+    let h = &driver.stats;
+    let w = &driver.watches.stats;
+    let predictor = PredictorCounts::of(&cluster).since(predictor_before);
+    let stages = tally::stage_times(&cluster);
+    let (gather, get_total) = tally::get_times(&cluster);
+
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "Prescient demo: {NODES} nodes in one process on the emulated fabric (LAN model: 5 us one way, 2 us jitter; real clock),\n\
+         RS({},{}) with quorum {}, speculative invalidation with predictor leases, {VALUE_BYTES}-byte values",
+        STRIPE.0,
+        STRIPE.1,
+        spec.quorum()
+    );
+    let _ = writeln!(s, "write stream: {}", stream.describe());
+    let _ = writeln!(
+        s,
+        "predictor: {}",
+        model_file
+            .as_ref()
+            .map_or("every node learns online".to_string(), |p| format!("{} at every node", p.display()))
+    );
+    let _ = writeln!(
+        s,
+        "each node's host: a writer with {} PUTs in flight, a reader re-reading keys the other nodes wrote (directory check, Fresh GET on a miss, refill)",
+        network.writer_depth()
+    );
+    let _ = writeln!(s, "ran {seconds:.2} s of load after {ready_s:.2} s starting and connecting\n");
+
+    let _ = writeln!(
+        s,
+        "throughput:  {:.0} PUT/s ({:.1} MB/s of values), {} failed; {:.0} GETs/s",
+        h.puts_ok as f64 / seconds,
+        h.puts_ok as f64 * VALUE_BYTES as f64 / seconds / 1e6,
+        h.puts_failed,
+        (h.gets_ok + h.gets_not_found + h.gets_failed) as f64 / seconds
+    );
+    let _ = writeln!(
+        s,
+        "PUT latency (host, submission -> completion): p50 {} us, p99 {} us, p99.9 {} us, max {} us",
+        pct(&h.put_latency, 0.5),
+        pct(&h.put_latency, 0.99),
+        pct(&h.put_latency, 0.999),
+        pct(&h.put_latency, 1.0)
+    );
+    let _ = writeln!(
+        s,
+        "\nper stage on the writers' DPU apps (all nodes merged, whole run; replicate and invalidate both run from the end of\n\
+         encode; stages done within one poll share that poll's time, so predict, sequence, seal and encode read 0 here):"
+    );
+    for line in stages.render().lines().filter(|l| !l.starts_with("get ")) {
+        let _ = writeln!(s, "  {line}");
     }
-    let elapsed = started.elapsed().as_secs_f64();
-    // SIGTERM: the DPU app detaches and prints its own summary on stdout.
-    let _ = prescient_shim::sys::terminate(child.id());
-    let output = child.wait_with_output().map_err(|e| e.to_string())?;
-    drop(host);
-    let _ = std::fs::remove_file(&path);
-    if let Some(e) = failure {
-        return Err(e);
+    let _ = writeln!(
+        s,
+        "\nGETs: {} ok, {} not found, {} failed; host p50 {} us, p99 {} us; on the DPU: gather p50 {} us, total p50 {} us, p99 {} us",
+        h.gets_ok,
+        h.gets_not_found,
+        h.gets_failed,
+        pct(&h.get_latency, 0.5),
+        pct(&h.get_latency, 0.99),
+        pct(&gather, 0.5),
+        pct(&get_total, 0.5),
+        pct(&get_total, 0.99)
+    );
+    let _ = writeln!(
+        s,
+        "readers: {} reads, {:.1}% served from the cache, {} refills, {} waited on a Pending slot ({} gave up), {} stale cache hits",
+        h.reads,
+        if h.reads == 0 { 0.0 } else { 100.0 * h.cache_hits as f64 / h.reads as f64 },
+        h.refills,
+        h.waited,
+        h.wait_timeouts,
+        h.stale_hits
+    );
+    let _ = writeln!(
+        s,
+        "predictor: {} hits, {} leases marked, {} rolled back unused (false positives), {} timed out, {} not marked for lack of room",
+        predictor.hits, predictor.leases, predictor.rolled_back, predictor.timed_out, predictor.dropped
+    );
+    let counted = w.counted();
+    if counted > 0 {
+        let _ = writeln!(
+            s,
+            "invalidation (submission -> every remote slot left its Valid word): {} writes with {:.2} Valid remote slots each; p50 {} us, p99 {} us; {} before the PUT (leases); {} never",
+            counted,
+            w.valid_slots as f64 / counted as f64,
+            us(w.invalidation_quantile(0.5) as f64),
+            us(w.invalidation_quantile(0.99) as f64),
+            w.before.count(),
+            w.never
+        );
+        let n = w.window.count();
+        let _ = writeln!(
+            s,
+            "stale-read window (last remote slot left Valid - commit point, at least 0): p50 {} us, p99 {} us, {:.1}% of {} writes above 0",
+            pct(&w.window, 0.5),
+            pct(&w.window, 0.99),
+            if n == 0 { 0.0 } else { 100.0 * w.window_positive as f64 / n as f64 },
+            n
+        );
+    } else {
+        let _ = writeln!(
+            s,
+            "invalidation: no write found a remote slot Valid at submission ({} watched, {} never invalidated); run longer",
+            w.no_valid_slot, w.never
+        );
     }
-    let lat = Percentiles::of(&mut total.latencies_ns);
-    let requests = total.ok + total.errors;
-    let bytes = total.ok as f64 * demo.value_bytes as f64;
-    Ok(format!(
-        "Prescient demo: {} host threads -> 1 emulated DPU app (separate process) that stamps, seals (AES-256-GCM)\n\
-         and stripes (Reed-Solomon 4+2) every value in place; {} B values, {} in flight per thread\n\
-         PUTs completed: {} ok, {} failed in {:.2} s\n\
-         throughput:     {:.0} PUT/s, {:.1} MB/s of values handed over without a copy\n\
-         latency (submit -> completion): p50 {:.1} us, p99 {:.1} us, p99.9 {:.1} us\n\
-         DPU app: {}",
-        demo.threads,
-        demo.value_bytes,
-        demo.depth,
-        total.ok,
-        total.errors,
-        elapsed,
-        requests as f64 / elapsed,
-        bytes / elapsed / 1e6,
-        lat.p50 as f64 / 1e3,
-        lat.p99 as f64 / 1e3,
-        lat.p999 as f64 / 1e3,
-        String::from_utf8_lossy(&output.stdout).trim()
-    ))
+    let _ = write!(s, "bytes moved (log entries out / in, whole run):");
+    for (node, out, inn) in tally::bytes_per_node(&cluster) {
+        let _ = write!(s, " node {node} {:.1} / {:.1} MB;", out as f64 / 1e6, inn as f64 / 1e6);
+    }
+    let faults = tally::faults(&cluster);
+    let _ = writeln!(
+        s,
+        "\nfaults during the load: {}; while the nodes started one after another: {}",
+        tally::faults_line(&tally::faults_since(&faults, &faults_at_start)),
+        tally::faults_line(&faults_at_start)
+    );
+    drop(driver);
+    drop(cluster);
+    drop(dir);
+    Ok(s)
 }

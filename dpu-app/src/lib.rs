@@ -7,8 +7,9 @@
 //!
 //! Module map: [`serve`] (the loop) -> [`region_server`] (one host: attach, recovery,
 //! host death) -> [`queue`] (one queue pair: take, check, complete) ->
-//! [`pipeline`] (stages, e.g. [`sequence`]). [`mod@bench`] measures the ring against
-//! references; [`demo`] drives a host workload for the README's main command.
+//! [`pipeline`] (stages, e.g. [`sequence`]). [`mod@bench`] measures the ring and the
+//! cluster against references; [`load`] drives an in-process cluster from its hosts;
+//! [`demo`] runs it for the README's main command.
 //! [`cluster`] holds what the nodes of a replicated cluster share (the configuration
 //! file, version stamps); [`histogram`] keeps latencies per stage in fixed memory.
 #![deny(unsafe_code)]
@@ -22,6 +23,7 @@ pub mod error;
 pub mod fabric;
 pub mod histogram;
 pub mod inflight;
+pub mod load;
 pub mod metrics;
 pub mod pipeline;
 pub mod predict;

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use prescient_dpu::delay::Delay;
+use prescient_dpu::load::setup::{Network, Policy};
 use prescient_dpu::pipeline::Pipeline;
 use prescient_dpu::predict::PredictStage;
 use prescient_dpu::seal::{SealStage, Sealer};
@@ -13,6 +14,7 @@ use prescient_dpu::sequence::Sequencer;
 use prescient_dpu::serve::{ServeOptions, Server};
 use prescient_dpu::stripe::{ReedSolomon, StripeStage};
 use prescient_dpu::{bench, demo, signal};
+use prescient_models::trace::shared_traces_dir;
 use prescient_models::{Model, Predictor};
 use prescient_shim::config::HOST_TIMEOUT_MS_DEFAULT;
 
@@ -110,25 +112,38 @@ enum Command {
         #[command(subcommand)]
         command: prescient_models::cli::Command,
     },
-    /// The README's main job: a host workload of PUTs from several threads against a
-    /// real DPU-app process, with a summary.
+    /// The README's main job: a 5-node emulated cluster in this process (RS(3,2),
+    /// speculative invalidation with predictor leases, LAN model) replaying the OLTP
+    /// trace's writes from every node's host with readers on every node; prints a summary.
     Demo {
-        /// Host threads (one queue pair each).
-        #[arg(long, default_value_t = 4)]
-        threads: u32,
-        /// Seconds to run.
-        #[arg(long, default_value_t = 3.0)]
+        /// Seconds of load.
+        #[arg(long, default_value_t = 5.0)]
         seconds: f64,
-        /// Bytes per value.
-        #[arg(long, default_value_t = 1024)]
-        value_bytes: usize,
-        /// Requests in flight per thread.
-        #[arg(long, default_value_t = 64)]
-        depth: u32,
-        /// Predictor model for the DPU app (default: the shipped OLTP model, if this is
-        /// a source checkout).
+        /// The trace whose write stream the hosts replay (default: OLTP.lis.zst in the
+        /// shared traces folder, `$PRESCIENT_TRACES` or ../shared/traces; absent: a
+        /// synthetic YCSB-like stream).
+        #[arg(long)]
+        trace: Option<PathBuf>,
+        /// Predictor model (default: the shipped OLTP model, if this is a source
+        /// checkout; the predictor learns online without one).
         #[arg(long)]
         model: Option<PathBuf>,
+        /// Seed of the network model and the readers.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// The old demo instead: PUTs from host threads against one real DPU-app
+        /// process, no cluster.
+        #[arg(long)]
+        single_node: bool,
+        /// --single-node: host threads (one queue pair each).
+        #[arg(long, default_value_t = 4, requires = "single_node")]
+        threads: u32,
+        /// --single-node: bytes per value.
+        #[arg(long, default_value_t = 1024, requires = "single_node")]
+        value_bytes: usize,
+        /// --single-node: requests in flight per thread.
+        #[arg(long, default_value_t = 64, requires = "single_node")]
+        depth: u32,
     },
     /// Benchmarks that print each figure next to a reference measured in the same run.
     Bench {
@@ -147,6 +162,36 @@ enum BenchWhat {
         /// Round trips per latency figure.
         #[arg(long, default_value_t = 200_000)]
         round_trips: usize,
+    },
+    /// The write path of a 5-node in-process cluster per network model and invalidation
+    /// policy, next to replication without invalidation and sealing + striping alone.
+    Cluster {
+        /// Reed-Solomon data and parity fragments, as K+M with K + M <= 5 (3+2 or 4+1).
+        #[arg(long, default_value = "3+2")]
+        stripe: String,
+        /// Measured seconds per cell (default: 3 on the LAN, 8 on the WAN).
+        #[arg(long)]
+        seconds: Option<f64>,
+        /// 1 s per cell and shorter warm-ups: a smoke run.
+        #[arg(long)]
+        quick: bool,
+        /// Network models, comma-separated: lan, wan.
+        #[arg(long, default_value = "lan,wan")]
+        networks: String,
+        /// Policies, comma-separated: none, after-commit, speculative,
+        /// speculative+predictive.
+        #[arg(long, default_value = "none,after-commit,speculative,speculative+predictive")]
+        policies: String,
+        /// The trace whose key order the writers replay (default: OLTP.lis.zst in the
+        /// shared traces folder; absent: a synthetic YCSB-like stream).
+        #[arg(long)]
+        trace: Option<PathBuf>,
+        /// Predictor model for speculative+predictive (default: the shipped OLTP model).
+        #[arg(long)]
+        model: Option<PathBuf>,
+        /// Seed of the network model and the readers.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
     },
 }
 
@@ -264,12 +309,42 @@ fn run(cli: Cli) -> Result<(), String> {
             }
             Ok(())
         }
-        Command::Demo { threads, seconds, value_bytes, depth, model } => {
+        Command::Demo { seconds, trace, model, seed, single_node, threads, value_bytes, depth } => {
             let shipped = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../models/shipped/OLTP.model"));
             let model = model.or_else(|| shipped.exists().then_some(shipped));
-            let summary =
-                demo::run(&demo::Demo { threads, seconds, value_bytes, depth, dpu_binary: self_binary()?, model })?;
-            println!("{summary}");
+            if single_node {
+                let demo =
+                    demo::single_node::Demo { threads, seconds, value_bytes, depth, dpu_binary: self_binary()?, model };
+                println!("{}", demo::single_node::run(&demo)?);
+                return Ok(());
+            }
+            let trace = trace.unwrap_or_else(|| shared_traces_dir().join("OLTP.lis.zst"));
+            let demo = demo::ClusterDemo { seconds, trace, model, seed };
+            print!("{}", demo::run(&demo).map_err(|e| e.to_string())?);
+            Ok(())
+        }
+        Command::Bench {
+            what: BenchWhat::Cluster { stripe, seconds, quick, networks, policies, trace, model, seed },
+        } => {
+            let (k, m) = parse_stripe(&stripe)?;
+            if usize::from(k) + usize::from(m) > usize::from(bench::cluster::NODES) {
+                return Err(format!(
+                    "--stripe {stripe}: each fragment goes to its own node and the cluster has {} nodes; use 3+2 or 4+1",
+                    bench::cluster::NODES
+                ));
+            }
+            let shipped = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../models/shipped/OLTP.model"));
+            let bench = bench::cluster::ClusterBench {
+                stripe: (k, m),
+                networks: Network::parse_list(&networks)?,
+                policies: Policy::parse_list(&policies)?,
+                seconds,
+                quick,
+                trace: trace.unwrap_or_else(|| shared_traces_dir().join("OLTP.lis.zst")),
+                model: model.or_else(|| shipped.exists().then_some(shipped)),
+                seed,
+            };
+            print!("{}", bench::cluster::run(&bench).map_err(|e| e.to_string())?.render());
             Ok(())
         }
         Command::Bench { what: BenchWhat::Ring { seconds, round_trips } } => {

@@ -1,5 +1,6 @@
 //! `prescient-dpu bench`: measurements that print each figure next to a reference
 //! measured in the same run, as a ratio.
 
+pub mod cluster;
 pub mod report;
 pub mod ring;

@@ -472,6 +472,14 @@ impl<F: Fabric> Node<F> {
         s
     }
 
+    /// Bytes moved with each peer this node has a link to: (peer, bytes out, bytes in),
+    /// counting the log entries (fragments, outcome notices) this node wrote into the
+    /// peer's log and the peer wrote into this node's; GET reads and directory CASes
+    /// are not counted.
+    pub fn bytes_moved(&self) -> impl Iterator<Item = (u8, u64, u64)> + '_ {
+        self.peers.iter().flatten().map(|p| (p.id, p.bytes_out, p.bytes_in))
+    }
+
     /// Writes and GETs in flight.
     pub fn in_flight(&self) -> usize {
         self.writes.in_flight() + self.gets.in_flight()

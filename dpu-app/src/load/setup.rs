@@ -1,0 +1,372 @@
+//! Starting an in-process cluster for a load run: the network models (LAN, WAN) with
+//! timings that fit them, the four invalidation policies, the configuration, a
+//! throw-away folder for the nodes' files, and waiting until every node is connected
+//! and every host holds a directory lease.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::LoadError;
+use crate::cluster::config::{ClusterConfig, Invalidation};
+use crate::cluster::inprocess::{region_config_for, ClusterClock, InProcess};
+use crate::fabric::emu::ModelConfig;
+
+/// Queue pairs per host: one for the writer, one for the reader.
+pub const QUEUE_PAIRS: u32 = 2;
+/// Directory slots per host: the shim's default. Keys that share a slot are
+/// invalidated by each other's writes; a larger directory makes that rarer but every
+/// whole-directory sweep (a revocation, clearing a dead writer's marks) slower.
+pub const DIRECTORY_SLOTS: u32 = 1 << 16;
+/// Keys each node's fragment store is sized for (every node holds a fragment of every
+/// key with 5 nodes and k + m = 5): the distinct keys a default run writes fit. A much
+/// longer run fills the stores, and its writes then fail ("store full" under faults);
+/// a node's start touches its whole store, so a larger one costs start-up time.
+pub const STORE_KEYS: usize = 1 << 15;
+
+/// The emulated network.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Network {
+    /// 5 us one way, 2 us jitter; the cluster file's default timings but a peer is
+    /// declared dead after 250 ms of silence, not 50 ms: this emulation steps every node
+    /// from one thread, and on a shared machine that thread can be descheduled for
+    /// tens of milliseconds, which would make every peer look dead at once.
+    Lan,
+    /// 20 ms one way, 1 ms jitter; heartbeat 10 ms, lease 200 ms, dead after 1 s, write
+    /// timeout 5 s.
+    Wan,
+}
+
+impl Network {
+    /// Both, in report order.
+    pub const ALL: [Network; 2] = [Network::Lan, Network::Wan];
+
+    /// The name in options and reports.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Network::Lan => "LAN",
+            Network::Wan => "WAN",
+        }
+    }
+
+    /// The model named `name` (`lan` or `wan`, any case).
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|n| n.name().eq_ignore_ascii_case(name.trim()))
+    }
+
+    /// A comma-separated list of models (the `--networks` option).
+    pub fn parse_list(text: &str) -> Result<Vec<Self>, String> {
+        text.split(',')
+            .map(|name| {
+                Self::parse(name)
+                    .ok_or_else(|| format!("--networks: unknown network model {name:?}; use lan, wan or lan,wan"))
+            })
+            .collect()
+    }
+
+    /// The fabric model.
+    pub fn model(self, seed: u64) -> ModelConfig {
+        let (latency_ns, jitter_ns) = match self {
+            Network::Lan => (5_000, 2_000),
+            Network::Wan => (20_000_000, 1_000_000),
+        };
+        ModelConfig { seed, latency_ns, jitter_ns, loss_ppm: 0, partitions: Vec::new() }
+    }
+
+    /// (heartbeat, lease, dead after, write timeout) in microseconds.
+    pub const fn timings_us(self) -> (u64, u64, u64, u64) {
+        match self {
+            Network::Lan => (1_000, 20_000, 250_000, 2_000_000),
+            Network::Wan => (10_000, 200_000, 1_000_000, 5_000_000),
+        }
+    }
+
+    /// PUTs each writer keeps in flight.
+    pub const fn writer_depth(self) -> u32 {
+        match self {
+            Network::Lan => 16,
+            Network::Wan => 64,
+        }
+    }
+
+    /// Default measured seconds per benchmark cell.
+    pub const fn cell_seconds(self) -> f64 {
+        match self {
+            Network::Lan => 3.0,
+            Network::Wan => 8.0,
+        }
+    }
+
+    /// Seconds of load before measuring (caches fill, leases settle, the predictor
+    /// sees the stream).
+    pub const fn warmup_seconds(self) -> f64 {
+        match self {
+            Network::Lan => 0.5,
+            Network::Wan => 1.5,
+        }
+    }
+
+    /// How long a reader waits for a Pending slot before asking the DPU app.
+    pub const fn fresh_wait_ns(self) -> u64 {
+        match self {
+            Network::Lan => 1_000_000,
+            Network::Wan => 200_000_000,
+        }
+    }
+
+    /// After how long a watched write that is still not invalidated counts as never.
+    pub const fn watch_timeout_ns(self) -> u64 {
+        match self {
+            Network::Lan => 20_000_000,
+            Network::Wan => 1_000_000_000,
+        }
+    }
+
+    /// Longest wait for the nodes to connect and grant leases.
+    const fn ready_timeout(self) -> Duration {
+        match self {
+            Network::Lan => Duration::from_secs(20),
+            Network::Wan => Duration::from_secs(60),
+        }
+    }
+}
+
+/// How writes invalidate the readers' caches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Policy {
+    /// No invalidation at all: the reference (`allow_unsafe_no_invalidation`).
+    None,
+    /// Invalidate once the write has committed.
+    AfterCommit,
+    /// Pending marks in the replication round trip.
+    Speculative,
+    /// Speculative, plus predictor leases.
+    SpeculativePredictive,
+}
+
+impl Policy {
+    /// All four, in report order.
+    pub const ALL: [Policy; 4] =
+        [Policy::None, Policy::AfterCommit, Policy::Speculative, Policy::SpeculativePredictive];
+
+    /// The name in options and reports.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Policy::None => "none",
+            Policy::AfterCommit => "after-commit",
+            Policy::Speculative => "speculative",
+            Policy::SpeculativePredictive => "speculative+predictive",
+        }
+    }
+
+    /// The policy named `name`.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|p| p.name() == name.trim())
+    }
+
+    /// A comma-separated list of policies (the `--policies` option).
+    pub fn parse_list(text: &str) -> Result<Vec<Self>, String> {
+        text.split(',')
+            .map(|name| {
+                Self::parse(name).ok_or_else(|| {
+                    format!("--policies: unknown policy {name:?}; use none, after-commit, speculative, speculative+predictive")
+                })
+            })
+            .collect()
+    }
+
+    /// The configuration's invalidation mode.
+    pub const fn invalidation(self) -> Invalidation {
+        match self {
+            Policy::None => Invalidation::None,
+            Policy::AfterCommit => Invalidation::AfterCommit,
+            Policy::Speculative | Policy::SpeculativePredictive => Invalidation::Speculative,
+        }
+    }
+
+    /// Whether predictor leases are on.
+    pub const fn predictive(self) -> bool {
+        matches!(self, Policy::SpeculativePredictive)
+    }
+}
+
+/// What cluster to start.
+#[derive(Clone, Debug)]
+pub struct ClusterSpec {
+    /// Nodes.
+    pub nodes: u8,
+    /// Data fragments.
+    pub k: u8,
+    /// Parity fragments.
+    pub m: u8,
+    /// The network model.
+    pub network: Network,
+    /// The invalidation policy.
+    pub policy: Policy,
+    /// The predictor model file for the predictive policy (None: online learning).
+    pub model_file: Option<PathBuf>,
+    /// Largest value, bytes.
+    pub value_bytes: usize,
+    /// The fabric model's seed.
+    pub seed: u64,
+}
+
+impl ClusterSpec {
+    /// The commit quorum: k + m - 1 (a write survives one slow holder).
+    pub fn quorum(&self) -> usize {
+        usize::from(self.k) + usize::from(self.m) - 1
+    }
+
+    /// The cluster configuration, with the nodes' files under `dir`.
+    pub fn config(&self, dir: &Path) -> Result<ClusterConfig, LoadError> {
+        let mut c = ClusterConfig::in_process(self.nodes.into(), self.k.into(), self.m.into(), dir);
+        c.quorum = self.quorum().max(usize::from(self.k)).max(usize::from(self.m) + 1);
+        c.key_dir = dir.join("keys");
+        c.value_bytes_max = self.value_bytes;
+        c.store_keys = STORE_KEYS;
+        c.invalidation = self.policy.invalidation();
+        c.predictive = self.policy.predictive();
+        c.allow_unsafe_no_invalidation = self.policy == Policy::None;
+        c.model = if self.policy.predictive() { self.model_file.clone() } else { None };
+        let (heartbeat_us, lease_us, dead_after_us, write_timeout_us) = self.network.timings_us();
+        (c.heartbeat_us, c.lease_us, c.dead_after_us, c.write_timeout_us) =
+            (heartbeat_us, lease_us, dead_after_us, write_timeout_us);
+        c.validate()?;
+        Ok(c)
+    }
+}
+
+/// A folder for one run's files (keys, node data, host regions), removed when dropped.
+/// Under `/dev/shm` where it exists, so the nodes' logs and stores stay in memory.
+#[derive(Debug)]
+pub struct RunDir {
+    path: PathBuf,
+}
+
+impl RunDir {
+    /// A fresh folder named after `name` and this process, with a key folder holding
+    /// one random key readable by the owner only.
+    pub fn create(name: &str) -> Result<Self, LoadError> {
+        use std::io::Read;
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        let shm = Path::new("/dev/shm");
+        let base = if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() };
+        let path = base.join(format!("prescient-{name}-{}", std::process::id()));
+        let io = |what: &'static str, path: &Path| {
+            let path = path.to_owned();
+            move |source| LoadError::Io { what, path, source }
+        };
+        let _ = std::fs::remove_dir_all(&path);
+        let keys = path.join("keys");
+        std::fs::create_dir_all(&keys).map_err(io("create", &keys))?;
+        let dir = Self { path };
+        std::fs::set_permissions(&keys, std::fs::Permissions::from_mode(0o700)).map_err(io("restrict", &keys))?;
+        let mut key = [0u8; 32];
+        let urandom = Path::new("/dev/urandom");
+        std::fs::File::open(urandom).and_then(|mut f| f.read_exact(&mut key)).map_err(io("read", urandom))?;
+        let file = keys.join("1.key");
+        let mut out = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&file)
+            .map_err(io("create", &file))?;
+        std::io::Write::write_all(&mut out, &key).map_err(io("write", &file))?;
+        Ok(dir)
+    }
+
+    /// The folder.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for RunDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// Starts the cluster of `spec` with its files in `dir` on the real clock and steps it
+/// until every node is connected to every other and every host holds a directory lease.
+pub fn start(spec: &ClusterSpec, dir: &RunDir) -> Result<InProcess, LoadError> {
+    let config = spec.config(dir.path())?;
+    let region = region_config_for(&config, QUEUE_PAIRS, DIRECTORY_SLOTS);
+    let mut cluster = InProcess::start(
+        Arc::new(config),
+        ClusterClock::Real,
+        spec.network.model(spec.seed),
+        region,
+        &dir.path().join("regions"),
+    )?;
+    let deadline = Instant::now() + spec.network.ready_timeout();
+    let n = spec.nodes;
+    let connected =
+        |c: &InProcess| (0..n).all(|i| (0..n).all(|j| i == j || c.node(i).is_some_and(|node| node.peer_up(j))));
+    while !connected(&cluster) {
+        if Instant::now() >= deadline {
+            return Err(LoadError::NotConnected {
+                seconds: spec.network.ready_timeout().as_secs(),
+                network: spec.network.name(),
+            });
+        }
+        if !cluster.step() {
+            std::thread::yield_now();
+        }
+    }
+    loop {
+        let now = prescient_shim::sys::monotonic_ns();
+        let Some(waiting) = (0..n).find(|&i| !cluster.host(i).lease_valid(now)) else { break };
+        if Instant::now() >= deadline {
+            return Err(LoadError::NoLease { node: waiting, seconds: spec.network.ready_timeout().as_secs() });
+        }
+        if !cluster.step() {
+            std::thread::yield_now();
+        }
+    }
+    Ok(cluster)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_policy_and_network_makes_a_valid_configuration() {
+        let dir = RunDir::create("setup-test").unwrap();
+        for network in Network::ALL {
+            for policy in Policy::ALL {
+                let spec =
+                    ClusterSpec { nodes: 5, k: 3, m: 2, network, policy, model_file: None, value_bytes: 4096, seed: 1 };
+                let c = spec.config(dir.path()).unwrap_or_else(|e| panic!("{network:?} {policy:?}: {e}"));
+                assert_eq!((c.quorum, c.invalidation, c.predictive), (4, policy.invalidation(), policy.predictive()));
+                assert_eq!(Policy::parse(policy.name()), Some(policy));
+            }
+        }
+        let spec = ClusterSpec {
+            nodes: 5,
+            k: 4,
+            m: 1,
+            network: Network::Lan,
+            policy: Policy::Speculative,
+            model_file: None,
+            value_bytes: 4096,
+            seed: 1,
+        };
+        assert_eq!(spec.config(dir.path()).unwrap().quorum, 4);
+        assert_eq!(Policy::parse("eager"), None);
+        assert_eq!(
+            Policy::parse_list("none, speculative+predictive").unwrap(),
+            [Policy::None, Policy::SpeculativePredictive]
+        );
+        assert!(Policy::parse_list("none,eager").unwrap_err().contains("\"eager\""));
+        assert_eq!(Network::parse_list("wan,LAN").unwrap(), [Network::Wan, Network::Lan]);
+        assert!(Network::parse_list("moon").unwrap_err().contains("moon"));
+        let key = dir.path().join("keys/1.key");
+        assert_eq!(std::fs::read(&key).unwrap().len(), 32);
+        let path = dir.path().to_owned();
+        drop(dir);
+        assert!(!path.exists(), "the folder goes with the run");
+    }
+}
