@@ -67,7 +67,8 @@ fn a_seed_replays_exactly() {
 fn seeds_that_once_failed() {
     // 6311: a repair retried while its finished slot lingered was taken as running,
     // and a committed write was left one fragment short of surviving m crashes.
-    for seed in [6311] {
+    const ONCE_FAILED: &[u64] = &[6311];
+    for &seed in ONCE_FAILED {
         let dir = std::env::temp_dir().join("prescient-sim-regressions");
         if let Err(v) = run(&SimOptions::new(seed, dir)) {
             panic!("{v}");

@@ -601,9 +601,9 @@ impl<F: Fabric> Node<F> {
             Phase::Replicating => {
                 if w.waiting_credit != 0 {
                     let (waiting, holders, fragments) = (w.waiting_credit, w.holders, w.layout.fragments());
-                    for i in 0..fragments {
+                    for (i, &holder) in holders.iter().enumerate().take(fragments) {
                         if waiting & (1 << i) != 0 {
-                            self.try_send_fragment(slot, generation, i, holders[i]);
+                            self.try_send_fragment(slot, generation, i, holder);
                         }
                     }
                 }

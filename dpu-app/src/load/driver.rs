@@ -593,7 +593,9 @@ impl Driver {
                 Status::Ok => {
                     self.stats.gets_ok += 1;
                     let value = buf.as_ref().and_then(|b| b.value().get(..c.detail as usize)).unwrap_or_default();
-                    if let Some(token) = slot.token {
+                    // Only a value no newer write is deciding may refill (a Valid slot
+                    // would otherwise serve it after that write commits).
+                    if let Some(token) = slot.token.filter(|_| c.may_refill()) {
                         // The entry first (unservable until the refill takes), then the refill.
                         let tag = SlotWord { state: SlotState::Valid, ..SlotWord::unpack(token.word) }.pack();
                         reader.cache.fill(slot.key_id, tag, c.version, value);
