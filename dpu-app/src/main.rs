@@ -175,8 +175,9 @@ enum BenchWhat {
         /// 1 s per cell and shorter warm-ups: a smoke run.
         #[arg(long)]
         quick: bool,
-        /// Network models, comma-separated: lan, wan.
-        #[arg(long, default_value = "lan,wan")]
+        /// Network models, comma-separated: lan-1 (the LAN, one PUT in flight per
+        /// writer: latency), lan (16 in flight: throughput), wan.
+        #[arg(long, default_value = "lan-1,lan,wan")]
         networks: String,
         /// Policies, comma-separated: none, after-commit, speculative,
         /// speculative+predictive.

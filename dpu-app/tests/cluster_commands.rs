@@ -70,7 +70,7 @@ fn the_quick_cluster_bench_prints_its_tables_and_moves_writes() {
         assert!(out.contains(heading), "no {heading:?} in:\n{out}");
     }
     for policy in ["none ", "speculative "] {
-        let row = format!("LAN  {policy}");
+        let row = format!("{:<5} {policy}", "LAN");
         let secs_then_rate =
             out.lines().find(|l| l.starts_with(&row)).unwrap_or_else(|| panic!("no {row:?} row:\n{out}"));
         let rate: f64 = secs_then_rate.split_whitespace().nth(3).and_then(|v| v.parse().ok()).expect("a PUT/s column");

@@ -32,24 +32,34 @@ pub enum Network {
     /// from one thread, and on a shared machine that thread can be descheduled for
     /// tens of milliseconds, which would make every peer look dead at once.
     Lan,
+    /// The LAN model under light load: one PUT in flight per writer, so a PUT's latency
+    /// is its round trips and work, not the queue of PUTs ahead of it on the one
+    /// stepping thread. Where the policies' latencies are compared.
+    LanLight,
     /// 20 ms one way, 1 ms jitter; heartbeat 10 ms, lease 200 ms, dead after 1 s, write
     /// timeout 5 s.
     Wan,
 }
 
 impl Network {
-    /// Both, in report order.
-    pub const ALL: [Network; 2] = [Network::Lan, Network::Wan];
+    /// Every model, in report order.
+    pub const ALL: [Network; 3] = [Network::LanLight, Network::Lan, Network::Wan];
 
     /// The name in options and reports.
     pub const fn name(self) -> &'static str {
         match self {
             Network::Lan => "LAN",
+            Network::LanLight => "LAN-1",
             Network::Wan => "WAN",
         }
     }
 
-    /// The model named `name` (`lan` or `wan`, any case).
+    /// Whether this is the LAN latency model (under either load).
+    pub const fn is_lan(self) -> bool {
+        matches!(self, Network::Lan | Network::LanLight)
+    }
+
+    /// The model named `name` (`lan-1`, `lan` or `wan`, any case).
     pub fn parse(name: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|n| n.name().eq_ignore_ascii_case(name.trim()))
     }
@@ -58,8 +68,9 @@ impl Network {
     pub fn parse_list(text: &str) -> Result<Vec<Self>, String> {
         text.split(',')
             .map(|name| {
-                Self::parse(name)
-                    .ok_or_else(|| format!("--networks: unknown network model {name:?}; use lan, wan or lan,wan"))
+                Self::parse(name).ok_or_else(|| {
+                    format!("--networks: unknown network model {name:?}; use lan-1, lan or wan (comma-separated)")
+                })
             })
             .collect()
     }
@@ -67,7 +78,7 @@ impl Network {
     /// The fabric model.
     pub fn model(self, seed: u64) -> ModelConfig {
         let (latency_ns, jitter_ns) = match self {
-            Network::Lan => (5_000, 2_000),
+            Network::Lan | Network::LanLight => (5_000, 2_000),
             Network::Wan => (20_000_000, 1_000_000),
         };
         ModelConfig { seed, latency_ns, jitter_ns, loss_ppm: 0, partitions: Vec::new() }
@@ -76,7 +87,7 @@ impl Network {
     /// (heartbeat, lease, dead after, write timeout) in microseconds.
     pub const fn timings_us(self) -> (u64, u64, u64, u64) {
         match self {
-            Network::Lan => (1_000, 20_000, 250_000, 2_000_000),
+            Network::Lan | Network::LanLight => (1_000, 20_000, 250_000, 2_000_000),
             Network::Wan => (10_000, 200_000, 1_000_000, 5_000_000),
         }
     }
@@ -85,6 +96,7 @@ impl Network {
     pub const fn writer_depth(self) -> u32 {
         match self {
             Network::Lan => 16,
+            Network::LanLight => 1,
             Network::Wan => 64,
         }
     }
@@ -92,7 +104,7 @@ impl Network {
     /// Default measured seconds per benchmark cell.
     pub const fn cell_seconds(self) -> f64 {
         match self {
-            Network::Lan => 3.0,
+            Network::Lan | Network::LanLight => 3.0,
             Network::Wan => 8.0,
         }
     }
@@ -101,7 +113,7 @@ impl Network {
     /// sees the stream).
     pub const fn warmup_seconds(self) -> f64 {
         match self {
-            Network::Lan => 0.5,
+            Network::Lan | Network::LanLight => 0.5,
             Network::Wan => 1.5,
         }
     }
@@ -109,7 +121,7 @@ impl Network {
     /// How long a reader waits for a Pending slot before asking the DPU app.
     pub const fn fresh_wait_ns(self) -> u64 {
         match self {
-            Network::Lan => 1_000_000,
+            Network::Lan | Network::LanLight => 1_000_000,
             Network::Wan => 200_000_000,
         }
     }
@@ -117,7 +129,7 @@ impl Network {
     /// After how long a watched write that is still not invalidated counts as never.
     pub const fn watch_timeout_ns(self) -> u64 {
         match self {
-            Network::Lan => 20_000_000,
+            Network::Lan | Network::LanLight => 20_000_000,
             Network::Wan => 1_000_000_000,
         }
     }
@@ -125,7 +137,7 @@ impl Network {
     /// Longest wait for the nodes to connect and grant leases.
     const fn ready_timeout(self) -> Duration {
         match self {
-            Network::Lan => Duration::from_secs(20),
+            Network::Lan | Network::LanLight => Duration::from_secs(20),
             Network::Wan => Duration::from_secs(60),
         }
     }
@@ -362,6 +374,7 @@ mod tests {
         );
         assert!(Policy::parse_list("none,eager").unwrap_err().contains("\"eager\""));
         assert_eq!(Network::parse_list("wan,LAN").unwrap(), [Network::Wan, Network::Lan]);
+        assert_eq!(Network::parse_list("lan-1").unwrap(), [Network::LanLight]);
         assert!(Network::parse_list("moon").unwrap_err().contains("moon"));
         let key = dir.path().join("keys/1.key");
         assert_eq!(std::fs::read(&key).unwrap().len(), 32);
