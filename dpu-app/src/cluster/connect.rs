@@ -200,7 +200,7 @@ impl<F: Fabric> Node<F> {
                 // Continue our log on the peer where it says it has applied.
                 p.next_seq = hello.applied;
                 debug_assert!(p.sent.is_empty(), "a reset link has nothing outstanding");
-                p.shadow.clear();
+                p.shadow.reset_for(hello.directory_slots);
                 // Whatever it missed while the link was down comes again.
                 p.resync = Some(resync_from);
                 p.set_link(me, Link::Connected);

@@ -230,6 +230,7 @@ fn create_at(tmp: &Path, page: &[u8], file_bytes: u64) -> Result<File, FileIoErr
     let mut file = step("create", OpenOptions::new().read(true).write(true).create(true).truncate(true).open(tmp))?;
     step("write the header page of", file.write_all(page))?;
     step("size", file.set_len(file_bytes))?;
+    step("allocate the blocks of", super::preallocate::allocate(&file, file_bytes))?;
     step("sync", file.sync_all())?;
     Ok(file)
 }

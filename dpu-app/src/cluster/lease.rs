@@ -173,7 +173,7 @@ impl<F: Fabric> Node<F> {
                     l.marks[j as usize] = Mark::Placed { placed, prior };
                 }
             }
-            Finished::NotNeeded { .. } | Finished::Failed => {
+            Finished::NotNeeded { .. } | Finished::Failed | Finished::Contended { .. } => {
                 l.marks[j as usize] = Mark::None;
                 if l.taken {
                     self.leases.release(slot);

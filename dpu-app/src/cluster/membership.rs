@@ -175,7 +175,7 @@ impl<F: Fabric> Node<F> {
 
     fn check_dead(&mut self, j: u8, now: Now) {
         let me = self.me;
-        let (dead_after, started) = (self.dead_after_ns, self.started_ns);
+        let (dead_after, started) = (self.dead_after_ns, self.started_ns.unwrap_or(now.mono_ns));
         let Some(p) = self.peer_mut(j) else { return };
         if p.dead || now.mono_ns < p.last_heard_ns.max(started) + dead_after {
             return;

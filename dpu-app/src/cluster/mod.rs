@@ -6,7 +6,8 @@
 //! - formats and files: [`entry`] (log entry header), [`log`] (a writer's log on a
 //!   holder), [`record`] / [`store`] (the fragment store peers READ for GETs),
 //!   [`outcome`] (a writer's durable record of what it decided), [`control`] (the
-//!   heartbeat block), [`hello`] (connection setup messages);
+//!   heartbeat block), [`hello`] (connection setup messages), [`crc_combine`] (entry
+//!   checksums from the CRCs of their parts);
 //! - configuration and time: [`config`] (the cluster file), [`hlc`] (versions);
 //! - the protocol, as one single-threaded state machine per node ([`node::Node`],
 //!   driven by `poll(now)`): [`slotjob`] (directory CAS jobs), [`peer`], [`mod@write`],
@@ -29,6 +30,7 @@
 
 pub mod config;
 pub mod control;
+pub mod crc_combine;
 pub mod entry;
 pub mod file;
 pub mod get;
@@ -43,6 +45,7 @@ pub mod node;
 pub mod outcome;
 pub mod peer;
 pub mod pool;
+mod preallocate;
 pub mod process;
 pub mod record;
 pub mod rendezvous;

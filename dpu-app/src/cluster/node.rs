@@ -194,6 +194,8 @@ pub struct Node<F: Fabric> {
     pub(super) notices: NoticeTable,
     pub(super) sealer: Sealer,
     pub(super) rs: ReedSolomon,
+    /// Extends a fragment header's CRC by its payload's (log entry checksums).
+    pub(super) crc_shift: super::crc_combine::ShiftCache,
     pub(super) predictor: Option<Predictor>,
     pub(super) hlc: Hlc,
     pub(super) hlc_floor: HlcFloor,
@@ -209,7 +211,10 @@ pub struct Node<F: Fabric> {
     pub(super) qp_options: QpOptions,
     pub(super) next_heartbeat_ns: u64,
     pub(super) lease_until_ns: u64,
-    pub(super) started_ns: u64,
+    /// When this node first polled: a peer it has never heard from is judged dead only
+    /// `dead_after` from here (a node that was slow to open its files, or whose peers
+    /// were, does not call them dead before it has even looked).
+    pub(super) started_ns: Option<u64>,
 }
 
 impl<F: Fabric> std::fmt::Debug for Node<F> {
@@ -412,6 +417,7 @@ impl<F: Fabric> Node<F> {
             notices: NoticeTable::new(n, NOTICES_MAX),
             sealer,
             rs,
+            crc_shift: super::crc_combine::ShiftCache::default(),
             predictor,
             hlc,
             hlc_floor,
@@ -427,7 +433,7 @@ impl<F: Fabric> Node<F> {
             qp_options,
             next_heartbeat_ns: now.mono_ns,
             lease_until_ns: 0,
-            started_ns: now.mono_ns,
+            started_ns: None,
             config,
         };
         // A restarted node may have missed invalidations while it was down.
@@ -499,6 +505,7 @@ impl<F: Fabric> Node<F> {
     /// One round of work at `now`; returns whether anything happened (the caller may
     /// back off when nothing did).
     pub fn poll(&mut self, now: Now) -> bool {
+        self.started_ns.get_or_insert(now.mono_ns);
         let mut busy = self.poll_completions(now);
         busy |= self.poll_mailbox(now);
         busy |= self.take_requests(now);
@@ -699,15 +706,38 @@ impl<F: Fabric> Node<F> {
                 return Started::Finished(Finished::NotNeeded { current: SlotWord::unpack(0) });
             }
             let word = self.region.u64_at(self.region.layout().directory_slot(slot % self.directory_slots));
-            return Started::Finished(slotjob::run_local(word, intent, self.me));
+            return Started::Finished(match slotjob::run_local(word, intent, self.me) {
+                // Only this host's readers race a local CAS: rounds of losses to them
+                // leave the write to fence its own host.
+                Finished::Contended { .. } => Finished::Failed,
+                f => f,
+            });
         }
-        let guess = guess.unwrap_or_else(|| self.peer(host).map_or(0, |p| p.shadow.guess(slot)));
+        let shadow = self.peer(host).map_or(0, |p| p.shadow.guess(slot));
+        // A job of ours on the same slot still flying (a hot key, written again before
+        // the last write's CAS came back): ours runs after it on the same queue pair, so
+        // expect the word it places, and the shadow's in case it misses.
+        let behind = match (guess, intent) {
+            (None, Intent::Mark { .. } | Intent::Invalidate { .. }) => self
+                .jobs
+                .iter()
+                .flatten()
+                .filter(|e| e.host == host && e.slot == slot)
+                .filter_map(|e| e.job.expected_result())
+                .max_by_key(|w| (w.version, w.state as u8))
+                .map(SlotWord::pack),
+            _ => None,
+        };
         let Some(index) = self.free_jobs.pop() else {
             tracing::warn!(node = self.me, "directory job table full");
             return Started::Finished(Finished::Failed);
         };
-        let (job, step) = Job::start(intent, self.me, guess);
+        let (job, step) = match behind {
+            Some(expected) => Job::start_guessing(intent, self.me, [Some(expected), Some(shadow)]),
+            None => Job::start(intent, self.me, guess.unwrap_or(shadow)),
+        };
         self.jobs[index as usize] = Some(JobEntry { job, owner, host, slot, intent, posted: 0 });
+        self.stats.cas_jobs += 1;
         match step {
             Step::Post(cases) => {
                 self.post_cases(index, cases);
@@ -728,6 +758,7 @@ impl<F: Fabric> Node<F> {
 
     fn post_cases(&mut self, index: u32, cases: [Option<(u64, u64)>; 2]) {
         let Some(entry) = self.jobs[index as usize] else { return };
+        self.stats.cas_rounds += 1;
         let Some(remote) = self.peer(entry.host).and_then(|p| p.remote) else {
             // No link: both guesses fail at once.
             for (b, c) in cases.iter().enumerate() {
@@ -767,26 +798,66 @@ impl<F: Fabric> Node<F> {
         let Some(entry) = self.jobs.get_mut(index as usize).and_then(Option::as_mut) else { return };
         entry.posted = entry.posted.saturating_sub(1);
         let (host, slot) = (entry.host, entry.slot);
+        if let (Intent::Mark { version }, Owner::Write { slot: w, generation }) = (entry.job.intent(), entry.owner) {
+            // Decided while this mark still looks for the slot's word: a retry goes
+            // straight to the commit's Invalid (one round trip, not two).
+            let decided = self
+                .writes
+                .get_mut(w, generation)
+                .is_some_and(|w| w.phase == super::write::Phase::Deciding && w.end.is_none());
+            let entry = self.jobs[index as usize].as_mut().expect("job exists");
+            if decided {
+                entry.job.retry_as(Intent::Invalidate { version });
+            }
+        }
+        let entry = self.jobs[index as usize].as_mut().expect("job exists");
         let step = entry.job.on_result(which, old);
+        entry.intent = entry.job.intent();
         if let Some(v) = old {
             // The word CAS returned is the freshest this node knows; our own swap, if
             // it took, is fresher still (recorded below when the job finishes).
             if let Some(p) = self.peer_mut(host) {
-                p.shadow.saw(slot, v);
+                p.shadow.observed(slot, v, host);
             }
             let _ = self.hlc.observe(SlotWord::unpack(v).version);
         }
         match step {
             Step::Wait => {}
             Step::Post(cases) => self.post_cases(index, cases),
-            Step::Finished(f) => {
+            Step::Finished(mut f) => {
                 let entry = self.jobs[index as usize].expect("job exists");
                 if let Finished::Done { placed, .. } = f {
                     if let Some(p) = self.peer_mut(host) {
                         p.shadow.saw(slot, placed.pack());
                     }
                 }
-                if f == Finished::Failed {
+                if let Finished::Contended { current } = f {
+                    // A hot slot, not an unreachable host: a write's job starts over from
+                    // the newest word while the write has time (the others' CASes took,
+                    // so someone progresses); a lease's gives up quietly.
+                    let retry = match entry.owner {
+                        Owner::Write { slot, generation } => {
+                            self.writes.get_mut(slot, generation).is_some_and(|w| now.mono_ns < w.deadline_ns)
+                        }
+                        Owner::Lease { .. } | Owner::Detached => false,
+                    };
+                    self.stats.cas_contended += 1;
+                    if retry {
+                        let (job, step) = Job::start(entry.intent, self.me, current.pack());
+                        if let Some(e) = self.jobs[index as usize].as_mut() {
+                            e.job = job;
+                        }
+                        if let Step::Post(cases) = step {
+                            self.post_cases(index, cases);
+                        }
+                        return;
+                    }
+                    f = Finished::Failed;
+                    if matches!(entry.owner, Owner::Write { .. }) {
+                        // Out of time with its mark unplaced: the host must be fenced.
+                        self.suspect(host, now);
+                    }
+                } else if f == Finished::Failed {
                     self.suspect(host, now);
                 }
                 self.free_job(index);

@@ -7,7 +7,7 @@
 
 use std::collections::VecDeque;
 
-use prescient_shim::directory::SlotWord;
+use prescient_shim::directory::{SlotState, SlotWord};
 
 use super::control::ControlView;
 use crate::fabric::{Endpoint, QueuePair, RawQp, RemoteRegion, Reset, Rts};
@@ -125,42 +125,88 @@ pub enum Sent {
     },
 }
 
-/// A small direct-mapped cache of the last word seen in each of the peer's slots:
-/// the guess a CAS starts from.
+/// A direct-mapped cache of the last word seen in each of the peer's slots: the guess a
+/// CAS starts from. It covers the whole directory up to [`SHADOW_ENTRIES_MAX`] slots
+/// (a guess that misses costs a CAS round trip: measured at 1.4 to 1.8 rounds per job
+/// with a fixed 16K entries over a 64K-slot directory and a trace of 187K keys).
 #[derive(Debug)]
 pub struct Shadow {
     tags: Vec<u32>,
     words: Vec<u64>,
+    /// The guess for a slot never seen: what revocations leave in every untouched slot
+    /// (`Invalid(revocations, host)`), learned from the first such word a CAS returns.
+    default: u64,
 }
 
-/// Entries of a shadow directory.
-pub const SHADOW_ENTRIES: usize = 1 << 14;
+/// Versions below this are revocation counts, not write versions (those are clock
+/// stamps, far above it).
+const REVOKED_VERSIONS: u64 = 1 << 32;
+
+/// Most entries of a shadow directory (12 bytes each: 3 MiB per peer).
+pub const SHADOW_ENTRIES_MAX: usize = 1 << 18;
+/// Entries before the peer has said how many slots it has.
+const SHADOW_ENTRIES_MIN: usize = 1 << 10;
 
 impl Shadow {
     fn new() -> Self {
-        Self { tags: vec![u32::MAX; SHADOW_ENTRIES], words: vec![0; SHADOW_ENTRIES] }
+        Self { tags: vec![u32::MAX; SHADOW_ENTRIES_MIN], words: vec![0; SHADOW_ENTRIES_MIN], default: 0 }
     }
 
     /// The last word seen in `slot` (a fresh directory's words are all zero: Valid).
     pub fn guess(&self, slot: u32) -> u64 {
-        let i = slot as usize % SHADOW_ENTRIES;
+        let i = slot as usize % self.tags.len();
         if self.tags[i] == slot {
             self.words[i]
         } else {
-            0
+            self.default
         }
+    }
+
+    /// Records `word`, which a CAS on `slot` of host `host`'s directory returned; a
+    /// revocation's word in a slot never seen teaches the guess for all such slots.
+    pub fn observed(&mut self, slot: u32, word: u64, host: u8) {
+        let i = slot as usize % self.tags.len();
+        let w = SlotWord::unpack(word);
+        if self.tags[i] != slot && w.writer == host && w.version < REVOKED_VERSIONS && w.state != SlotState::Pending {
+            self.default = SlotWord { state: SlotState::Invalid, ..w }.pack();
+        }
+        self.saw(slot, word);
     }
 
     /// Records `word` as seen in `slot`.
     pub fn saw(&mut self, slot: u32, word: u64) {
-        let i = slot as usize % SHADOW_ENTRIES;
+        let i = slot as usize % self.tags.len();
         self.tags[i] = slot;
         self.words[i] = word;
     }
 
-    /// Forgets everything (the peer restarted or revoked its directory).
+    /// Forgets everything: the peer revoked its directory (every slot moved one version
+    /// on, the untouched ones too).
     pub fn clear(&mut self) {
         self.tags.fill(u32::MAX);
+        let d = SlotWord::unpack(self.default);
+        if d.version != 0 {
+            self.default = SlotWord { version: d.version + 1, ..d }.pack();
+        }
+    }
+
+    /// Forgets everything and sizes the cache for a directory of `slots` (at
+    /// connection time, never on the data path).
+    pub fn reset_for(&mut self, slots: u32) {
+        let entries = (slots as usize).clamp(SHADOW_ENTRIES_MIN, SHADOW_ENTRIES_MAX);
+        if entries != self.tags.len() {
+            self.tags = vec![u32::MAX; entries];
+            self.words = vec![0; entries];
+        } else {
+            self.tags.fill(u32::MAX);
+        }
+        // A restarted peer revoked an unknown number of times: learn it again.
+        self.default = 0;
+    }
+
+    /// Entries held.
+    pub fn entries(&self) -> usize {
+        self.tags.len()
     }
 }
 

@@ -338,7 +338,7 @@ impl<F: Fabric> Node<F> {
         let frag = fragment(&layout, data, side, index);
         let mut frag_header = [0u8; crate::stripe::HEADER_LEN];
         frag_header.copy_from_slice(frag.header);
-        let payload_crc = crc32c::crc32c_combine(
+        let payload_crc = self.crc_shift.combine(
             crc32c::crc32c(&frag_header),
             u32::from_le_bytes(frag_header[32..36].try_into().expect("4 bytes")),
             f,

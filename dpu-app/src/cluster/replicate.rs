@@ -349,7 +349,10 @@ impl<F: Fabric> Node<F> {
             (Intent::Invalidate { .. } | Intent::Commit { .. }, Finished::Done { .. } | Finished::NotNeeded { .. }) => {
                 w.marks[j as usize] = Mark::Settled;
             }
-            (Intent::Mark { .. } | Intent::Invalidate { .. } | Intent::Commit { .. }, Finished::Failed) => {
+            (
+                Intent::Mark { .. } | Intent::Invalidate { .. } | Intent::Commit { .. },
+                Finished::Failed | Finished::Contended { .. },
+            ) => {
                 w.marks[j as usize] = Mark::Failed;
                 tracing::debug!(node = me, peer = j, "directory job failed: waiting for the host's exclusion");
             }
@@ -436,7 +439,7 @@ impl<F: Fabric> Node<F> {
         let header_at = rl.buffer(side) + i * crate::stripe::HEADER_LEN;
         let mut frag_header = [0u8; crate::stripe::HEADER_LEN];
         self.region.read_bytes(header_at, &mut frag_header);
-        let payload_crc = crc32c::crc32c_combine(
+        let payload_crc = self.crc_shift.combine(
             crc32c::crc32c(&frag_header),
             u32::from_le_bytes(frag_header[32..36].try_into().expect("4 bytes")),
             f,
@@ -620,6 +623,8 @@ impl<F: Fabric> Node<F> {
                 }
             }
             Phase::Deciding => {
+                self.renotify(slot, generation);
+                let w = self.writes.slot_mut(slot).expect("write exists");
                 if w.decided.count_ones() >= decide_min && w.marks_settled(n) {
                     w.stamp_stage(WriteStage::Decide, now.mono_ns);
                     self.commit(slot, generation, now);
@@ -723,13 +728,26 @@ impl<F: Fabric> Node<F> {
         let record = OutcomeRecordRepr { write_seq: w.write_seq, key_hash: w.key_hash, stamp: w.stamp, outcome };
         // Only a Committed decision counts towards the m + 1 a write waits for.
         let owner = (outcome == Decision::Committed).then_some((slot, generation));
-        w.notified |= 1 << h;
-        let write_seq = w.write_seq;
-        if !self.notices.queue(h, record, owner) {
-            // The batch is full (the peer is slow or away): its resync sends it later.
-            tracing::debug!(node = self.me, peer = h, "notice batch full; the decision goes with the peer's resync");
-            if let Some(p) = self.peer_mut(h) {
-                p.resync = Some(p.resync.map_or(write_seq, |c| c.min(write_seq)));
+        if self.notices.queue(h, record, owner) {
+            w.notified |= 1 << h;
+        } else {
+            // The batch is full (the peer is slow or away): the write tries again while
+            // it decides (`renotify`), and a retired one leaves it to the peer's resync.
+            tracing::debug!(node = self.me, peer = h, "notice batch full; the decision is queued again later");
+        }
+    }
+
+    /// Queues the decision again for the holders it counts on that have neither heard it
+    /// nor have it queued (a full batch refused it, or its notice was lost).
+    fn renotify(&mut self, slot: u32, generation: u32) {
+        let Some(w) = self.writes.get_mut(slot, generation) else { return };
+        let waiting = w.holder_mask() & w.acked & !w.decided & !w.notified & !(1 << self.me);
+        if waiting == 0 {
+            return;
+        }
+        for h in 0..self.n as u8 {
+            if waiting & (1 << h) != 0 && self.peer(h).is_some_and(|p| p.is_up()) {
+                self.notify(slot, generation, h);
             }
         }
     }
@@ -808,7 +826,8 @@ impl<F: Fabric> Node<F> {
         // Holders that never persisted their fragment of a committed write get it
         // rebuilt (the resync of each comes back to this write).
         if matches!(w.end, Some(End::Committed | End::Undecided)) {
-            let missing = w.holder_mask() & !w.acked & !(1 << self.me);
+            // And those that may not have heard the decision, with none queued for them.
+            let missing = w.holder_mask() & (!w.acked | (!w.decided & !w.notified)) & !(1 << self.me);
             for h in 0..self.n as u8 {
                 if missing & (1 << h) != 0 {
                     if let Some(p) = self.peer_mut(h) {

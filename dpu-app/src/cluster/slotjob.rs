@@ -75,9 +75,15 @@ pub enum Finished {
         /// The word seen.
         current: SlotWord,
     },
-    /// The peer could not be reached, or the slot stayed contended for
-    /// [`ATTEMPTS_MAX`] rounds: the owner must fence the host off.
+    /// The peer could not be reached (or the job could not run): the owner must
+    /// fence the host off.
     Failed,
+    /// The slot changed under every one of [`ATTEMPTS_MAX`] rounds: others' CASes took
+    /// (the host is reachable). The caller may start again from `current`.
+    Contended {
+        /// The newest word seen.
+        current: SlotWord,
+    },
 }
 
 /// What to do next for a job.
@@ -100,13 +106,14 @@ pub struct Job {
     /// CASes of the current round: (expected, swap, result) per guess.
     round: [Option<(u64, u64, Option<u64>)>; 2],
     failed: bool,
+    /// What a retry round aims for instead of `intent`, if set (see [`Job::retry_as`]).
+    retry_as: Option<Intent>,
 }
 
 impl Job {
     /// A job for `intent` by node `me` starting from the guessed word `guess`.
     /// Returns the job and its first step (always a post).
     pub fn start(intent: Intent, me: u8, guess: u64) -> (Self, Step) {
-        let mut job = Self { intent, me, attempts: 0, round: [None, None], failed: false };
         let guessed = SlotWord::unpack(guess);
         let mut guesses = [Some(guess), None];
         // An Invalid word is what a reader refills into Valid at the same version:
@@ -115,8 +122,44 @@ impl Job {
         if guessed.state == SlotState::Invalid {
             guesses[1] = Some(SlotWord { state: SlotState::Valid, ..guessed }.pack());
         }
+        Self::start_guessing(intent, me, guesses)
+    }
+
+    /// A job whose first round tries both `guesses` (in order, on one queue pair: at
+    /// most one takes, as the first's swap is never the second's expected word).
+    pub fn start_guessing(intent: Intent, me: u8, guesses: [Option<u64>; 2]) -> (Self, Step) {
+        let mut job = Self { intent, me, attempts: 0, round: [None, None], failed: false, retry_as: None };
+        let guesses = match guesses {
+            [Some(a), Some(b)] if a == b => [Some(a), None],
+            [None, b] => [b, None],
+            g => g,
+        };
         let step = job.post(guesses);
         (job, step)
+    }
+
+    /// The word the slot holds once the current round's first changing CAS takes: what
+    /// a CAS posted behind it on the same queue pair should expect.
+    pub fn expected_result(&self) -> Option<SlotWord> {
+        self.round
+            .iter()
+            .flatten()
+            .find(|(expected, swap, _)| expected != swap)
+            .map(|(_, swap, _)| SlotWord::unpack(*swap))
+    }
+
+    /// The intent the job works for now (it changes when a retry takes up
+    /// [`Job::retry_as`]).
+    pub fn intent(&self) -> Intent {
+        self.intent
+    }
+
+    /// Makes the next retry round, if one is needed, aim for `intent` instead: a round
+    /// that already flew keeps its own. A write decided while its mark was still
+    /// missing the slot's word retries as the commit's invalidation, saving the round
+    /// trip of placing Pending only to turn it Invalid.
+    pub fn retry_as(&mut self, intent: Intent) {
+        self.retry_as = Some(intent);
     }
 
     fn post(&mut self, guesses: [Option<u64>; 2]) -> Step {
@@ -124,6 +167,11 @@ impl Job {
         let mut out = [None, None];
         for (i, g) in guesses.iter().enumerate() {
             self.round[i] = None;
+            // A second guess equal to the first's swap would take too, right after it:
+            // never post it.
+            if i == 1 && self.round[0].is_some_and(|(_, swap, _)| Some(swap) == *g) {
+                continue;
+            }
             if let Some(expected) = *g {
                 let current = SlotWord::unpack(expected);
                 // A guess the intent would not change is still posted as an identity
@@ -169,11 +217,14 @@ impl Job {
         // Neither: retry from the newest word seen (the later CAS ran last).
         let latest = self.round.iter().flatten().last().and_then(|e| e.2).expect("a result per posted CAS");
         let current = SlotWord::unpack(latest);
+        if let Some(intent) = self.retry_as.take() {
+            self.intent = intent;
+        }
         if self.intent.apply(current, self.me).is_none() {
             return Step::Finished(Finished::NotNeeded { current });
         }
         if self.attempts >= ATTEMPTS_MAX {
-            return Step::Finished(Finished::Failed);
+            return Step::Finished(Finished::Contended { current });
         }
         self.post([Some(latest), None])
     }
@@ -192,7 +243,7 @@ pub fn run_local(word: &AtomicU64, intent: Intent, me: u8) -> Finished {
             Err(seen) => current = seen,
         }
     }
-    Finished::Failed
+    Finished::Contended { current: SlotWord::unpack(current) }
 }
 
 #[cfg(test)]
@@ -278,6 +329,64 @@ mod tests {
     fn a_fabric_failure_fails_the_job() {
         let (mut job, _) = Job::start(Intent::Mark { version: 1 }, 0, 0);
         assert_eq!(job.on_result(0, None), Step::Finished(Finished::Failed));
+    }
+
+    #[test]
+    fn a_slot_that_changes_under_every_round_is_contended_not_failed() {
+        let (mut job, mut step) = Job::start(Intent::Mark { version: 1 }, 0, 0);
+        let mut rounds = 0u64;
+        let f = loop {
+            match step {
+                Step::Post(cases) => {
+                    rounds += 1;
+                    // Another writer's CAS lands just before each of ours.
+                    let (expected, _) = cases[0].expect("one guess");
+                    let moved = SlotWord::unpack(expected).version + 10;
+                    step = job.on_result(0, Some(w(SlotState::Pending, 3, moved).pack()));
+                }
+                Step::Finished(f) => break f,
+                Step::Wait => unreachable!("one CAS per round"),
+            }
+        };
+        assert_eq!(rounds, u64::from(ATTEMPTS_MAX));
+        assert!(matches!(f, Finished::Contended { current } if current.writer == 3), "{f:?}");
+    }
+
+    #[test]
+    fn a_retry_can_aim_for_another_intent_but_a_round_in_flight_keeps_its_own() {
+        // The first round misses (the slot moved): the retry invalidates instead.
+        let (mut job, _) = Job::start(Intent::Mark { version: 20 }, 1, w(SlotState::Valid, 2, 10).pack());
+        job.retry_as(Intent::Invalidate { version: 20 });
+        let step = job.on_result(0, Some(w(SlotState::Valid, 3, 15).pack()));
+        let Step::Post([Some((expected, swap)), None]) = step else { panic!("{step:?}") };
+        assert_eq!(expected, w(SlotState::Valid, 3, 15).pack());
+        assert_eq!(SlotWord::unpack(swap), w(SlotState::Invalid, 1, 20));
+        assert_eq!(job.intent(), Intent::Invalidate { version: 20 });
+        // A first round that took stays a mark: its owner commits it as usual.
+        let guess = w(SlotState::Valid, 2, 10).pack();
+        let (mut job, _) = Job::start(Intent::Mark { version: 20 }, 1, guess);
+        job.retry_as(Intent::Invalidate { version: 20 });
+        let f = job.on_result(0, Some(guess));
+        assert!(matches!(f, Step::Finished(Finished::Done { placed, .. }) if placed.state == SlotState::Pending));
+        assert_eq!(job.intent(), Intent::Mark { version: 20 });
+    }
+
+    #[test]
+    fn a_job_behind_another_expects_its_word_and_never_takes_twice() {
+        // The job in flight will place Pending(11) over Valid(10).
+        let (first, _) = Job::start(Intent::Mark { version: 11 }, 1, w(SlotState::Valid, 2, 10).pack());
+        let expected = first.expected_result().unwrap();
+        assert_eq!(expected, w(SlotState::Pending, 1, 11));
+        let shadow = w(SlotState::Valid, 2, 10).pack();
+        let (_, step) = Job::start_guessing(Intent::Mark { version: 12 }, 1, [Some(expected.pack()), Some(shadow)]);
+        let Step::Post([Some((e1, s1)), Some((e2, _))]) = step else { panic!("{step:?}") };
+        assert_eq!((e1, SlotWord::unpack(s1)), (expected.pack(), w(SlotState::Pending, 1, 12)));
+        assert_eq!(e2, shadow);
+        // A second guess that is the first's swap is dropped.
+        let g = w(SlotState::Valid, 2, 10);
+        let swap = Intent::Mark { version: 11 }.apply(g, 1).unwrap().pack();
+        let (_, step) = Job::start_guessing(Intent::Mark { version: 11 }, 1, [Some(g.pack()), Some(swap)]);
+        assert!(matches!(step, Step::Post([Some(_), None])), "{step:?}");
     }
 
     #[test]

@@ -67,6 +67,12 @@ pub struct NodeStats {
     pub store_full: u64,
     /// Holders' refusals this node received as a writer.
     pub refusals: u64,
+    /// Directory jobs whose slot changed under every CAS round (a hot slot).
+    pub cas_contended: u64,
+    /// Directory jobs started on peers' directories.
+    pub cas_jobs: u64,
+    /// CAS rounds those jobs posted (a job whose first guess is right posts one).
+    pub cas_rounds: u64,
     /// Outcome records dropped with a lost link.
     pub notices_dropped: u64,
     /// Decisions resent to a peer after it reconnected.
@@ -112,6 +118,9 @@ impl NodeStats {
             entries_replayed: 0,
             store_full: 0,
             refusals: 0,
+            cas_contended: 0,
+            cas_jobs: 0,
+            cas_rounds: 0,
             notices_dropped: 0,
             notices_resent: 0,
             repairs_started: 0,
@@ -227,6 +236,9 @@ impl NodeStats {
             ("entries replayed after restart", self.entries_replayed),
             ("store full", self.store_full),
             ("refusals from holders", self.refusals),
+            ("directory jobs on peers", self.cas_jobs),
+            ("directory CAS rounds", self.cas_rounds),
+            ("directory jobs contended", self.cas_contended),
             ("fragments refused by GETs", self.fragments_refused),
             ("forged frames", self.forged),
             ("decisions resent", self.notices_resent),

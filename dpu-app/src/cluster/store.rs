@@ -290,8 +290,12 @@ impl Store {
             .emit(MAGIC, &mut page);
         let io = |e: file::FileIoError| StoreError::Io { action: e.action, path: path.to_owned(), source: e.source };
         let not_a_store = |source| StoreError::NotAStore { path: path.to_owned(), source };
+        let mut created = false;
         let file = match file::open_or_create(path, &page, g.file_bytes()).map_err(io)? {
-            Opened::Created(file) => file,
+            Opened::Created(file) => {
+                created = true;
+                file
+            }
             Opened::Existing { file, page, len } => {
                 let found = FileHeader::<4>::parse(MAGIC, &page).map_err(not_a_store)?;
                 if found.ids[1] != 0 {
@@ -317,7 +321,9 @@ impl Store {
             memory: Arc::new(memory),
             locks: (0..STORE_LOCKS).map(|_| Mutex::new(())).collect(),
         };
-        let emptied = store.recover()?;
+        // A file just created is all zeros (every way Empty): nothing to check, and
+        // reading it would touch every page of a file sized for the whole key space.
+        let emptied = if created { 0 } else { store.recover()? };
         if emptied > 0 {
             tracing::warn!(store = %path.display(), emptied, "emptied torn or damaged records");
         }

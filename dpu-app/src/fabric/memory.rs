@@ -64,13 +64,15 @@ impl Memory {
     }
 
     /// A shared, writable mapping of `len` bytes of `file` from `offset` (a multiple of the
-    /// page size): writes land in the file, so a fragment log survives a crash.
+    /// page size): writes land in the file, so a fragment log survives a crash. Its pages
+    /// are faulted in at once (`MAP_POPULATE`), as registering memory with a NIC pins
+    /// them: no page fault lands on the data path later.
     pub fn map_file(file: &File, offset: u64, len: usize) -> Result<Self> {
         check_len(len)?;
         // SAFETY: a shared file mapping may change under us if another process writes the
         // file; we never form references into it (raw copies and atomics only), so that
         // is the same as a peer writing by RDMA.
-        let map = unsafe { MmapOptions::new().offset(offset).len(len).map_mut(file) }
+        let map = unsafe { MmapOptions::new().offset(offset).len(len).populate().map_mut(file) }
             .map_err(|source| FabricError::Map { len, source })?;
         Ok(Self::from_mmap(map, len, Backing::File))
     }

@@ -26,7 +26,7 @@
 
 use std::collections::VecDeque;
 use std::net::TcpStream;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
@@ -121,6 +121,9 @@ pub(crate) struct QpInner {
     pub(crate) sq: Mutex<SendQueue>,
     rq: Mutex<RecvQueue>,
     recv_posted: Condvar,
+    /// Threads in `wait_for_receive` (a post signals only when there is one: the
+    /// in-process fabric never waits, and a futex call per receive is its hottest cost).
+    recv_waiters: AtomicU32,
     peer: Mutex<Option<Weak<QpInner>>>,
     pending: AtomicBool,
     /// Set when the owner destroys the queue pair; threads that still hold it briefly
@@ -195,6 +198,7 @@ impl QpInner {
                     posted: VecDeque::with_capacity(options.recv_depth),
                 }),
                 recv_posted: Condvar::new(),
+                recv_waiters: AtomicU32::new(0),
                 peer: Mutex::new(None),
                 pending: AtomicBool::new(false),
                 destroyed: AtomicBool::new(false),
@@ -528,7 +532,10 @@ impl QpInner {
             if now >= deadline || !self.node.is_alive() {
                 return false;
             }
+            // Counted under the lock, so a post that lands after our look sees us.
+            self.recv_waiters.fetch_add(1, Ordering::SeqCst);
             rq = self.recv_posted.wait_timeout(rq, deadline - now).expect("receive queue lock").0;
+            self.recv_waiters.fetch_sub(1, Ordering::SeqCst);
         }
         true
     }
@@ -638,7 +645,9 @@ impl QpInner {
             }
             rq.posted.push_back(token);
         }
-        self.recv_posted.notify_all();
+        if self.recv_waiters.load(Ordering::SeqCst) > 0 {
+            self.recv_posted.notify_all();
+        }
         // The peer may be waiting for exactly this receive (RNR): let it retry now.
         let peer = self.peer.lock().expect("peer lock").as_ref().and_then(Weak::upgrade);
         if let Some(peer) = peer {
