@@ -55,7 +55,7 @@ fn the_demo_runs_a_cluster_and_summarises_it() {
 
 #[test]
 fn the_quick_cluster_bench_prints_its_tables_and_moves_writes() {
-    let out = stdout_of(&["bench", "cluster", "--quick", "--networks", "lan", "--policies", "none,speculative"]);
+    let out = stdout_of(&["bench", "cluster", "--quick", "--networks", "lan-1,lan", "--policies", "none,speculative"]);
     for heading in [
         "prescient-dpu bench cluster: 5 nodes",
         "seal + stripe alone, 1 core:",
@@ -64,13 +64,14 @@ fn the_quick_cluster_bench_prints_its_tables_and_moves_writes() {
         "Stale-read window",
         "Readers and predictor",
         "Targets, as ratios of figures measured in this run",
-        "LAN speculative PUT p50 (target <= 1.10x)",
+        "LAN-1 speculative PUT p50 (target <= 1.10x)",
+        "LAN speculative PUT p50 (loaded: CPU-bound, judged on LAN-1)",
         "PUTs per CPU-second",
     ] {
         assert!(out.contains(heading), "no {heading:?} in:\n{out}");
     }
-    for policy in ["none ", "speculative "] {
-        let row = format!("{:<5} {policy}", "LAN");
+    for (net, policy) in [("LAN-1", "none "), ("LAN-1", "speculative "), ("LAN", "none "), ("LAN", "speculative ")] {
+        let row = format!("{net:<5} {policy}");
         let secs_then_rate =
             out.lines().find(|l| l.starts_with(&row)).unwrap_or_else(|| panic!("no {row:?} row:\n{out}"));
         let rate: f64 = secs_then_rate.split_whitespace().nth(3).and_then(|v| v.parse().ok()).expect("a PUT/s column");

@@ -164,6 +164,11 @@ pub fn choose(
         let Some(set) = set else { continue };
         for way in 0..geometry.ways() as usize {
             let Some(bytes) = set.get(way * rb..(way + 1) * rb) else { break };
+            // Other keys' records are skipped unchecked (a full check of every way of
+            // every set was most of a GET's CPU).
+            if RecordView::<&[u8]>::claimed_key_hash(bytes) != Some(key_hash) {
+                continue;
+            }
             let Ok(r) = RecordView::new_checked(bytes, geometry.payload_max()) else { continue };
             if r.key_hash() != key_hash || r.state() == RecordState::Empty {
                 continue;

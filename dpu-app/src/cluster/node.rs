@@ -118,6 +118,9 @@ pub enum Started {
     Running(u32),
 }
 
+/// log2 of the entries remembering each (host, slot)'s latest directory job.
+const RECENT_JOBS_BITS: u32 = 12;
+
 /// A directory job in flight.
 #[derive(Clone, Copy, Debug)]
 pub struct JobEntry {
@@ -188,6 +191,9 @@ pub struct Node<F: Fabric> {
     pub(super) writes: WriteTable,
     pub(super) jobs: Vec<Option<JobEntry>>,
     pub(super) free_jobs: Vec<u32>,
+    /// The latest job started on each (host, slot), hashed (index + 1; 0: none): a
+    /// job behind it on the same queue pair expects the word it places.
+    pub(super) recent_jobs: Vec<u32>,
     pub(super) gets: GetTable,
     pub(super) leases: LeaseTable,
     pub(super) repairs: super::repair::RepairTable,
@@ -411,6 +417,7 @@ impl<F: Fabric> Node<F> {
             writes: WriteTable::new(writes_max),
             jobs: (0..jobs_max).map(|_| None).collect(),
             free_jobs: (0..jobs_max as u32).rev().collect(),
+            recent_jobs: vec![0; 1 << RECENT_JOBS_BITS],
             gets: GetTable::new(gets_max, n, geometry.set_bytes(), stripe_max.data_len()),
             leases: LeaseTable::new(LEASES_MAX as u32),
             repairs: super::repair::RepairTable::new(n, geometry.set_bytes()),
@@ -717,14 +724,13 @@ impl<F: Fabric> Node<F> {
         // A job of ours on the same slot still flying (a hot key, written again before
         // the last write's CAS came back): ours runs after it on the same queue pair, so
         // expect the word it places, and the shadow's in case it misses.
+        let recent = Self::recent_index(host, slot);
         let behind = match (guess, intent) {
-            (None, Intent::Mark { .. } | Intent::Invalidate { .. }) => self
-                .jobs
-                .iter()
-                .flatten()
+            (None, Intent::Mark { .. } | Intent::Invalidate { .. }) => self.recent_jobs[recent]
+                .checked_sub(1)
+                .and_then(|i| self.jobs[i as usize].as_ref())
                 .filter(|e| e.host == host && e.slot == slot)
-                .filter_map(|e| e.job.expected_result())
-                .max_by_key(|w| (w.version, w.state as u8))
+                .and_then(|e| e.job.expected_result())
                 .map(SlotWord::pack),
             _ => None,
         };
@@ -732,6 +738,7 @@ impl<F: Fabric> Node<F> {
             tracing::warn!(node = self.me, "directory job table full");
             return Started::Finished(Finished::Failed);
         };
+        self.recent_jobs[recent] = index + 1;
         let (job, step) = match behind {
             Some(expected) => Job::start_guessing(intent, self.me, [Some(expected), Some(shadow)]),
             None => Job::start(intent, self.me, guess.unwrap_or(shadow)),
@@ -749,6 +756,12 @@ impl<F: Fabric> Node<F> {
             }
             Step::Wait => Started::Running(index),
         }
+    }
+
+    /// Where the latest job on (`host`, `slot`) is remembered.
+    fn recent_index(host: u8, slot: u32) -> usize {
+        let h = (u64::from(slot) << 8 | u64::from(host)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        (h >> (64 - RECENT_JOBS_BITS)) as usize
     }
 
     fn free_job(&mut self, index: u32) {

@@ -269,6 +269,13 @@ impl<T: AsRef<[u8]>> RecordView<T> {
         Self { buffer }
     }
 
+    /// The key hash the bytes claim, unchecked (`None` if too short to hold one): lets a
+    /// scan of a set skip other keys' records before paying for their checksums. Check
+    /// a record that matches with [`Self::new_checked`] before using anything in it.
+    pub fn claimed_key_hash(buffer: &[u8]) -> Option<u64> {
+        buffer.get(field::KEY_HASH).map(le64)
+    }
+
     /// A view of bytes that came from anywhere, for a store whose records hold at most
     /// `payload_max` payload bytes: checks what [`Self::check`] lists.
     pub fn new_checked(buffer: T, payload_max: u32) -> Result<Self, RecordError> {

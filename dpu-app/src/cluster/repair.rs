@@ -251,6 +251,9 @@ impl<F: Fabric> Node<F> {
             let chunk = &sets[j * set_bytes..(j + 1) * set_bytes];
             for way in 0..geometry.ways() as usize {
                 let record = &chunk[way * rb..(way + 1) * rb];
+                if RecordView::<&[u8]>::claimed_key_hash(record) != Some(r.key_hash) {
+                    continue;
+                }
                 let Ok(v) = RecordView::new_checked(record, geometry.payload_max()) else { continue };
                 if v.key_hash() != r.key_hash || v.state() == RecordState::Empty {
                     continue;

@@ -31,6 +31,7 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use super::entry::Outcome;
@@ -260,7 +261,15 @@ pub struct Store {
     memory: Arc<Memory>,
     /// Changes to set `s` hold `locks[s % STORE_LOCKS]`.
     locks: Box<[Mutex<()>]>,
+    /// A copy of every record's 64-byte head, ways of a set side by side: what
+    /// `insert` and `resolve` scan (16 heads 1.5 KB apart in the file were 16 cache and
+    /// TLB misses per scan, 11 % of a loaded node's CPU). Written with the file, under
+    /// the set lock; only this process writes the store (peers only READ it).
+    heads: Box<[AtomicU64]>,
 }
+
+/// Words of one cached head.
+const HEAD_WORDS: usize = HEAD_LEN / 8;
 
 impl fmt::Debug for Store {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -320,9 +329,13 @@ impl Store {
             geometry,
             memory: Arc::new(memory),
             locks: (0..STORE_LOCKS).map(|_| Mutex::new(())).collect(),
+            heads: (0..g.sets() as usize * g.ways() as usize * HEAD_WORDS).map(|_| AtomicU64::new(0)).collect(),
         };
         // A file just created is all zeros (every way Empty): nothing to check, and
         // reading it would touch every page of a file sized for the whole key space.
+        if !created {
+            store.load_heads()?;
+        }
         let emptied = if created { 0 } else { store.recover()? };
         if emptied > 0 {
             tracing::warn!(store = %path.display(), emptied, "emptied torn or damaged records");
@@ -409,20 +422,55 @@ impl Store {
         self.memory.read(offset, dst).map_err(self.memory_err())
     }
 
+    /// The heads of set `set`, from the cache (call with the set's lock held).
     fn heads(&self, set: u32) -> Result<Heads, StoreError> {
         let mut heads = [[0u8; HEAD_LEN]; STORE_WAYS_MAX as usize];
-        for (way, head) in heads.iter_mut().enumerate().take(self.geometry.ways() as usize) {
-            self.read(self.record_offset(set, way as u32), head)?;
+        let ways = self.geometry.ways() as usize;
+        let first = set as usize * ways * HEAD_WORDS;
+        for (way, head) in heads.iter_mut().enumerate().take(ways) {
+            let words = &self.heads[first + way * HEAD_WORDS..first + (way + 1) * HEAD_WORDS];
+            for (chunk, word) in head.chunks_exact_mut(8).zip(words) {
+                chunk.copy_from_slice(&word.load(Ordering::Relaxed).to_ne_bytes());
+            }
         }
         Ok(heads)
+    }
+
+    /// The cached head words of the record at file offset `base`.
+    fn cached_head(&self, base: usize) -> &[AtomicU64] {
+        let set_bytes = self.geometry.set_bytes();
+        let (set, way) = (base / set_bytes, (base % set_bytes) / self.geometry.record_bytes() as usize);
+        let at = (set * self.geometry.ways() as usize + way) * HEAD_WORDS;
+        &self.heads[at..at + HEAD_WORDS]
+    }
+
+    /// Fills the head cache from the file (an existing store, after recovery).
+    fn load_heads(&self) -> Result<(), StoreError> {
+        let mut head = [0u8; HEAD_LEN];
+        for set in 0..self.geometry.sets() {
+            let _guard = self.lock(set);
+            for way in 0..self.geometry.ways() {
+                let base = self.record_offset(set, way);
+                self.read(base, &mut head)?;
+                for (chunk, word) in head.chunks_exact(8).zip(self.cached_head(base)) {
+                    word.store(u64::from_ne_bytes(chunk.try_into().expect("8 bytes")), Ordering::Relaxed);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Stores `state` in the record at `base`: one aligned word store with only the state
     /// byte changed (only this process writes the store, under the set lock).
     fn set_state_at(&self, base: usize, state: RecordState) -> Result<(), StoreError> {
-        let mut word = self.memory.load_u64(base).map_err(self.memory_err())?.to_ne_bytes();
+        // The cached word is the file's (both change only here and in `write_record`).
+        let cached = &self.cached_head(base)[0];
+        let mut word = cached.load(Ordering::Relaxed).to_ne_bytes();
         word[field::STATE] = state as u8;
-        self.memory.store_u64(base, u64::from_ne_bytes(word)).map_err(self.memory_err())
+        let word = u64::from_ne_bytes(word);
+        self.memory.store_u64(base, word).map_err(self.memory_err())?;
+        cached.store(word, Ordering::Relaxed);
+        Ok(())
     }
 
     fn write_record(
@@ -443,7 +491,11 @@ impl Store {
         // Release: the first word (magic, format, state) goes live last, after every byte
         // the checksum covers.
         let first = u64::from_ne_bytes(head[..8].try_into().expect("8 bytes"));
-        self.memory.store_u64(base, first).map_err(self.memory_err())
+        self.memory.store_u64(base, first).map_err(self.memory_err())?;
+        for (chunk, word) in head.chunks_exact(8).zip(self.cached_head(base)) {
+            word.store(u64::from_ne_bytes(chunk.try_into().expect("8 bytes")), Ordering::Relaxed);
+        }
+        Ok(())
     }
 
     /// Persists a fragment as a Pending record: `fragment_header` is its 40-byte header and

@@ -22,7 +22,7 @@ pub const DIRECTORY_SLOTS: u32 = 1 << 16;
 /// key with 5 nodes and k + m = 5): the distinct keys a default run writes fit. A much
 /// longer run fills the stores, and its writes then fail ("store full" under faults);
 /// a node's start touches its whole store, so a larger one costs start-up time.
-pub const STORE_KEYS: usize = 1 << 15;
+pub const STORE_KEYS: usize = 1 << 17;
 
 /// The emulated network.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
