@@ -148,7 +148,7 @@ pub fn run(demo: &ClusterDemo) -> Result<String, LoadError> {
     let _ = writeln!(
         s,
         "\nper stage on the writers' DPU apps (all nodes merged, whole run; replicate and invalidate both run from the end of\n\
-         encode; stages done within one poll share that poll's time, so predict, sequence, seal and encode read 0 here):"
+         encode; decide ends when m + 1 holders have the decision and the marks are committed; commit is recorded in that poll):"
     );
     for line in stages.render().lines().filter(|l| !l.starts_with("get ")) {
         let _ = writeln!(s, "  {line}");

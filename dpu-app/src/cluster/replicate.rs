@@ -111,6 +111,11 @@ impl<F: Fabric> Node<F> {
         let tombstone = a.desc.op == OpCode::Delete;
         let mut times = [0u64; WriteStage::ALL.len()];
         let arrived = now.mono_ns;
+        // The stages up to encode run within this call: their ends are `now` plus the
+        // real time spent so far, read from the host clock for the per-stage figures
+        // only (nothing decides on them, so a manual clock stays deterministic).
+        let started = prescient_shim::sys::monotonic_ns();
+        let at = move || now.mono_ns + prescient_shim::sys::monotonic_ns().saturating_sub(started);
 
         // 2. Predict.
         let mut hit = false;
@@ -134,7 +139,7 @@ impl<F: Fabric> Node<F> {
                 self.lease_expired(key, now);
             }
         }
-        times[WriteStage::Predict as usize] = now.mono_ns;
+        times[WriteStage::Predict as usize] = at();
 
         // 3. Order.
         if let Err(e) = self.reserve_versions(now) {
@@ -145,7 +150,7 @@ impl<F: Fabric> Node<F> {
             Err(e) => return fail(self, Status::StageFailed, e.to_string()),
         };
         let stamp = stamp.raw();
-        times[WriteStage::Sequence as usize] = now.mono_ns;
+        times[WriteStage::Sequence as usize] = at();
 
         // 5. Seal, 6. encode, in place in the arena.
         let config = self.region.layout().config;
@@ -160,7 +165,7 @@ impl<F: Fabric> Node<F> {
             Ok(n) => n,
             Err(e) => return fail(self, Status::StageFailed, e.to_string()),
         };
-        times[WriteStage::Seal as usize] = now.mono_ns;
+        times[WriteStage::Seal as usize] = at();
         let layout = match StripeLayout::new(self.k, self.m, frame_len) {
             Ok(l) => l,
             Err(e) => return fail(self, Status::StageFailed, e.to_string()),
@@ -172,7 +177,7 @@ impl<F: Fabric> Node<F> {
         if let Err(e) = encode_stripe(&self.rs, &layout, StripeId { key_hash, version: stamp }, data, side_buf) {
             return fail(self, Status::StageFailed, e.to_string());
         }
-        times[WriteStage::Encode as usize] = now.mono_ns;
+        times[WriteStage::Encode as usize] = at();
 
         // Holders: the stripe's k + m fragments on consecutive nodes from the key's home.
         let mut holders = [0u8; crate::codec_config::FRAGMENTS_MAX];
