@@ -73,8 +73,9 @@ pub fn run(demo: &ClusterDemo) -> Result<String, LoadError> {
         model_file: model_file.clone(),
         value_bytes: VALUE_BYTES,
         seed: demo.seed,
+        store_keys: setup::store_keys_for(demo.seconds),
     };
-    let dir = RunDir::create("demo")?;
+    let dir = RunDir::create("demo", spec.files_bytes()?)?;
     let started = Instant::now();
     let mut cluster = setup::start(&spec, &dir)?;
     let ready_s = started.elapsed().as_secs_f64();

@@ -207,6 +207,10 @@ pub fn run(bench: &ClusterBench) -> Result<ClusterReport, LoadError> {
     let mut cells = Vec::new();
     for &network in &bench.networks {
         for &policy in &bench.policies {
+            let (warmup, seconds) = match (bench.quick, bench.seconds) {
+                (true, s) => (network.warmup_seconds() / 2.0, s.unwrap_or(QUICK_SECONDS)),
+                (false, s) => (network.warmup_seconds(), s.unwrap_or(network.cell_seconds())),
+            };
             let spec = ClusterSpec {
                 nodes: NODES,
                 k,
@@ -216,10 +220,7 @@ pub fn run(bench: &ClusterBench) -> Result<ClusterReport, LoadError> {
                 model_file: model_file.clone(),
                 value_bytes: VALUE_BYTES,
                 seed: bench.seed,
-            };
-            let (warmup, seconds) = match (bench.quick, bench.seconds) {
-                (true, s) => (network.warmup_seconds() / 2.0, s.unwrap_or(QUICK_SECONDS)),
-                (false, s) => (network.warmup_seconds(), s.unwrap_or(network.cell_seconds())),
+                store_keys: setup::store_keys_for(warmup + seconds),
             };
             cells.push(run_cell(&spec, &stream, warmup, seconds, bench.seed)?);
         }
@@ -236,7 +237,8 @@ pub fn run(bench: &ClusterBench) -> Result<ClusterReport, LoadError> {
 }
 
 fn run_cell(spec: &ClusterSpec, stream: &KeyStream, warmup: f64, seconds: f64, seed: u64) -> Result<Cell, LoadError> {
-    let dir = RunDir::create(&format!("bench-{}-{}", spec.network.name(), spec.policy.name().replace('+', "-")))?;
+    let name = format!("bench-{}-{}", spec.network.name(), spec.policy.name().replace('+', "-"));
+    let dir = RunDir::create(&name, spec.files_bytes()?)?;
     let mut cluster = setup::start(spec, &dir)?;
     let mut driver = Driver::new(&cluster, stream, load_config(spec.network, warmup, seed))?;
     driver.run_for(&mut cluster, warmup, true)?;

@@ -45,7 +45,7 @@ pub mod node;
 pub mod outcome;
 pub mod peer;
 pub mod pool;
-mod preallocate;
+pub(crate) mod preallocate;
 pub mod process;
 pub mod record;
 pub mod rendezvous;
@@ -63,7 +63,7 @@ mod replicate;
 
 use std::path::PathBuf;
 
-pub use node::{Node, NodeSetup, Now};
+pub use node::{files_bytes, Node, NodeSetup, Now};
 
 /// Why a node could not start.
 #[derive(Debug, thiserror::Error)]

@@ -233,6 +233,21 @@ impl<F: Fabric> std::fmt::Debug for Node<F> {
 /// WRITE_WITH_IMM carries (its bytes go in a WRITE before it).
 pub const FRAGMENT_HEAD_BYTES: usize = ENTRY_HEADER_LEN + crate::stripe::HEADER_LEN;
 
+/// Bytes of the files one node of `config` keeps (its store, a log per writer, its
+/// outcome table), all allocated when they are created: what a node's data folder
+/// needs free.
+pub fn files_bytes(config: &ClusterConfig) -> Result<u64, NodeError> {
+    let (k, m) = (config.k, config.m);
+    let stripe_max =
+        StripeLayout::new(k, m, config.value_bytes_max + crate::seal::FRAME_OVERHEAD).map_err(NodeError::Stripe)?;
+    let store = StoreGeometry::for_keys(config.store_keys as u32, STORE_WAYS, stripe_max.fragment_len() as u32)
+        .map_err(|e| NodeError::Store(e.into()))?;
+    let payload_max = ((crate::stripe::HEADER_LEN + stripe_max.fragment_len()) as u32).max(NOTICE_PAYLOAD_BYTES as u32);
+    let log = super::log::LogGeometry::new(config.log_slots as u32, payload_max).map_err(NodeError::Log)?;
+    let outcomes = HEADER_PAGE_BYTES as u64 + config.outcome_entries as u64 * super::outcome::ENTRY_LEN as u64;
+    Ok(store.file_bytes() + (config.nodes.len() as u64 - 1) * log.file_bytes() + outcomes)
+}
+
 impl<F: Fabric> Node<F> {
     /// Starts node `setup.id`: maps the host region, opens (or creates) its logs, store
     /// and outcome table under its data folder, replays what a crash left unapplied,

@@ -25,6 +25,24 @@ pub(super) fn allocate(file: &File, len: u64) -> io::Result<()> {
     }
 }
 
+/// Bytes free to an unprivileged writer on the filesystem holding `path`: where a
+/// run's files fit.
+pub(crate) fn free_bytes(path: &std::path::Path) -> io::Result<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path holds a NUL byte"))?;
+    let mut stat = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `c_path` is a NUL-terminated string alive for the call, and `stat` points
+    // to writable memory of the size statvfs fills; it is read only after success.
+    let rc = unsafe { libc::statvfs(c_path.as_ptr(), stat.as_mut_ptr()) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: statvfs returned 0, so it initialised the whole struct.
+    let stat = unsafe { stat.assume_init() };
+    Ok(stat.f_bavail.saturating_mul(stat.f_frsize))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -42,6 +60,15 @@ mod tests {
         // st_blocks counts 512-byte units; a filesystem that cannot preallocate is the
         // one case left sparse (none of the ones CI runs on).
         assert!(meta.blocks() * 512 >= 1 << 20, "blocks {} for 1 MiB", meta.blocks());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn free_bytes_reads_the_filesystem_and_refuses_a_missing_path() {
+        let dir = std::env::temp_dir().join(format!("prescient-free-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        assert!(free_bytes(&dir).unwrap() > 0);
+        assert!(free_bytes(&dir.join("absent/deeper")).is_err());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

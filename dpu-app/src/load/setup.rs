@@ -18,11 +18,31 @@ pub const QUEUE_PAIRS: u32 = 2;
 /// invalidated by each other's writes; a larger directory makes that rarer but every
 /// whole-directory sweep (a revocation, clearing a dead writer's marks) slower.
 pub const DIRECTORY_SLOTS: u32 = 1 << 16;
-/// Keys each node's fragment store is sized for (every node holds a fragment of every
-/// key with 5 nodes and k + m = 5): the distinct keys a default run writes fit. A much
-/// longer run fills the stores, and its writes then fail ("store full" under faults);
-/// a node's start touches its whole store, so a larger one costs start-up time.
+/// Keys each node's fragment store is sized for in a full run (every node holds a
+/// fragment of every key with 5 nodes and k + m = 5): the distinct keys a default run
+/// writes fit. A much longer run fills the stores, and its writes then fail ("store
+/// full" under faults); a node's start allocates its whole store, so a larger one costs
+/// start-up time and memory (about 200 MB a node at this size).
 pub const STORE_KEYS: usize = 1 << 17;
+/// Keys each store is sized for in a short run (`bench --quick`, a demo of a few
+/// seconds): an eighth of the memory and start-up time.
+pub const STORE_KEYS_SHORT: usize = 1 << 14;
+/// Seconds of load (warm-up included) up to which a run sizes its stores for
+/// [`STORE_KEYS_SHORT`].
+pub const SHORT_RUN_SECONDS: f64 = 3.0;
+
+/// The store size for a run of `seconds` of load.
+pub fn store_keys_for(seconds: f64) -> usize {
+    if seconds <= SHORT_RUN_SECONDS {
+        STORE_KEYS_SHORT
+    } else {
+        STORE_KEYS
+    }
+}
+
+/// Free space kept on `/dev/shm` beyond a run's files before the run goes there: the
+/// rest of the machine shares that memory.
+const SHM_HEADROOM_BYTES: u64 = 256 << 20;
 
 /// The emulated network.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -221,6 +241,9 @@ pub struct ClusterSpec {
     pub value_bytes: usize,
     /// The fabric model's seed.
     pub seed: u64,
+    /// Keys each node's store is sized for ([`STORE_KEYS`], or [`STORE_KEYS_SHORT`]
+    /// for a short run).
+    pub store_keys: usize,
 }
 
 impl ClusterSpec {
@@ -231,11 +254,18 @@ impl ClusterSpec {
 
     /// The cluster configuration, with the nodes' files under `dir`.
     pub fn config(&self, dir: &Path) -> Result<ClusterConfig, LoadError> {
+        let c = self.config_unchecked(dir);
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// The configuration before it is checked (its folders need not exist yet).
+    fn config_unchecked(&self, dir: &Path) -> ClusterConfig {
         let mut c = ClusterConfig::in_process(self.nodes.into(), self.k.into(), self.m.into(), dir);
         c.quorum = self.quorum().max(usize::from(self.k)).max(usize::from(self.m) + 1);
         c.key_dir = dir.join("keys");
         c.value_bytes_max = self.value_bytes;
-        c.store_keys = STORE_KEYS;
+        c.store_keys = self.store_keys;
         c.invalidation = self.policy.invalidation();
         c.predictive = self.policy.predictive();
         c.allow_unsafe_no_invalidation = self.policy == Policy::None;
@@ -243,13 +273,26 @@ impl ClusterSpec {
         let (heartbeat_us, lease_us, dead_after_us, write_timeout_us) = self.network.timings_us();
         (c.heartbeat_us, c.lease_us, c.dead_after_us, c.write_timeout_us) =
             (heartbeat_us, lease_us, dead_after_us, write_timeout_us);
-        c.validate()?;
-        Ok(c)
+        c
+    }
+
+    /// Bytes of the files a run of this cluster creates: every node's store, logs and
+    /// outcome table, and every host's shared region.
+    pub fn files_bytes(&self) -> Result<u64, LoadError> {
+        let config = self.config_unchecked(Path::new("/nonexistent"));
+        let node = crate::cluster::files_bytes(&config)?;
+        let region = region_config_for(&config, QUEUE_PAIRS, DIRECTORY_SLOTS);
+        // Every host's region has this layout; node 0's is named for the error.
+        let region = prescient_shim::layout::Layout::new(region)
+            .map_err(|source| LoadError::Host { node: 0, source })?
+            .region_bytes as u64;
+        Ok(u64::from(self.nodes) * (node + region))
     }
 }
 
 /// A folder for one run's files (keys, node data, host regions), removed when dropped.
-/// Under `/dev/shm` where it exists, so the nodes' logs and stores stay in memory.
+/// Under `/dev/shm` where it exists and has room, so the nodes' logs and stores stay in
+/// memory; in the temporary folder otherwise (a container's small `/dev/shm`).
 #[derive(Debug)]
 pub struct RunDir {
     path: PathBuf,
@@ -257,12 +300,17 @@ pub struct RunDir {
 
 impl RunDir {
     /// A fresh folder named after `name` and this process, with a key folder holding
-    /// one random key readable by the owner only.
-    pub fn create(name: &str) -> Result<Self, LoadError> {
+    /// one random key readable by the owner only, on a filesystem with `bytes` free if
+    /// `/dev/shm` is not one.
+    pub fn create(name: &str, bytes: u64) -> Result<Self, LoadError> {
         use std::io::Read;
         use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
         let shm = Path::new("/dev/shm");
-        let base = if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() };
+        let roomy = |p: &Path| {
+            crate::cluster::preallocate::free_bytes(p)
+                .is_ok_and(|free| free >= bytes.saturating_add(SHM_HEADROOM_BYTES))
+        };
+        let base = if shm.is_dir() && roomy(shm) { shm.to_path_buf() } else { std::env::temp_dir() };
         let path = base.join(format!("prescient-{name}-{}", std::process::id()));
         let io = |what: &'static str, path: &Path| {
             let path = path.to_owned();
@@ -346,11 +394,20 @@ mod tests {
 
     #[test]
     fn every_policy_and_network_makes_a_valid_configuration() {
-        let dir = RunDir::create("setup-test").unwrap();
+        let dir = RunDir::create("setup-test", 0).unwrap();
         for network in Network::ALL {
             for policy in Policy::ALL {
-                let spec =
-                    ClusterSpec { nodes: 5, k: 3, m: 2, network, policy, model_file: None, value_bytes: 4096, seed: 1 };
+                let spec = ClusterSpec {
+                    nodes: 5,
+                    k: 3,
+                    m: 2,
+                    network,
+                    policy,
+                    model_file: None,
+                    value_bytes: 4096,
+                    seed: 1,
+                    store_keys: STORE_KEYS,
+                };
                 let c = spec.config(dir.path()).unwrap_or_else(|e| panic!("{network:?} {policy:?}: {e}"));
                 assert_eq!((c.quorum, c.invalidation, c.predictive), (4, policy.invalidation(), policy.predictive()));
                 assert_eq!(Policy::parse(policy.name()), Some(policy));
@@ -365,6 +422,7 @@ mod tests {
             model_file: None,
             value_bytes: 4096,
             seed: 1,
+            store_keys: STORE_KEYS_SHORT,
         };
         assert_eq!(spec.config(dir.path()).unwrap().quorum, 4);
         assert_eq!(Policy::parse("eager"), None);
@@ -381,5 +439,49 @@ mod tests {
         let path = dir.path().to_owned();
         drop(dir);
         assert!(!path.exists(), "the folder goes with the run");
+    }
+
+    /// Bytes the files under `dir` take or may take.
+    fn count_blocks(dir: &Path) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                let meta = e.metadata().unwrap();
+                if meta.is_dir() {
+                    count_blocks(&e.path())
+                } else {
+                    // A host region is sparse until the host's buffers are touched;
+                    // it may take all of its length.
+                    (meta.blocks() * 512).max(meta.len())
+                }
+            })
+            .sum()
+    }
+
+    #[test]
+    fn a_run_fits_the_space_it_asks_for_and_skips_a_full_shm() {
+        let spec = ClusterSpec {
+            nodes: 3,
+            k: 2,
+            m: 1,
+            network: Network::Lan,
+            policy: Policy::Speculative,
+            model_file: None,
+            value_bytes: 4096,
+            seed: 1,
+            store_keys: 1 << 10,
+        };
+        let need = spec.files_bytes().unwrap();
+        let dir = RunDir::create("setup-space", need).unwrap();
+        let cluster = start(&spec, &dir).unwrap();
+        let used = count_blocks(dir.path());
+        drop(cluster);
+        // The estimate covers the files, and not by much more (the keys and a node's
+        // small state files are left out): it is what picks the filesystem.
+        assert!(used <= need + (64 << 10) && need <= used, "asked for {need} bytes, the files take {used}");
+        let huge = RunDir::create("setup-huge", u64::MAX).unwrap();
+        assert!(huge.path().starts_with(std::env::temp_dir()), "{} is on /dev/shm", huge.path().display());
     }
 }
