@@ -221,6 +221,9 @@ pub struct Node<F: Fabric> {
     /// `dead_after` from here (a node that was slow to open its files, or whose peers
     /// were, does not call them dead before it has even looked).
     pub(super) started_ns: Option<u64>,
+    /// Whether the node takes requests from its host's rings: once it reaches a
+    /// quorum of nodes after starting, or `write_timeout` after starting without one.
+    pub(super) serving: bool,
 }
 
 impl<F: Fabric> std::fmt::Debug for Node<F> {
@@ -456,6 +459,7 @@ impl<F: Fabric> Node<F> {
             next_heartbeat_ns: now.mono_ns,
             lease_until_ns: 0,
             started_ns: None,
+            serving: false,
             config,
         };
         // A restarted node may have missed invalidations while it was down.

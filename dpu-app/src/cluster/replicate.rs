@@ -74,6 +74,9 @@ impl NoticeTable {
 impl<F: Fabric> Node<F> {
     /// Takes new host requests while there is room for them.
     pub(super) fn take_requests(&mut self, now: Now) -> bool {
+        if !self.ready_to_serve(now) {
+            return false;
+        }
         let room = self.writes.available().min(self.side_free.len()).min(self.gets.available()) as u32;
         if room == 0 {
             return false;
@@ -92,6 +95,24 @@ impl<F: Fabric> Node<F> {
         }
         self.taken = taken;
         count > 0
+    }
+
+    /// A node that has just started leaves requests in the rings until it reaches a
+    /// quorum of nodes (its links come up within a few heartbeats), so that a restart
+    /// does not fail every write queued across it for want of links; without a quorum
+    /// after `write_timeout` it serves anyway, and its writes fail `NotDurable` as they
+    /// would at any other time. The host's calls are not held up: heartbeats go on.
+    fn ready_to_serve(&mut self, now: Now) -> bool {
+        if self.serving {
+            return true;
+        }
+        let up = 1 + self.peers.iter().flatten().filter(|p| p.is_up()).count() as u32;
+        let started = self.started_ns.unwrap_or(now.mono_ns);
+        if up >= self.quorum || now.mono_ns.saturating_sub(started) >= self.write_timeout_ns {
+            self.serving = true;
+            tracing::info!(node = self.me, nodes_up = up, quorum = self.quorum, "serving the host's requests");
+        }
+        self.serving
     }
 
     fn start_write(&mut self, t: Taken, now: Now) {
