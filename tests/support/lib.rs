@@ -3,7 +3,7 @@
 //! and the C client's entry point.
 use std::ffi::{c_char, CString};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 extern "C" {
@@ -51,22 +51,32 @@ impl Drop for TempRegion {
     }
 }
 
-/// A `prescient-dpu serve` child process, killed on drop.
+/// A `prescient-dpu serve` child process, killed on drop. Its stdout and stderr go to
+/// files, not pipes: a pipe nobody reads until the end fills up (64 KiB) and then
+/// blocks the DPU app in its next log line, which its hosts see as a hang.
 pub struct DpuProcess {
     /// The child.
     pub child: Child,
+    /// Its stdout and stderr files, removed on drop.
+    logs: [PathBuf; 2],
 }
 
 impl DpuProcess {
     /// Starts `prescient-dpu serve --emulate --no-pin` on `regions` with `extra` args.
     pub fn serve(regions: &[&Path], extra: &[&str]) -> Self {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let base = std::env::temp_dir().join(format!("prescient-test-dpu-{}-{n}", std::process::id()));
+        let logs = [base.with_extension("out"), base.with_extension("err")];
+        let file = |p: &Path| std::fs::File::create(p).unwrap_or_else(|e| panic!("create {}: {e}", p.display()));
         let mut cmd = Command::new(dpu_binary());
         cmd.args(["serve", "--emulate", "--no-pin"]);
         for r in regions {
             cmd.arg("--region").arg(r);
         }
-        cmd.args(extra).stdout(Stdio::piped()).stderr(Stdio::piped());
-        Self { child: cmd.spawn().expect("start prescient-dpu") }
+        cmd.args(extra).stdout(file(&logs[0])).stderr(file(&logs[1]));
+        Self { child: cmd.spawn().expect("start prescient-dpu"), logs }
     }
 
     /// Kills the process with SIGKILL (a crash) and reaps it.
@@ -75,18 +85,25 @@ impl DpuProcess {
         let _ = self.child.wait();
     }
 
+    /// What it wrote so far: (stdout, stderr).
+    pub fn output(&self) -> (String, String) {
+        let read = |p: &Path| String::from_utf8_lossy(&std::fs::read(p).unwrap_or_default()).into_owned();
+        (read(&self.logs[0]), read(&self.logs[1]))
+    }
+
     /// Waits for it to exit by itself (a DPU app that refused to start).
     pub fn wait(mut self) -> std::process::Output {
-        let child = std::mem::replace(&mut self.child, Command::new("true").spawn().expect("spawn true"));
-        child.wait_with_output().expect("wait for prescient-dpu")
+        let status = self.child.wait().expect("wait for prescient-dpu");
+        let (stdout, stderr) = self.output();
+        std::process::Output { status, stdout: stdout.into_bytes(), stderr: stderr.into_bytes() }
     }
 
     /// Stops it with SIGTERM and returns (exit success, stdout, stderr).
     pub fn stop(mut self) -> (bool, String, String) {
         prescient_shim::sys::terminate(self.child.id()).expect("signal prescient-dpu");
-        let child = std::mem::replace(&mut self.child, Command::new("true").spawn().expect("spawn true"));
-        let out = child.wait_with_output().expect("wait for prescient-dpu");
-        (out.status.success(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+        let status = self.child.wait().expect("wait for prescient-dpu");
+        let (stdout, stderr) = self.output();
+        (status.success(), stdout, stderr)
     }
 }
 
@@ -94,6 +111,9 @@ impl Drop for DpuProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        for log in &self.logs {
+            let _ = std::fs::remove_file(log);
+        }
     }
 }
 
@@ -181,7 +201,7 @@ impl ClusterProcs {
             "[cluster]\nname = \"{name}\"\nk = {k}\nm = {m}\nquorum = {quorum}\nkey_dir = \"keys\"\n\
              invalidation = \"speculative\"\npredictive = false\nvalue_bytes_max = 4096\nstore_keys = 8192\n\
              log_slots = 128\noutcome_entries = 8192\nheartbeat_us = 1000\nlease_us = 20000\n\
-             dead_after_us = 150000\nwrite_timeout_us = 3000000\n"
+             dead_after_us = 500000\nwrite_timeout_us = 3000000\n"
         );
         for i in 0..nodes {
             toml.push_str(&format!(
@@ -254,9 +274,17 @@ impl ClusterProcs {
 
 impl Drop for ClusterProcs {
     fn drop(&mut self) {
-        for p in self.dpus.iter_mut() {
+        // A failed test shows what every node logged: the first thing to read.
+        let failed = std::thread::panicking();
+        for (i, p) in self.dpus.iter_mut().enumerate() {
             if let Some(mut p) = p.take() {
                 p.kill9();
+                if failed {
+                    let (_, err) = p.output();
+                    let tail: Vec<&str> = err.lines().rev().take(40).collect();
+                    eprintln!("--- node {i}'s DPU app, last {} lines of stderr:", tail.len());
+                    tail.iter().rev().for_each(|l| eprintln!("{l}"));
+                }
             }
         }
         let _ = std::fs::remove_dir_all(&self.dir);
