@@ -392,38 +392,23 @@ pub fn start(spec: &ClusterSpec, dir: &RunDir) -> Result<InProcess, LoadError> {
 mod tests {
     use super::*;
 
+    /// A spec of 4 KiB values, seed 1, no model file.
+    fn spec(nodes: u8, (k, m): (u8, u8), network: Network, policy: Policy, store_keys: usize) -> ClusterSpec {
+        ClusterSpec { nodes, k, m, network, policy, model_file: None, value_bytes: 4096, seed: 1, store_keys }
+    }
+
     #[test]
     fn every_policy_and_network_makes_a_valid_configuration() {
         let dir = RunDir::create("setup-test", 0).unwrap();
         for network in Network::ALL {
             for policy in Policy::ALL {
-                let spec = ClusterSpec {
-                    nodes: 5,
-                    k: 3,
-                    m: 2,
-                    network,
-                    policy,
-                    model_file: None,
-                    value_bytes: 4096,
-                    seed: 1,
-                    store_keys: STORE_KEYS,
-                };
+                let spec = spec(5, (3, 2), network, policy, STORE_KEYS);
                 let c = spec.config(dir.path()).unwrap_or_else(|e| panic!("{network:?} {policy:?}: {e}"));
                 assert_eq!((c.quorum, c.invalidation, c.predictive), (4, policy.invalidation(), policy.predictive()));
                 assert_eq!(Policy::parse(policy.name()), Some(policy));
             }
         }
-        let spec = ClusterSpec {
-            nodes: 5,
-            k: 4,
-            m: 1,
-            network: Network::Lan,
-            policy: Policy::Speculative,
-            model_file: None,
-            value_bytes: 4096,
-            seed: 1,
-            store_keys: STORE_KEYS_SHORT,
-        };
+        let spec = spec(5, (4, 1), Network::Lan, Policy::Speculative, STORE_KEYS_SHORT);
         assert_eq!(spec.config(dir.path()).unwrap().quorum, 4);
         assert_eq!(Policy::parse("eager"), None);
         assert_eq!(
@@ -462,17 +447,7 @@ mod tests {
 
     #[test]
     fn a_run_fits_the_space_it_asks_for_and_skips_a_full_shm() {
-        let spec = ClusterSpec {
-            nodes: 3,
-            k: 2,
-            m: 1,
-            network: Network::Lan,
-            policy: Policy::Speculative,
-            model_file: None,
-            value_bytes: 4096,
-            seed: 1,
-            store_keys: 1 << 10,
-        };
+        let spec = spec(3, (2, 1), Network::Lan, Policy::Speculative, 1 << 10);
         let need = spec.files_bytes().unwrap();
         let dir = RunDir::create("setup-space", need).unwrap();
         let cluster = start(&spec, &dir).unwrap();
