@@ -198,7 +198,22 @@ fn the_writers_dpu_app_killed_mid_write_leaves_no_pending_mark_and_fails_its_req
     }
     let restarted = outcomes.values().filter(|s| **s == Status::DpuRestarted).count();
     assert!(restarted >= 1, "the crash caught requests in flight: {outcomes:?}");
-    assert!(outcomes.values().all(|s| matches!(s, Status::Ok | Status::DpuRestarted)), "{outcomes:?}");
+    // The restarted app serves what the ring still held once it reaches a quorum; a
+    // write whose links flapped while they came back may still fail, cleanly.
+    assert!(
+        outcomes.values().all(|s| matches!(s, Status::Ok | Status::DpuRestarted | Status::NotDurable)),
+        "{outcomes:?}"
+    );
+    let failed = outcomes.values().filter(|s| **s == Status::NotDurable).count();
+    assert!(failed <= keys.len() / 4, "the restarted DPU app failed {failed} of the writes it took: {outcomes:?}");
+    for (key, _) in outcomes.iter().filter(|(_, s)| **s == Status::NotDurable) {
+        for h in 0..5 {
+            let ok = prescient::wait_until(WAIT, || {
+                c.hosts[h].slot_state(&key_of(*key as u32)).unwrap().state != SlotState::Pending
+            });
+            assert!(ok, "host {h} keeps failed key {key} Pending");
+        }
+    }
 }
 
 #[test]
