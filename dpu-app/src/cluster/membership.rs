@@ -49,6 +49,7 @@ impl<F: Fabric> Node<F> {
             self.check_trust(j, now);
             self.check_dead(j, now);
         }
+        self.resync_own(now);
         self.renew_lease(now);
         self.expire_leases(now);
         let up = self.peers.iter().flatten().filter(|p| p.is_up()).fold(1u32 << self.me, |m, p| m | 1 << p.id);

@@ -224,6 +224,9 @@ pub struct Node<F: Fabric> {
     /// Whether the node takes requests from its host's rings: once it reaches a
     /// quorum of nodes after starting, or `write_timeout` after starting without one.
     pub(super) serving: bool,
+    /// Where the walk for committed writes whose own fragment this node (a holder of
+    /// them, as their writer) failed to store resumes; None: nothing to look for.
+    pub(super) own_resync: Option<u64>,
 }
 
 impl<F: Fabric> std::fmt::Debug for Node<F> {
@@ -460,6 +463,10 @@ impl<F: Fabric> Node<F> {
             lease_until_ns: 0,
             started_ns: None,
             serving: false,
+            // A previous incarnation may have committed writes whose own fragment it
+            // could not store: look through the whole outcome table once.
+            own_resync: (next_write_seq > 0)
+                .then(|| next_write_seq.saturating_sub(u64::from(config.outcome_entries as u32))),
             config,
         };
         // A restarted node may have missed invalidations while it was down.

@@ -16,7 +16,7 @@ use super::entry::{EntryKind, EntryRepr, Outcome as Decision, OutcomeRecordRepr}
 use super::limits::REPAIRS_MAX;
 use super::node::{Node, Now};
 use super::peer::Sent;
-use super::record::{RecordState, RecordView};
+use super::record::{RecordRepr, RecordState, RecordView};
 use super::wr::{Kind, WrId};
 use crate::codec_config::FRAGMENTS_MAX;
 use crate::fabric::{Fabric, Op};
@@ -286,7 +286,9 @@ impl<F: Fabric> Node<F> {
         // Not now (too few fragments reachable, the target gone): the next resync of
         // the target comes back to this write.
         let retry_later = |node: &mut Self, r: Repair, sets: Vec<u8>| {
-            if let Some(p) = node.peer_mut(r.target) {
+            if r.target == node.me {
+                node.own_resync = Some(node.own_resync.map_or(r.write_seq, |c| c.min(r.write_seq)));
+            } else if let Some(p) = node.peer_mut(r.target) {
                 p.resync = Some(p.resync.map_or(r.write_seq, |c| c.min(r.write_seq)));
             }
             done(node, r, sets)
@@ -301,6 +303,16 @@ impl<F: Fabric> Node<F> {
             present,
             "repair gathered"
         );
+        if (superseded || present) && r.target == me {
+            // Its own store has it, or a newer committed value: nothing to rebuild.
+            if present {
+                let _ = self.outcomes.set_acked(r.write_seq, me);
+                if self.store.resolve(r.key_hash, r.stamp, Decision::Committed).is_ok() {
+                    let _ = self.outcomes.set_decided(r.write_seq, me);
+                }
+            }
+            return done(self, r, sets);
+        }
         if superseded || present {
             if present {
                 let _ = self.outcomes.set_acked(r.write_seq, r.target);
@@ -339,6 +351,29 @@ impl<F: Fabric> Node<F> {
         }
         let f = layout.fragment_len();
         let frag = fragment(&layout, data, side, index);
+        if r.target == me {
+            // A local repair: into this node's own store, committed at once.
+            let record = RecordRepr {
+                writer: me,
+                fragment_index: index as u8,
+                key_hash: r.key_hash,
+                stamp: r.stamp,
+                write_seq: r.write_seq,
+                fragment_len: f as u32,
+                tombstone: r.tombstone,
+                incarnation: self.incarnation,
+            };
+            let stored = self.store.insert(&record, frag.header, frag.payload).is_ok()
+                && self.store.resolve(r.key_hash, r.stamp, Decision::Committed).is_ok();
+            if !stored {
+                return retry_later(self, r, sets);
+            }
+            let _ = self.outcomes.set_acked(r.write_seq, me);
+            let _ = self.outcomes.set_decided(r.write_seq, me);
+            self.stats.repairs_done += 1;
+            tracing::debug!(node = me, write_seq = r.write_seq, stamp = r.stamp, "own fragment repaired");
+            return done(self, r, sets);
+        }
         let mut frag_header = [0u8; crate::stripe::HEADER_LEN];
         frag_header.copy_from_slice(frag.header);
         let payload_crc = self.crc_shift.combine(
@@ -405,6 +440,8 @@ impl<F: Fabric> Node<F> {
 
     /// Repairs in flight or waiting in a resync.
     pub fn repairs_pending(&self) -> usize {
-        self.repairs.in_flight() + self.peers.iter().flatten().filter(|p| p.resync.is_some()).count()
+        self.repairs.in_flight()
+            + self.peers.iter().flatten().filter(|p| p.resync.is_some()).count()
+            + usize::from(self.own_resync.is_some())
     }
 }

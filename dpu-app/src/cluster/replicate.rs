@@ -854,6 +854,11 @@ impl<F: Fabric> Node<F> {
         if matches!(w.end, Some(End::Committed | End::Undecided)) {
             // And those that may not have heard the decision, with none queued for them.
             let missing = w.holder_mask() & (!w.acked | (!w.decided & !w.notified)) & !(1 << self.me);
+            // Its own fragment, if its store refused it (a set full of undecided
+            // versions of a hot key): rebuilt into its own store by a local repair.
+            if w.holder_mask() & !w.acked & (1 << self.me) != 0 {
+                self.own_resync = Some(self.own_resync.map_or(w.write_seq, |c| c.min(w.write_seq)));
+            }
             for h in 0..self.n as u8 {
                 if missing & (1 << h) != 0 {
                     if let Some(p) = self.peer_mut(h) {
@@ -946,6 +951,31 @@ impl<F: Fabric> Node<F> {
         if let Some(p) = self.peer_mut(h) {
             p.resync = (seq < end).then_some(seq);
         }
+    }
+
+    /// The resync of this node's own fragments: walks the outcome table from
+    /// `own_resync`, a bounded chunk per call, starting a local repair for every
+    /// committed write of which this node is a holder and has not stored its fragment
+    /// (without it, m nodes down would leave the write short of k fragments).
+    pub(super) fn resync_own(&mut self, now: Now) {
+        let Some(mut seq) = self.own_resync else { return };
+        let me = self.me;
+        let end = self.next_write_seq;
+        let stop = (seq + RESYNC_CHUNK).min(end);
+        while seq < stop {
+            if let Some(e) = self.outcomes.get(seq) {
+                let bit = 1u32 << me;
+                if e.state() == WriteState::Committed
+                    && e.holders() & bit != 0
+                    && e.acked() & bit == 0
+                    && !self.start_repair(seq, e.key_hash(), e.stamp(), e.tombstone(), me, now)
+                {
+                    break;
+                }
+            }
+            seq += 1;
+        }
+        self.own_resync = (seq < end).then_some(seq);
     }
 
     /// Keeps the persisted version floor ahead of the versions issued (an fsync at
