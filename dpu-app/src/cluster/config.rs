@@ -257,6 +257,11 @@ pub struct ClusterConfig {
     pub dead_after_us: u64,
     /// A write that has not reached its quorum by then fails.
     pub write_timeout_us: u64,
+    /// The queue pairs' transport timeout (a request unanswered this long is sent
+    /// again; three times in all, then the link is lost); 0: `dead_after_us / 8`,
+    /// between 50 us and 4 ms. Raise it on a loaded machine running the emulated fabric
+    /// between processes, where a busy peer answers late but never loses a message.
+    pub transport_timeout_us: u64,
     /// Permits `invalidation = "none"`.
     pub allow_unsafe_no_invalidation: bool,
     /// The nodes (in id order once loaded).
@@ -292,6 +297,7 @@ struct RawCluster {
     lease_us: Option<i64>,
     dead_after_us: Option<i64>,
     write_timeout_us: Option<i64>,
+    transport_timeout_us: Option<i64>,
     allow_unsafe_no_invalidation: Option<bool>,
 }
 
@@ -412,6 +418,7 @@ impl ClusterConfig {
             lease_us: micros("cluster.lease_us", c.lease_us, DEFAULT_LEASE_US)?,
             dead_after_us: micros("cluster.dead_after_us", c.dead_after_us, DEFAULT_DEAD_AFTER_US)?,
             write_timeout_us: micros("cluster.write_timeout_us", c.write_timeout_us, DEFAULT_WRITE_TIMEOUT_US)?,
+            transport_timeout_us: micros("cluster.transport_timeout_us", c.transport_timeout_us, 0)?,
             allow_unsafe_no_invalidation: c.allow_unsafe_no_invalidation.unwrap_or(false),
             nodes,
         })
@@ -444,6 +451,7 @@ impl ClusterConfig {
             lease_us: DEFAULT_LEASE_US,
             dead_after_us: DEFAULT_DEAD_AFTER_US,
             write_timeout_us: DEFAULT_WRITE_TIMEOUT_US,
+            transport_timeout_us: 0,
             allow_unsafe_no_invalidation: false,
             nodes: (0..nodes)
                 .map(|i| NodeConfig {
@@ -681,6 +689,7 @@ impl ClusterConfig {
             ("cluster.lease_us", self.lease_us),
             ("cluster.dead_after_us", self.dead_after_us),
             ("cluster.write_timeout_us", self.write_timeout_us),
+            ("cluster.transport_timeout_us", self.transport_timeout_us),
         ] {
             if value > TIMING_US_MAX {
                 return Err(self.invalid(
@@ -710,6 +719,13 @@ impl ClusterConfig {
                 "cluster.dead_after_us",
                 self.dead_after_us,
                 format!("must be more than lease_us = {}: a peer's marks may be cleared only after any lease it held has run out, so a node cut off from the others has stopped trusting its directory before they act as if it were gone", self.lease_us),
+            ));
+        }
+        if self.transport_timeout_us >= self.dead_after_us {
+            return Err(self.invalid(
+                "cluster.transport_timeout_us",
+                self.transport_timeout_us,
+                format!("must be less than dead_after_us = {} (or 0 for the default): a request must be able to time out and be sent again before its peer is declared dead", self.dead_after_us),
             ));
         }
         if self.write_timeout_us <= self.dead_after_us {
@@ -1075,7 +1091,12 @@ mod tests {
     #[test]
     fn the_timing_rules_name_their_field_and_say_why() {
         let fx = Fixture::new("timings");
-        let cases: [(&str, &str, &[&str]); 6] = [
+        let cases: [(&str, &str, &[&str]); 7] = [
+            (
+                "transport_timeout_us = 0",
+                "transport_timeout_us = 50000",
+                &["cluster.transport_timeout_us = 50000", "dead_after_us = 50000", "sent again"],
+            ),
             ("heartbeat_us = 1000", "heartbeat_us = 99", &["cluster.heartbeat_us = 99", "at least 100"]),
             (
                 "lease_us = 20000",

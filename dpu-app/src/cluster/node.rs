@@ -313,7 +313,10 @@ impl<F: Fabric> Node<F> {
             (crate::fabric::config::CQ_DEPTH_MAX / peers_n.max(1)).min(crate::fabric::config::RECV_DEPTH_MAX);
         // A lost message is retransmitted well within `dead_after`, so one loss never
         // looks like a dead peer (hardware rounds the timeout up to 4.096 us * 2^n).
-        let timeout_us = (config.dead_after_us / 8).clamp(50, 4_000) as u32;
+        let timeout_us = match config.transport_timeout_us {
+            0 => (config.dead_after_us / 8).clamp(50, 4_000),
+            set => set.min(u64::from(u32::MAX)),
+        } as u32;
         let qp_options = QpOptions {
             send_depth,
             recv_depth,
