@@ -73,8 +73,21 @@ fn put_all(
     done
 }
 
-/// GETs `key` (Fresh) through `qp`: (status, version, value).
+/// GETs `key` (Fresh) through `qp`: (status, version, value). `Unavailable` (too few
+/// nodes reachable at that moment: on a loaded machine a link can drop and come back)
+/// is asked again, as a client would, until `WAIT`.
 fn get(host: &Arc<Host>, qp: &mut QueuePair, key: u32) -> (Status, u64, Vec<u8>) {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let got = get_once(host, qp, key);
+        if got.0 != Status::Unavailable || Instant::now() >= deadline {
+            return got;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn get_once(host: &Arc<Host>, qp: &mut QueuePair, key: u32) -> (Status, u64, Vec<u8>) {
     let buf = host.take_buffer().expect("a free buffer");
     qp.get(&key_of(key), buf, Sla::Fresh, u64::from(key)).map_err(|(e, _)| e).expect("GET");
     let mut got = None;
@@ -289,7 +302,7 @@ fn tampered_fragments_are_refused_and_a_truncated_store_stops_its_node() {
     c.kill9(3);
     c.kill9(4);
     for key in keys.iter().take(10) {
-        let (status, _, _) = get(&reader, &mut rq, *key);
+        let (status, _, _) = get_once(&reader, &mut rq, *key);
         assert_eq!(status, Status::Unavailable, "key {key} from damaged fragments");
     }
     // A truncated store file: the node refuses to start, naming the file.

@@ -201,7 +201,7 @@ impl ClusterProcs {
             "[cluster]\nname = \"{name}\"\nk = {k}\nm = {m}\nquorum = {quorum}\nkey_dir = \"keys\"\n\
              invalidation = \"speculative\"\npredictive = false\nvalue_bytes_max = 4096\nstore_keys = 8192\n\
              log_slots = 128\noutcome_entries = 8192\nheartbeat_us = 1000\nlease_us = 20000\n\
-             dead_after_us = 500000\nwrite_timeout_us = 3000000\n"
+             dead_after_us = 500000\nwrite_timeout_us = 3000000\ntransport_timeout_us = 50000\n"
         );
         for i in 0..nodes {
             toml.push_str(&format!(
