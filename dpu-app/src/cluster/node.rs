@@ -254,6 +254,12 @@ pub fn files_bytes(config: &ClusterConfig) -> Result<u64, NodeError> {
     Ok(store.file_bytes() + (config.nodes.len() as u64 - 1) * log.file_bytes() + outcomes)
 }
 
+/// Moves a resync cursor back to `write_seq`, or starts it there: the walk of the
+/// outcome table comes back to that write.
+pub(super) fn rewind(cursor: &mut Option<u64>, write_seq: u64) {
+    *cursor = Some(cursor.map_or(write_seq, |c| c.min(write_seq)));
+}
+
 impl<F: Fabric> Node<F> {
     /// Starts node `setup.id`: maps the host region, opens (or creates) its logs, store
     /// and outcome table under its data folder, replays what a crash left unapplied,

@@ -14,7 +14,7 @@
 
 use super::entry::{EntryKind, EntryRepr, Outcome as Decision, OutcomeRecordRepr};
 use super::limits::REPAIRS_MAX;
-use super::node::{Node, Now};
+use super::node::{rewind, Node, Now};
 use super::peer::Sent;
 use super::record::{RecordRepr, RecordState, RecordView};
 use super::wr::{Kind, WrId};
@@ -203,7 +203,7 @@ impl<F: Fabric> Node<F> {
             tracing::debug!(node = self.me, write_seq, stamp, peer, "repair acknowledged");
         } else if let Some(p) = self.peer_mut(peer) {
             // Lost or refused: the next resync comes back to it.
-            p.resync = Some(p.resync.map_or(write_seq, |c| c.min(write_seq)));
+            rewind(&mut p.resync, write_seq);
         }
     }
 
@@ -287,9 +287,9 @@ impl<F: Fabric> Node<F> {
         // the target comes back to this write.
         let retry_later = |node: &mut Self, r: Repair, sets: Vec<u8>| {
             if r.target == node.me {
-                node.own_resync = Some(node.own_resync.map_or(r.write_seq, |c| c.min(r.write_seq)));
+                rewind(&mut node.own_resync, r.write_seq);
             } else if let Some(p) = node.peer_mut(r.target) {
-                p.resync = Some(p.resync.map_or(r.write_seq, |c| c.min(r.write_seq)));
+                rewind(&mut p.resync, r.write_seq);
             }
             done(node, r, sets)
         };

@@ -20,7 +20,7 @@ use prescient_shim::Status;
 use super::config::Invalidation;
 use super::entry::{EntryKind, EntryRepr, Outcome as Decision, OutcomeRecordRepr, HEADER_LEN as ENTRY_HEADER_LEN};
 use super::limits::{NOTICE_RECORDS_MAX, OUTCOME_RECORD_BYTES as OUTCOME_RECORD_LEN, RESYNC_CHUNK};
-use super::node::{Node, Now, Owner, Started};
+use super::node::{rewind, Node, Now, Owner, Started};
 use super::outcome::WriteState;
 use super::peer::{Sent, Trust};
 use super::record::RecordRepr;
@@ -796,7 +796,7 @@ impl<F: Fabric> Node<F> {
                 let record = OutcomeRecordRepr { write_seq, key_hash, stamp, outcome: Decision::Aborted };
                 if !self.notices.queue(h, record, None) {
                     if let Some(p) = self.peer_mut(h) {
-                        p.resync = Some(p.resync.map_or(write_seq, |c| c.min(write_seq)));
+                        rewind(&mut p.resync, write_seq);
                     }
                 }
             }
@@ -857,12 +857,12 @@ impl<F: Fabric> Node<F> {
             // Its own fragment, if its store refused it (a set full of undecided
             // versions of a hot key): rebuilt into its own store by a local repair.
             if w.holder_mask() & !w.acked & (1 << self.me) != 0 {
-                self.own_resync = Some(self.own_resync.map_or(w.write_seq, |c| c.min(w.write_seq)));
+                rewind(&mut self.own_resync, w.write_seq);
             }
             for h in 0..self.n as u8 {
                 if missing & (1 << h) != 0 {
                     if let Some(p) = self.peer_mut(h) {
-                        p.resync = Some(p.resync.map_or(w.write_seq, |c| c.min(w.write_seq)));
+                        rewind(&mut p.resync, w.write_seq);
                     }
                 }
             }
