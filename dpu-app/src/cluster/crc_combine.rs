@@ -12,7 +12,7 @@
 const POLY: u32 = 0x82f6_3b78;
 
 /// `a * b mod P` in the reflected representation (bit 31 is x^0).
-fn multiply(a: u32, mut b: u32) -> u32 {
+const fn multiply(a: u32, mut b: u32) -> u32 {
     let mut m = 1u32 << 31;
     let mut p = 0;
     loop {
@@ -33,21 +33,7 @@ const X2N: [u32; 32] = {
     t[0] = 1 << 30; // x^1
     let mut k = 1;
     while k < 32 {
-        // multiply(t[k-1], t[k-1]), spelled out for const evaluation.
-        let (a, mut b) = (t[k - 1], t[k - 1]);
-        let mut m = 1u32 << 31;
-        let mut p = 0;
-        loop {
-            if a & m != 0 {
-                p ^= b;
-                if a & (m - 1) == 0 {
-                    break;
-                }
-            }
-            m >>= 1;
-            b = if b & 1 != 0 { (b >> 1) ^ POLY } else { b >> 1 };
-        }
-        t[k] = p;
+        t[k] = multiply(t[k - 1], t[k - 1]);
         k += 1;
     }
     t
