@@ -24,6 +24,7 @@ pub mod fabric;
 pub mod histogram;
 pub mod inflight;
 pub mod load;
+pub mod log_limit;
 pub mod metrics;
 pub mod pipeline;
 pub mod predict;

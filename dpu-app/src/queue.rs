@@ -24,6 +24,7 @@ use prescient_shim::ring::{Consumer, Producer, RingMemory};
 use prescient_shim::{sys, Completion, Status};
 
 use crate::inflight::InFlight;
+use crate::log_limit::LogLimits;
 use crate::metrics::Metrics;
 use crate::pipeline::{CodecInfo, Op, Pipeline, Request};
 
@@ -91,6 +92,24 @@ pub struct QueueServer {
     outstanding: u32,
     /// Completions posted and not published.
     posted: u32,
+    /// Rate limits of the refusal log lines, one per [`Refusal`] (each refusal is
+    /// counted by status in the region's metrics).
+    logs: LogLimits<{ Refusal::COUNT }>,
+}
+
+/// Why a descriptor was refused at the door, for the rate-limited log.
+#[derive(Clone, Copy, Debug)]
+enum Refusal {
+    /// A field failed its check.
+    Malformed,
+    /// Its buffer is in flight already.
+    BufferInFlight,
+    /// Its buffer's ownership word does not say Submitted.
+    BufferNotSubmitted,
+}
+
+impl Refusal {
+    const COUNT: usize = 3;
 }
 
 impl QueueServer {
@@ -106,6 +125,7 @@ impl QueueServer {
             open: vec![false; entries as usize],
             outstanding: 0,
             posted: 0,
+            logs: LogLimits::default(),
         }
     }
 
@@ -228,7 +248,7 @@ impl QueueServer {
         let qp = self.words.index();
         for _ in 0..batch {
             let (sq_index, bytes) = self.sq.pop().expect("batch <= ready");
-            match accept(region, &shape, sq_index, &bytes, inflight) {
+            match accept(region, &shape, qp, sq_index, &bytes, inflight, &mut self.logs) {
                 Ok(Some((desc, buffer))) => {
                     let slot = self.slot(sq_index);
                     self.open[slot] = true;
@@ -293,8 +313,11 @@ impl QueueServer {
         if self.posted > 0 {
             self.publish_completions();
         }
+        // From the head this server last published (its own copy: the shared word is
+        // the host's to scribble, and a walk from a scribbled value to ours took up to
+        // 2^32 steps on the thread that serves every region). At most a ring's worth.
         let head = self.sq.head();
-        let published = self.words.sq_head().load(Ordering::Relaxed);
+        let published = self.sq.released();
         let mut release = published;
         while release != head && !self.open[self.slot(release)] {
             release = release.wrapping_add(1);
@@ -341,13 +364,19 @@ fn nop_completion(bytes: &[u8; 64], sq_index: u32) -> Completion {
 
 /// Checks one descriptor and takes ownership of its buffer. `Ok(None)` for a NOP
 /// (completes at once), `Err` with the error completion for a refused one.
+/// A refusal is logged at most once per reason and queue pair every few seconds,
+/// naming the region (a host that floods bad descriptors must not flood the log).
 fn accept(
     region: &Region,
     shape: &ArenaShape,
+    qp: u32,
     sq_index: u32,
     bytes: &[u8; 64],
     inflight: &mut InFlight,
+    logs: &mut LogLimits<{ Refusal::COUNT }>,
 ) -> Result<Option<(Descriptor, u32)>, Completion> {
+    let mut admit = |why: Refusal| logs.admit(why as usize, sys::monotonic_ns());
+    let path = || region.path().display().to_string();
     let fail = |status: Status, user_data: u64, detail: u64| Completion {
         user_data,
         status,
@@ -361,7 +390,9 @@ fn accept(
     let Checked { desc, buffer } = match Descriptor::parse_checked(bytes, shape) {
         Ok(checked) => checked,
         Err(refused) => {
-            tracing::warn!(sq_index, status = %refused.status, detail = refused.detail, "refused descriptor");
+            if let Some(left_out) = admit(Refusal::Malformed) {
+                tracing::warn!(region = path(), qp, sq_index, status = %refused.status, detail = refused.detail, left_out, "refused descriptor");
+            }
             return Err(fail(refused.status, refused.user_data, refused.detail));
         }
     };
@@ -370,13 +401,17 @@ fn accept(
         return Ok(None);
     };
     if !inflight.insert(buffer) {
-        tracing::warn!(sq_index, buffer, "buffer submitted twice");
+        if let Some(left_out) = admit(Refusal::BufferInFlight) {
+            tracing::warn!(region = path(), qp, sq_index, buffer, left_out, "buffer submitted twice");
+        }
         return Err(fail(Status::BufferInFlight, desc.user_data, buffer.into()));
     }
     let cell = region.u32_at(region.layout().buffer_state(buffer));
     if let Err(found) = arena::transition(cell, desc.buffer_gen, BufferState::Submitted, BufferState::Dpu) {
         inflight.remove(buffer);
-        tracing::warn!(sq_index, buffer, found, "buffer not submitted");
+        if let Some(left_out) = admit(Refusal::BufferNotSubmitted) {
+            tracing::warn!(region = path(), qp, sq_index, buffer, found, left_out, "buffer not submitted");
+        }
         return Err(fail(Status::BufferNotSubmitted, desc.user_data, found.into()));
     }
     Ok(Some((desc, buffer)))

@@ -156,3 +156,60 @@ fn a_full_log_makes_writes_wait_for_credit_and_a_stalled_holder_fails_them_in_ti
     drop(c);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+type Statuses = std::collections::BTreeMap<String, u32>;
+
+/// Submits the next 32 writes from node 0 and runs until all complete, counting their
+/// statuses (a batch fails as soon as the holders are known down).
+fn batch(c: &mut InProcess, qp: &mut prescient_shim::QueuePair, next: &mut u32, statuses: &mut Statuses) {
+    submit(c, qp, *next..*next + 32);
+    *next += 32;
+    let mut done = 0;
+    assert!(c.run_until(10_000, 3_000_000_000, |_| {
+        let _ = qp.poll(|x| {
+            done += 1;
+            *statuses.entry(format!("{:?}", x.status)).or_default() += 1;
+        });
+        done == 32
+    }));
+}
+
+/// Aborted writes drain from the outcome table: with two of five holders down every
+/// write fails `NotDurable` at once (quorum 4 is out of reach), three times as many as
+/// the table has entries; the writer holds a fragment of each, so each entry settles
+/// only once the writer's own record has the decision. Before that was recorded, the
+/// table filled with them and, once it wrapped, every write failed `Overloaded` for
+/// good, even with every node back.
+#[test]
+fn aborted_writes_settle_and_the_outcome_table_never_wedges() {
+    let (mut c, dir) = tight_cluster("wedge");
+    assert!(c.run_until(10_000, 100_000_000, |c| (1..5).all(|j| c.node(0).is_some_and(|n| n.peer_up(j)))));
+    let host = Arc::clone(c.host(0));
+    let mut qp = host.queue_pair(0).unwrap();
+    let entries = c.config().outcome_entries as u32;
+    c.crash(3);
+    c.crash(4);
+    assert!(c.run_until(10_000, 2_000_000_000, |c| !c.node(0).unwrap().peer_up(3) && !c.node(0).unwrap().peer_up(4)));
+    let mut next = 0u32;
+    let mut statuses = Statuses::new();
+    while next < 3 * entries {
+        batch(&mut c, &mut qp, &mut next, &mut statuses);
+    }
+    assert_eq!(statuses.get("NotDurable").copied(), Some(3 * entries), "{statuses:?}");
+    assert!(
+        c.node(0).unwrap().unsettled_writes() < 64,
+        "aborted writes must settle: {} unsettled",
+        c.node(0).unwrap().unsettled_writes()
+    );
+    // Both come back: the next writes commit.
+    c.restart(3).unwrap();
+    c.restart(4).unwrap();
+    assert!(c.run_until(10_000, 2_000_000_000, |c| (1..5).all(|j| c.node(0).is_some_and(|n| n.peer_up(j)))));
+    statuses.clear();
+    for _ in 0..8 {
+        batch(&mut c, &mut qp, &mut next, &mut statuses);
+    }
+    assert_eq!(statuses.get("Ok").copied(), Some(8 * 32), "{statuses:?}");
+    drop(c);
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -159,13 +159,22 @@ pub struct Consumer<M> {
     mem: M,
     head: u32,
     tail: u32,
+    /// The head last published: kept here, never read back from the shared word,
+    /// which the producer (the untrusted side) can overwrite at any time.
+    released: u32,
 }
 
 impl<M: RingMemory> Consumer<M> {
-    /// Takes over the consuming end where the shared head stands.
+    /// Takes over the consuming end where the shared head stands (read once, here).
     pub fn new(mem: M) -> Self {
         let head = mem.load_head(Ordering::Relaxed);
-        Self { mem, head, tail: head }
+        Self { mem, head, tail: head, released: head }
+    }
+
+    /// The head this consumer last published (or found at [`Self::new`]): where
+    /// [`Self::release_to`] may start from.
+    pub fn released(&self) -> u32 {
+        self.released
     }
 
     /// The shared memory.
@@ -224,8 +233,8 @@ impl<M: RingMemory> Consumer<M> {
     /// consumer that completes entries out of order keeps the oldest open one, and
     /// everything after it, readable in the ring until it is done.
     pub fn release_to(&mut self, index: u32) {
-        // Our own published index: nobody else writes it.
-        let published = self.mem.load_head(Ordering::Relaxed);
+        // Our own copy of what we published: the shared word may have been scribbled.
+        let published = self.released;
         assert!(
             index.wrapping_sub(published) <= self.head.wrapping_sub(published),
             "release_to({index}) is outside {published}..={}",
@@ -234,6 +243,7 @@ impl<M: RingMemory> Consumer<M> {
         // Release: our reads of the popped slots happen before the producer may reuse
         // them; pairs with the producer's Acquire in `Producer::refresh`.
         self.mem.store_head(index, Ordering::Release);
+        self.released = index;
     }
 
     /// Hands every popped slot back to the producer.
@@ -241,6 +251,7 @@ impl<M: RingMemory> Consumer<M> {
         // Release: our reads of the popped slots happen before the producer may reuse
         // them; pairs with the producer's Acquire in `Producer::refresh`.
         self.mem.store_head(self.head, Ordering::Release);
+        self.released = self.head;
     }
 }
 
@@ -325,6 +336,31 @@ mod tests {
         // Head backwards.
         mem.head.store(u32::MAX, Ordering::Release);
         assert!(matches!(p.refresh(), Err(RingError::Backwards { .. })));
+    }
+
+    /// The consumer's published head is its own: a producer that scribbles the shared
+    /// word cannot make `release_to` panic or walk from the scribbled value.
+    #[test]
+    fn a_scribbled_head_word_is_never_read_back() {
+        let mem = Mem::default();
+        let mut p = Producer::new(&mem);
+        let mut c = Consumer::new(&mem);
+        for i in 0..3u8 {
+            assert!(p.push(&[i; 8]));
+        }
+        p.publish();
+        assert_eq!(c.refresh(), Ok(3));
+        let _ = c.pop();
+        let _ = c.pop();
+        c.release_to(1);
+        for scribbled in [2, 0, u32::MAX, 1 << 31] {
+            mem.head.store(scribbled, Ordering::Relaxed);
+            assert_eq!(c.released(), 1, "the consumer keeps what it published");
+        }
+        // Releasing up to its own head works from its own copy, and publishes it.
+        c.release_to(2);
+        assert_eq!(mem.head.load(Ordering::Relaxed), 2);
+        assert_eq!(c.released(), 2);
     }
 
     #[test]

@@ -18,7 +18,7 @@ use prescient_shim::config::{KEY_BYTES_MAX, VALUE_OFFSET};
 use prescient_shim::descriptor::Sla;
 use prescient_shim::Status;
 
-use super::node::{Node, Now};
+use super::node::{Node, Noisy, Now};
 use super::record::{RecordState, RecordView};
 use super::store::StoreGeometry;
 use super::wr::{Kind, WrId};
@@ -421,7 +421,9 @@ impl<F: Fabric> Node<F> {
                         Err(e) => {
                             // Every checksum held but the frame does not open: some
                             // fragment was forged. Try again without one of them.
-                            tracing::warn!(node = self.me, error = %e, "rebuilt frame does not open");
+                            if let Some(left_out) = self.admit_log(Noisy::GetFragmentRefused) {
+                                tracing::warn!(node = self.me, error = %e, left_out, "rebuilt frame does not open");
+                            }
                             self.stats.forged += 1;
                             if used <= self.k || skipped >= FRAGMENTS_MAX {
                                 break Outcome::failed(Status::Unavailable, used as u32);
@@ -439,7 +441,9 @@ impl<F: Fabric> Node<F> {
                         StripeError::Duplicate { index } => Some(index),
                         _ => None,
                     };
-                    tracing::warn!(node = self.me, error = %e, "a fragment was refused; rebuilding without it");
+                    if let Some(left_out) = self.admit_log(Noisy::GetFragmentRefused) {
+                        tracing::warn!(node = self.me, error = %e, left_out, "a fragment was refused; rebuilding without it");
+                    }
                     self.stats.fragments_refused += 1;
                     let pos = bad.and_then(|i| frags[..used].iter().position(|f| f.header.get(7) == Some(&i)));
                     match pos {

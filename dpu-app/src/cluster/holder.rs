@@ -10,7 +10,7 @@
 //! entry out of sequence breaks the link.
 
 use super::entry::{EntryKind, HEADER_LEN as ENTRY_HEADER_LEN};
-use super::node::{Node, Now};
+use super::node::{Node, Noisy, Now};
 use super::record::RecordRepr;
 use super::store::{Inserted, StoreError};
 use super::wr::{Kind, WrId};
@@ -65,8 +65,8 @@ impl<F: Fabric> Node<F> {
         let entry = match log.read_entry(seq, &mut self.entry_buf) {
             Ok(e) => e,
             Err(e) => {
-                if live {
-                    tracing::warn!(node = me, peer = w, seq, error = %e, "refused a log entry");
+                if let Some(left_out) = live.then(|| self.admit_log(Noisy::EntryRefused)).flatten() {
+                    tracing::warn!(node = me, peer = w, seq, error = %e, left_out, "refused a log entry");
                 }
                 self.stats.entries_refused += 1;
                 return ACK_REFUSED;
@@ -79,7 +79,9 @@ impl<F: Fabric> Node<F> {
                 let frag = match entry.fragment() {
                     Ok(f) => f,
                     Err(e) => {
-                        tracing::warn!(node = me, peer = w, seq, error = %e, "refused a fragment");
+                        if let Some(left_out) = self.admit_log(Noisy::EntryRefused) {
+                            tracing::warn!(node = me, peer = w, seq, error = %e, left_out, "refused a fragment");
+                        }
                         self.stats.entries_refused += 1;
                         return ACK_REFUSED;
                     }
@@ -89,7 +91,9 @@ impl<F: Fabric> Node<F> {
                 let repr = match checked {
                     Ok(r) => r,
                     Err(e) => {
-                        tracing::warn!(node = me, peer = w, seq, error = %e, "refused a fragment");
+                        if let Some(left_out) = self.admit_log(Noisy::EntryRefused) {
+                            tracing::warn!(node = me, peer = w, seq, error = %e, left_out, "refused a fragment");
+                        }
                         self.stats.entries_refused += 1;
                         return ACK_REFUSED;
                     }
@@ -100,12 +104,15 @@ impl<F: Fabric> Node<F> {
                     && header.writer == w
                     && (header.stamp & 0xff) as u8 == w;
                 if !consistent {
-                    tracing::warn!(
-                        node = me,
-                        peer = w,
-                        seq,
-                        "refused a fragment whose header disagrees with its entry"
-                    );
+                    if let Some(left_out) = self.admit_log(Noisy::EntryRefused) {
+                        tracing::warn!(
+                            node = me,
+                            peer = w,
+                            seq,
+                            left_out,
+                            "refused a fragment whose header disagrees with its entry"
+                        );
+                    }
                     self.stats.entries_refused += 1;
                     return ACK_REFUSED;
                 }
@@ -143,12 +150,18 @@ impl<F: Fabric> Node<F> {
                         ACK_OK
                     }
                     Ok(Inserted::Duplicate { .. } | Inserted::Superseded) => ACK_OK,
-                    Err(StoreError::SetFull { .. } | StoreError::KeyFull { .. }) => {
+                    Err(e @ (StoreError::SetFull { .. } | StoreError::KeyFull { .. })) => {
                         self.stats.store_full += 1;
+                        if let Some(left_out) = self.admit_log(Noisy::StoreFull) {
+                            tracing::warn!(node = me, peer = w, error = %e, left_out, "fragment refused for room");
+                        }
                         ACK_FULL
                     }
                     Err(e) => {
-                        tracing::warn!(node = me, peer = w, error = %e, "fragment not stored");
+                        self.stats.entries_refused += 1;
+                        if let Some(left_out) = self.admit_log(Noisy::EntryRefused) {
+                            tracing::warn!(node = me, peer = w, error = %e, left_out, "fragment not stored");
+                        }
                         ACK_REFUSED
                     }
                 }
@@ -175,7 +188,7 @@ impl<F: Fabric> Node<F> {
     }
 
     fn send_ack(&mut self, w: u8, seq: u64, status: u32) {
-        let Some(remote) = self.peer(w).filter(|p| p.is_up()).and_then(|p| p.remote) else { return };
+        let Some(remote) = self.peer(w).filter(|p| p.can_answer()).and_then(|p| p.remote) else { return };
         let imm = ACK_FLAG | (status & 0x7f) << 24 | (seq & 0xff_ffff) as u32;
         let buf = self.zero_buf();
         // A zero-length WRITE_WITH_IMM touches no memory: any address of the peer does.

@@ -43,6 +43,7 @@ use super::NodeError;
 use crate::fabric::{
     Access, Completion, CompletionQueue, Fabric, LocalBuf, MemoryRegion, Op, QpOptions, WcOpcode, WcStatus, WorkRequest,
 };
+use crate::log_limit::LogLimits;
 use crate::metrics::Metrics;
 use crate::region_server::{RegionServer, Taken};
 use crate::seal::{bump_epoch, Sealer};
@@ -155,6 +156,31 @@ pub struct Pools {
     pub notices: Pool,
 }
 
+/// Conditions that can repeat once per request: each is counted in [`NodeStats`], and
+/// its log line is rate-limited ([`crate::log_limit`]).
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Noisy {
+    /// A write that could not begin (outcome table full, a stage failed).
+    WriteRefused,
+    /// A holder refused a fragment (store full, malformed).
+    HolderRefused,
+    /// A committed write whose decision did not reach m + 1 holders in time.
+    Undecided,
+    /// An entry in a writer's log refused (malformed, tampered, inconsistent).
+    EntryRefused,
+    /// A GET met a fragment that failed its checks, or a frame that does not open.
+    GetFragmentRefused,
+    /// The directory job table had no room.
+    JobTableFull,
+    /// The fragment store had no room for a fragment.
+    StoreFull,
+}
+
+impl Noisy {
+    /// Number of reasons.
+    pub(super) const COUNT: usize = 7;
+}
+
 /// One node.
 pub struct Node<F: Fabric> {
     pub(super) me: u8,
@@ -208,10 +234,15 @@ pub struct Node<F: Fabric> {
     pub(super) pools: Pools,
     pub(super) side_free: Vec<u32>,
     pub(super) taken: Vec<Taken>,
+    /// Write requests waiting for the write of their key in flight (FIFO; with the
+    /// writes in flight never more than the write table holds).
+    pub(super) held: std::collections::VecDeque<super::replicate::Held>,
     pub(super) wc: Vec<Completion>,
     pub(super) deferred: Vec<Completion>,
     pub(super) entry_buf: EntryBuf,
     pub(super) expired: Vec<u64>,
+    /// Rate limits of the log lines of [`Noisy`] conditions.
+    pub(super) noisy: LogLimits<{ Noisy::COUNT }>,
     pub(super) stats: NodeStats,
     pub(super) metrics: Metrics,
     pub(super) qp_options: QpOptions,
@@ -461,10 +492,12 @@ impl<F: Fabric> Node<F> {
             pools,
             side_free,
             taken: Vec::with_capacity(prescient_shim::config::BATCH_MAX as usize),
+            held: std::collections::VecDeque::with_capacity(writes_max as usize),
             wc: Vec::with_capacity(POLL_BATCH),
             deferred: Vec::with_capacity(POLL_BATCH),
             entry_buf,
             expired: Vec::with_capacity(64),
+            noisy: LogLimits::default(),
             stats: NodeStats::new(n),
             metrics,
             qp_options,
@@ -484,6 +517,12 @@ impl<F: Fabric> Node<F> {
         node.recover_outcomes(now);
         tracing::info!(node = me, incarnation, nodes = n, k, m, quorum = node.quorum, "node started");
         Ok(node)
+    }
+
+    /// Whether a log line about `why` may be written now: `Some(lines left out since
+    /// the last one)`. The condition itself is counted by the caller.
+    pub(super) fn admit_log(&mut self, why: Noisy) -> Option<u64> {
+        self.noisy.admit(why as usize, prescient_shim::sys::monotonic_ns())
     }
 
     /// This node's id.
@@ -528,9 +567,17 @@ impl<F: Fabric> Node<F> {
         self.peers.iter().flatten().map(|p| (p.id, p.bytes_out, p.bytes_in))
     }
 
-    /// Writes and GETs in flight.
+    /// Writes (held ones included) and GETs in flight.
     pub fn in_flight(&self) -> usize {
-        self.writes.in_flight() + self.gets.in_flight()
+        self.writes.in_flight() + self.held.len() + self.gets.in_flight()
+    }
+
+    /// Writes in this node's outcome table that are not settled yet (undecided, or
+    /// decided but some holder that stored a fragment has not persisted the decision).
+    /// Each must drain: a table full of them refuses new writes `Overloaded`. Scans the
+    /// whole table: for tests and summaries, not the data path.
+    pub fn unsettled_writes(&self) -> usize {
+        self.outcomes.unsettled(|_| {}).unwrap_or(0)
     }
 
     /// Entries this node wrote into `peer`'s log that the peer has not acknowledged
@@ -552,6 +599,9 @@ impl<F: Fabric> Node<F> {
         busy |= self.poll_mailbox(now);
         busy |= self.take_requests(now);
         busy |= self.advance_writes(now);
+        if !self.held.is_empty() {
+            busy |= self.start_held(now);
+        }
         busy |= self.advance_gets(now);
         busy |= self.advance_repairs(now);
         busy |= self.run_timers(now);
@@ -770,7 +820,10 @@ impl<F: Fabric> Node<F> {
             _ => None,
         };
         let Some(index) = self.free_jobs.pop() else {
-            tracing::warn!(node = self.me, "directory job table full");
+            self.stats.job_table_full += 1;
+            if let Some(left_out) = self.admit_log(Noisy::JobTableFull) {
+                tracing::warn!(node = self.me, left_out, "directory job table full");
+            }
             return Started::Finished(Finished::Failed);
         };
         self.recent_jobs[recent] = index + 1;

@@ -10,7 +10,7 @@
 //!  0..8 write_seq   8..16 key_hash   16..24 stamp
 //! 24 state (0 Free, 1 InProgress, 2 Committed, 3 Aborted)   25..28 zero
 //! 28..32 holders mask (nodes sent a fragment)
-//! 32..36 acked mask (phase 1: fragment persisted)
+//! 32..36 acked mask (phase 1: fragment persisted, or a newer committed version held)
 //! 36..40 decided mask (phase 2: outcome notice persisted)
 //! 40..44 flags (bit 0 tombstone)   44..60 zero
 //! 60..64 CRC32C of bytes 0..60 with bytes 24 and 28..40 taken as 0
@@ -320,7 +320,7 @@ pub enum OutcomeError {
         source: FabricError,
     },
     /// The entry a new write needs holds a write that is not settled yet.
-    #[error("outcome table full: write {write_seq} needs entry {slot}, which holds unsettled write {blocking}; the oldest unsettled write is {oldest}: finish deciding it, or raise outcome_entries")]
+    #[error("outcome table full: write {write_seq} needs entry {slot}, which holds unsettled write {blocking} ({state:?}, holders {holders:#x}, stored on {acked:#x}, decision persisted on {decided:#x}); the oldest unsettled write is {oldest}: the holders that stored a fragment must come back and take its decision, or raise outcome_entries")]
     Full {
         /// The write that could not begin.
         write_seq: u64,
@@ -328,6 +328,14 @@ pub enum OutcomeError {
         slot: u32,
         /// The write in that entry.
         blocking: u64,
+        /// Its state.
+        state: WriteState,
+        /// Its holders.
+        holders: u32,
+        /// Holders that stored their fragment.
+        acked: u32,
+        /// Holders that persisted its decision.
+        decided: u32,
         /// The oldest unsettled write in the table.
         oldest: u64,
     },
@@ -552,6 +560,10 @@ impl OutcomeTable {
                 write_seq,
                 slot: self.slot(write_seq),
                 blocking: old.write_seq(),
+                state: old.state(),
+                holders: old.holders(),
+                acked: old.acked(),
+                decided: old.decided(),
                 oldest,
             });
         }
@@ -814,7 +826,7 @@ mod tests {
         // Write 2 aborts with no fragment persisted: settled at once.
         t.set_state(2, WriteState::Aborted).unwrap();
         let err = t.begin(5, 5, 0x500, 1, 0).unwrap_err();
-        assert!(matches!(err, OutcomeError::Full { write_seq: 5, slot: 1, blocking: 1, oldest: 1 }), "{err}");
+        assert!(matches!(err, OutcomeError::Full { write_seq: 5, slot: 1, blocking: 1, oldest: 1, .. }), "{err}");
         assert!(err.to_string().contains("raise outcome_entries"));
         t.begin(6, 6, 0x600, 1, 0).unwrap();
         let err = t.begin(7, 7, 0x700, 1, 0).unwrap_err();

@@ -298,6 +298,14 @@ impl<Q: RawQp> Peer<Q> {
         self.link == Link::Up && self.conn.ready().is_some()
     }
 
+    /// Whether this node may answer on the link: connected, whether or not its first
+    /// heartbeat has come back. The peer may be up already and writing into our log;
+    /// an acknowledgement it never gets makes the next one out of order, and the link
+    /// starts over (under jitter, again and again).
+    pub fn can_answer(&self) -> bool {
+        matches!(self.link, Link::Connected | Link::Up) && self.conn.ready().is_some()
+    }
+
     /// Changes the link state (logged).
     pub fn set_link(&mut self, me: u8, to: Link) {
         if self.link != to {

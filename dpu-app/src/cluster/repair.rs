@@ -303,20 +303,20 @@ impl<F: Fabric> Node<F> {
             present,
             "repair gathered"
         );
+        // A holder that has the fragment, or a newer committed version of the key, needs
+        // nothing rebuilt: it counts as stored (the outcome table's `acked`), so the
+        // resync stops coming back to the write and its entry settles once the holder
+        // has the decision. (Without this, every reconnection re-ran a repair for every
+        // superseded write in the table: thousands of set READs per link flap.)
         if (superseded || present) && r.target == me {
-            // Its own store has it, or a newer committed value: nothing to rebuild.
-            if present {
-                let _ = self.outcomes.set_acked(r.write_seq, me);
-                if self.store.resolve(r.key_hash, r.stamp, Decision::Committed).is_ok() {
-                    let _ = self.outcomes.set_decided(r.write_seq, me);
-                }
+            let _ = self.outcomes.set_acked(r.write_seq, me);
+            if self.store.resolve(r.key_hash, r.stamp, Decision::Committed).is_ok() {
+                let _ = self.outcomes.set_decided(r.write_seq, me);
             }
             return done(self, r, sets);
         }
         if superseded || present {
-            if present {
-                let _ = self.outcomes.set_acked(r.write_seq, r.target);
-            }
+            let _ = self.outcomes.set_acked(r.write_seq, r.target);
             // It holds the fragment (or a newer value): it still needs the decision.
             let record = OutcomeRecordRepr {
                 write_seq: r.write_seq,

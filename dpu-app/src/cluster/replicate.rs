@@ -20,7 +20,7 @@ use prescient_shim::Status;
 use super::config::Invalidation;
 use super::entry::{EntryKind, EntryRepr, Outcome as Decision, OutcomeRecordRepr, HEADER_LEN as ENTRY_HEADER_LEN};
 use super::limits::{NOTICE_RECORDS_MAX, OUTCOME_RECORD_BYTES as OUTCOME_RECORD_LEN, RESYNC_CHUNK};
-use super::node::{rewind, Node, Now, Owner, Started};
+use super::node::{rewind, Node, Noisy, Now, Owner, Started};
 use super::outcome::WriteState;
 use super::peer::{Sent, Trust};
 use super::record::RecordRepr;
@@ -33,6 +33,14 @@ use crate::queue::{key_of, Outcome};
 use crate::region_server::Taken;
 use crate::seal::{key_hash, Binding};
 use crate::stripe::{encode_stripe, fragment, StripeId, StripeLayout};
+
+/// A write request waiting for the write of its key in flight here to finish.
+#[derive(Debug)]
+pub struct Held {
+    taken: Taken,
+    key_hash: u64,
+    arrived_ns: u64,
+}
 
 /// An outcome record waiting to go to one holder, and the write it speaks for.
 #[derive(Clone, Copy, Debug)]
@@ -77,7 +85,9 @@ impl<F: Fabric> Node<F> {
         if !self.ready_to_serve(now) {
             return false;
         }
-        let room = self.writes.available().min(self.side_free.len()).min(self.gets.available()) as u32;
+        // Held writes will each take a write slot and a side buffer.
+        let room = self.writes.available().min(self.side_free.len()).saturating_sub(self.held.len());
+        let room = room.min(self.gets.available()) as u32;
         if room == 0 {
             return false;
         }
@@ -86,7 +96,19 @@ impl<F: Fabric> Node<F> {
         let count = self.host.take(room, &mut taken, &mut self.metrics);
         for t in taken.drain(..) {
             match t.accepted.desc.op {
-                OpCode::Put | OpCode::Delete => self.start_write(t, now),
+                OpCode::Put | OpCode::Delete => {
+                    let mut key = [0u8; KEY_BYTES_MAX];
+                    let key_hash = key_hash(key_of(&self.region, &t.accepted, &mut key));
+                    let held = Held { taken: t, key_hash, arrived_ns: now.mono_ns };
+                    if self.key_busy(key_hash) {
+                        // One write of a key at a time from this writer: the next waits
+                        // for it instead of piling undecided versions into the key's
+                        // store set on every holder (a hot key filled it).
+                        self.held.push_back(held);
+                    } else {
+                        self.start_write(held, now);
+                    }
+                }
                 OpCode::Get => self.start_get(t, now),
                 other => {
                     self.host.complete(&t, Outcome::failed(Status::Unsupported, other as u32), &mut self.metrics);
@@ -115,11 +137,44 @@ impl<F: Fabric> Node<F> {
         self.serving
     }
 
-    fn start_write(&mut self, t: Taken, now: Now) {
+    /// Whether a write of the key `key_hash` is in flight here, or held.
+    fn key_busy(&self, key_hash: u64) -> bool {
+        self.writes.iter().any(|w| w.key_hash == key_hash) || self.held.iter().any(|h| h.key_hash == key_hash)
+    }
+
+    /// Starts the held writes whose key is free now, oldest first; a held write past
+    /// its deadline fails `NotDurable` without starting (nothing of it went out).
+    pub(super) fn start_held(&mut self, now: Now) -> bool {
+        let mut busy = false;
+        let mut i = 0;
+        while i < self.held.len() {
+            let (key_hash, arrived_ns) = (self.held[i].key_hash, self.held[i].arrived_ns);
+            let blocked = self.writes.iter().any(|w| w.key_hash == key_hash)
+                || self.held.iter().take(i).any(|h| h.key_hash == key_hash);
+            if blocked && now.mono_ns < arrived_ns.saturating_add(self.write_timeout_ns) {
+                i += 1;
+                continue;
+            }
+            let held = self.held.remove(i).expect("index checked");
+            busy = true;
+            if blocked {
+                self.stats.record_failure(Status::NotDurable);
+                self.host.complete(&held.taken, Outcome::failed(Status::NotDurable, 0), &mut self.metrics);
+            } else {
+                self.start_write(held, now);
+            }
+        }
+        busy
+    }
+
+    fn start_write(&mut self, held: Held, now: Now) {
+        let Held { taken: t, key_hash, arrived_ns: arrived } = held;
         let (slot, generation) = self.writes.reserve().expect("take_requests checked room");
         let side = self.side_free.pop().expect("take_requests checked room");
         let fail = |node: &mut Self, end: Status, why: String| {
-            tracing::warn!(node = node.me, sq_index = t.accepted.sq_index, why, "write refused");
+            if let Some(left_out) = node.admit_log(Noisy::WriteRefused) {
+                tracing::warn!(node = node.me, sq_index = t.accepted.sq_index, why, left_out, "write refused");
+            }
             node.writes.unreserve(slot);
             node.side_free.push(side);
             node.host.complete(&t, Outcome::failed(end, 0), &mut node.metrics);
@@ -127,11 +182,9 @@ impl<F: Fabric> Node<F> {
         let a = t.accepted;
         let mut key = [0u8; KEY_BYTES_MAX];
         let key = key_of(&self.region, &a, &mut key);
-        let key_hash = key_hash(key);
         let key_id = directory::key_id(key);
         let tombstone = a.desc.op == OpCode::Delete;
         let mut times = [0u64; WriteStage::ALL.len()];
-        let arrived = now.mono_ns;
         // The stages up to encode run within this call: their ends are `now` plus the
         // real time spent so far, read from the host clock for the per-stage figures
         // only (nothing decides on them, so a manual clock stays deterministic).
@@ -232,7 +285,8 @@ impl<F: Fabric> Node<F> {
             end: None,
             marks: [Mark::None; super::control::NODES_MAX],
             wrs: 0,
-            deadline_ns: now.mono_ns + self.write_timeout_ns,
+            // From arrival: a write held behind another of its key has waited already.
+            deadline_ns: arrived + self.write_timeout_ns,
             times,
             lease: None,
             arrived_ns: arrived,
@@ -581,7 +635,10 @@ impl<F: Fabric> Node<F> {
                     } else {
                         w.failed |= 1 << peer;
                         self.stats.refusals += 1;
-                        tracing::warn!(node = me, peer, status, "holder refused a fragment");
+                        let now_ns = prescient_shim::sys::monotonic_ns();
+                        if let Some(left_out) = self.noisy.admit(Noisy::HolderRefused as usize, now_ns) {
+                            tracing::warn!(node = me, peer, status, left_out, "holder refused a fragment");
+                        }
                     }
                     quorum_reached = w.phase != Phase::Replicating && status == super::holder::ACK_OK;
                 }
@@ -658,12 +715,16 @@ impl<F: Fabric> Node<F> {
                 } else if now.mono_ns >= w.deadline_ns {
                     w.end = Some(End::Undecided);
                     w.phase = Phase::Finished;
-                    tracing::warn!(
-                        node = self.me,
-                        write_seq = w.write_seq,
-                        decided = w.decided,
-                        "write committed but its decision did not reach m + 1 holders in time"
-                    );
+                    let (write_seq, decided) = (w.write_seq, w.decided);
+                    if let Some(left_out) = self.admit_log(Noisy::Undecided) {
+                        tracing::warn!(
+                            node = self.me,
+                            write_seq,
+                            decided,
+                            left_out,
+                            "write committed but its decision did not reach m + 1 holders in time"
+                        );
+                    }
                     true
                 } else {
                     false
@@ -703,10 +764,9 @@ impl<F: Fabric> Node<F> {
         if let Err(e) = self.outcomes.set_state(write_seq, WriteState::Committed) {
             tracing::error!(node = me, write_seq, error = %e, "cannot record the commit");
         }
-        if acked & (1 << me) != 0 && self.store.resolve(key_hash, stamp, Decision::Committed).is_ok() {
+        if acked & (1 << me) != 0 && self.settle_own(write_seq, key_hash, stamp, Decision::Committed) {
             let w = self.writes.get_mut(slot, generation).expect("write exists");
             w.decided |= 1 << me;
-            let _ = self.outcomes.set_decided(write_seq, me);
         }
         // Every holder hears the decision, also those whose acknowledgement was lost
         // (they may hold the fragment); only acknowledged ones count towards m + 1.
@@ -724,6 +784,24 @@ impl<F: Fabric> Node<F> {
         for j in 0..self.n as u8 {
             self.commit_mark(slot, generation, j, _now);
         }
+    }
+
+    /// Applies the decision of this node's own write to its own record and, once the
+    /// store has it, records it in the outcome table (the writer is one of its holders,
+    /// and an entry settles only when every holder that stored a fragment has its
+    /// decision). False if the store could not apply it: the entry stays unsettled, and
+    /// the next start's [`Self::recover_outcomes`] tries again.
+    fn settle_own(&mut self, write_seq: u64, key_hash: u64, stamp: u64, decision: Decision) -> bool {
+        let me = self.me;
+        if let Err(e) = self.store.resolve(key_hash, stamp, decision) {
+            tracing::error!(node = me, write_seq, error = %e, "cannot apply the decision of an own write to the store");
+            return false;
+        }
+        if let Err(e) = self.outcomes.set_decided(write_seq, me) {
+            tracing::error!(node = me, write_seq, error = %e, "cannot record an own write's decision");
+            return false;
+        }
+        true
     }
 
     /// Turns write `slot`'s placed mark on host `j` Invalid, as a tracked job.
@@ -785,10 +863,14 @@ impl<F: Fabric> Node<F> {
         let (write_seq, key_hash, stamp, acked) = (w.write_seq, w.key_hash, w.stamp, w.acked);
         w.end = Some(End::NotDurable);
         w.phase = Phase::Finished;
-        tracing::info!(node = me, write_seq, acked, failed = w.failed, "write not durable: rolling back");
+        // Counted by status in the summary; per write only at debug level.
+        tracing::debug!(node = me, write_seq, acked, failed = w.failed, "write not durable: rolling back");
         let _ = self.outcomes.set_state(write_seq, WriteState::Aborted);
         if acked & (1 << me) != 0 {
-            let _ = self.store.resolve(key_hash, stamp, Decision::Aborted);
+            // The writer is a holder too: its own record dropped is its own decision
+            // persisted. Without this bit the entry never settles, and once the table
+            // wraps every new write finds it in its way (the outcome-table wedge).
+            self.settle_own(write_seq, key_hash, stamp, Decision::Aborted);
         }
         let holders = self.writes.get_mut(slot, generation).map_or(0, |w| w.holder_mask());
         for h in 0..self.n as u8 {
@@ -877,20 +959,33 @@ impl<F: Fabric> Node<F> {
     /// which readers do not count).
     pub(super) fn recover_outcomes(&mut self, _now: Now) {
         let mut unsettled = Vec::new();
-        let _ = self.outcomes.unsettled(|e| unsettled.push((e.write_seq(), e.key_hash(), e.stamp(), e.state())));
+        let me_bit = 1u32 << self.me;
+        let _ = self.outcomes.unsettled(|e| {
+            let own_open = e.acked() & me_bit != 0 && e.decided() & me_bit == 0;
+            unsettled.push((e.write_seq(), e.key_hash(), e.stamp(), e.state(), own_open))
+        });
         let (mut aborted, mut committed) = (0, 0);
-        for (write_seq, key_hash, stamp, state) in unsettled {
-            match state {
+        for (write_seq, key_hash, stamp, state, own_open) in unsettled {
+            let decision = match state {
                 WriteState::InProgress => {
                     let _ = self.outcomes.set_state(write_seq, WriteState::Aborted);
-                    let _ = self.store.resolve(key_hash, stamp, Decision::Aborted);
                     aborted += 1;
+                    Decision::Aborted
                 }
+                WriteState::Aborted => Decision::Aborted,
                 WriteState::Committed => {
-                    let _ = self.store.resolve(key_hash, stamp, Decision::Committed);
                     committed += 1;
+                    Decision::Committed
                 }
-                _ => {}
+                WriteState::Free => continue,
+            };
+            // The own record (if the store took one) gets the decision, and the entry
+            // the own holder bit: the peers' bits come with their resync.
+            if own_open || state == WriteState::InProgress {
+                let _ = self.store.resolve(key_hash, stamp, decision);
+                if own_open {
+                    let _ = self.outcomes.set_decided(write_seq, self.me);
+                }
             }
         }
         if aborted + committed > 0 {

@@ -5,6 +5,10 @@ use prescient_shim::Status;
 use super::write::Write;
 use crate::histogram::{Histogram, ReadStage, StageTimes, WriteStage};
 
+/// Status codes counted apart in [`NodeStats::writes_failed_by`] (the last counts
+/// every code at or above it).
+pub const STATUS_CODES: usize = 32;
+
 /// Commit points kept for measurement (the newest; older ones are overwritten).
 pub const COMMIT_LOG_ENTRIES: usize = 1 << 16;
 
@@ -27,6 +31,10 @@ pub struct NodeStats {
     pub writes_ok: u64,
     /// Writes that failed (any status).
     pub writes_failed: u64,
+    /// Failed writes by status (indexed by the status code).
+    pub writes_failed_by: [u64; STATUS_CODES],
+    /// Directory jobs not started for want of a free job entry.
+    pub job_table_full: u64,
     /// GETs completed Ok.
     pub gets_ok: u64,
     /// GETs that found nothing.
@@ -98,6 +106,8 @@ impl NodeStats {
             gets_total: Histogram::new(),
             writes_ok: 0,
             writes_failed: 0,
+            writes_failed_by: [0; STATUS_CODES],
+            job_table_full: 0,
             gets_ok: 0,
             gets_not_found: 0,
             gets_failed: 0,
@@ -130,10 +140,16 @@ impl NodeStats {
         }
     }
 
+    /// Records a write that failed before it started (nothing of it went out).
+    pub fn record_failure(&mut self, status: Status) {
+        self.writes_failed += 1;
+        self.writes_failed_by[(status as usize).min(STATUS_CODES - 1)] += 1;
+    }
+
     /// Records a finished write.
     pub fn record_write(&mut self, w: &Write, now_ns: u64, status: Status) {
         if status != Status::Ok {
-            self.writes_failed += 1;
+            self.record_failure(status);
             return;
         }
         self.writes_ok += 1;
@@ -199,6 +215,13 @@ impl NodeStats {
             "node {me}: {} writes ok, {} failed; GETs {} ok, {} not found, {} failed\n",
             self.writes_ok, self.writes_failed, self.gets_ok, self.gets_not_found, self.gets_failed
         );
+        if self.writes_failed > 0 {
+            let by: Vec<String> = (0..STATUS_CODES)
+                .filter(|&c| self.writes_failed_by[c] > 0)
+                .map(|c| format!("{} {:?}", self.writes_failed_by[c], Status::from_u16(c as u16)))
+                .collect();
+            s.push_str(&format!("  failed writes: {}\n", by.join(", ")));
+        }
         s.push_str(&self.writes.render());
         if self.gets_total.count() > 0 {
             s.push_str(&format!(
@@ -239,6 +262,7 @@ impl NodeStats {
             ("directory jobs on peers", self.cas_jobs),
             ("directory CAS rounds", self.cas_rounds),
             ("directory jobs contended", self.cas_contended),
+            ("directory jobs refused (job table full)", self.job_table_full),
             ("fragments refused by GETs", self.fragments_refused),
             ("forged frames", self.forged),
             ("decisions resent", self.notices_resent),

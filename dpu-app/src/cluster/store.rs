@@ -136,8 +136,14 @@ pub enum StoreError {
         expected: String,
     },
     /// Every way of the set holds a record that must stay.
-    #[error("fragment store set {set} is full: its {ways} ways hold other keys' records, Pending writes and newest versions; raise store_keys")]
+    #[error("fragment store {path} ({file_bytes} bytes, sized for {keys} keys) has set {set} full: its {ways} ways hold other keys' records, Pending writes and newest versions; raise cluster.store_keys (the store grows by 2 x keys records) and restart the node with a new store file")]
     SetFull {
+        /// The store file.
+        path: PathBuf,
+        /// Its size.
+        file_bytes: u64,
+        /// Keys it is sized for (at half load).
+        keys: u64,
         /// The set.
         set: u32,
         /// Its ways.
@@ -545,7 +551,13 @@ impl Store {
         let way = if versions >= VERSIONS_PER_KEY_MAX {
             superseded.ok_or(StoreError::KeyFull { key_hash: rec.key_hash, set, versions })?
         } else {
-            empty().or(superseded).ok_or(StoreError::SetFull { set, ways: self.geometry.ways() })?
+            empty().or(superseded).ok_or_else(|| StoreError::SetFull {
+                path: self.path.clone(),
+                file_bytes: self.geometry.file_bytes(),
+                keys: u64::from(self.geometry.sets()) * u64::from(self.geometry.ways()) / 2,
+                set,
+                ways: self.geometry.ways(),
+            })?
         };
         self.write_record(self.record_offset(set, way), rec, fragment_header, payload)?;
         Ok(Inserted::Stored { set, way })
@@ -815,8 +827,8 @@ mod tests {
         assert_eq!(insert(&store, rec(a, 0x2003, 0)).unwrap(), Inserted::Stored { set: 0, way: 1 });
         // a now has its newest Committed and a Pending write: nothing of it may go.
         let err = insert(&store, rec(a, 0x3003, 0)).unwrap_err();
-        assert!(matches!(err, StoreError::SetFull { set: 0, ways: 4 }), "{err}");
-        assert!(err.to_string().contains("raise store_keys"));
+        assert!(matches!(err, StoreError::SetFull { set: 0, ways: 4, .. }), "{err}");
+        assert!(err.to_string().contains("raise cluster.store_keys"), "{err}");
         assert!(matches!(insert(&store, rec(0xc, 0x103, 0)), Err(StoreError::SetFull { .. })), "b's records stay");
         assert_eq!(records_of(&store, a), [(0x1003, 0, RecordState::Committed), (0x2003, 0, RecordState::Pending)]);
         assert_eq!(records_of(&store, b).len(), 2);

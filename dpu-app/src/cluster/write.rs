@@ -243,6 +243,11 @@ impl WriteTable {
     }
 
     /// Every write in flight.
+    pub fn iter(&self) -> impl Iterator<Item = &Write> + '_ {
+        self.slots.iter().flatten()
+    }
+
+    /// Every write in flight.
     pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut Write> + '_ {
         self.slots.iter_mut().flatten()
     }
