@@ -18,7 +18,7 @@ use super::oracle::{value_of, Fate, Oracle};
 /// What one request in flight is.
 #[derive(Clone, Copy, Debug)]
 enum Request {
-    Write { write_id: u64 },
+    Write { write_id: u64, submitted_ns: u64 },
     Get { key: u32, began_ns: u64, token: Option<RefillToken>, fresh: bool },
 }
 
@@ -50,6 +50,9 @@ pub struct Client {
     cache: HashMap<u32, (u64, u64, Vec<u8>)>,
     waiting: Vec<Waiting>,
     next_tag: u64,
+    /// When this node's DPU app last restarted: writes submitted before then may be
+    /// failed `DpuRestarted` or held over the restart, and are exempt from the bound.
+    restarted_ns: u64,
     /// Counters.
     pub stats: ClientStats,
 }
@@ -74,6 +77,7 @@ impl Client {
             cache: HashMap::new(),
             waiting: Vec::new(),
             next_tag: 1,
+            restarted_ns: 0,
             stats: ClientStats::default(),
         }
     }
@@ -88,8 +92,42 @@ impl Client {
         self.next_tag
     }
 
-    /// Submits a PUT (or DELETE) of `key` as write `write_id`; false if there is no room.
-    pub fn write(&mut self, key: u32, write_id: u64, len: usize, delete: bool, oracle: &mut Oracle) -> bool {
+    /// This node's DPU app was restarted at `now_ns`.
+    pub fn dpu_restarted(&mut self, now_ns: u64) {
+        self.restarted_ns = now_ns;
+    }
+
+    /// The liveness bound: a write submitted to a DPU app that has run since must
+    /// complete within `bound_ns` (it commits, or fails at its deadline). Returns what
+    /// is wrong with the oldest write past it.
+    pub fn overdue(&self, now_ns: u64, bound_ns: u64) -> Result<(), String> {
+        for (tag, req) in &self.in_flight {
+            if let Request::Write { write_id, submitted_ns } = *req {
+                if submitted_ns >= self.restarted_ns && now_ns.saturating_sub(submitted_ns) > bound_ns {
+                    return Err(format!(
+                        "node {}: write {write_id} (tag {tag}) submitted at {submitted_ns} ns has not completed after {} us (bound {} us)",
+                        self.node,
+                        (now_ns - submitted_ns) / 1000,
+                        bound_ns / 1000
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Submits a PUT (or DELETE) of `key` as write `write_id` at `now_ns`; false if there
+    /// is no room.
+    #[allow(clippy::too_many_arguments)]
+    pub fn write(
+        &mut self,
+        key: u32,
+        write_id: u64,
+        len: usize,
+        delete: bool,
+        now_ns: u64,
+        oracle: &mut Oracle,
+    ) -> bool {
         let Ok(mut buf) = self.host.take_buffer() else { return false };
         let tag = self.tag();
         let kb = key_bytes(key);
@@ -103,7 +141,7 @@ impl Client {
         match result {
             Ok(()) => {
                 tracing::debug!(node = self.node, key, write_id, delete, "write");
-                self.in_flight.insert(tag, Request::Write { write_id });
+                self.in_flight.insert(tag, Request::Write { write_id, submitted_ns: now_ns });
                 oracle.issue(write_id, key, delete);
                 true
             }
@@ -247,7 +285,15 @@ impl Client {
             };
             tracing::debug!(node = self.node, ?req, status = ?c.status, version = c.version, detail = c.detail, now_ns, "completion");
             match req {
-                Request::Write { write_id } => {
+                Request::Write { write_id, .. } => {
+                    if c.status == Status::Overloaded {
+                        // The simulated load (a few writes in flight per node) is far
+                        // below every table's size: a refusal for room is a leak.
+                        return Err(format!(
+                            "node {}: write {write_id} was refused Overloaded below the configured load (detail {})",
+                            self.node, c.detail
+                        ));
+                    }
                     let fate = match c.status {
                         Status::Ok => Fate::Committed { stamp: c.version, at_ns: now_ns },
                         Status::NotDurable => Fate::RolledBack,

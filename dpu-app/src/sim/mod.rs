@@ -9,8 +9,18 @@
 //! - every read returns a value intact and traceable to a write of its key, never one
 //!   that was rolled back, and a `Fresh` read never returns a version older than a
 //!   write that committed before the read began (cached reads included);
+//! - liveness: no write is refused `Overloaded` (the simulated load, a few writes in
+//!   flight per node, is far below every table's size, so a refusal for room is a
+//!   leak), and every write submitted to a DPU app that has run since completes within
+//!   twice the write timeout plus the failure-detection bound;
 //! - at the end, with every node restarted and every link healed, every committed write
-//!   (its newest version per key) is readable with a Fresh GET from any node.
+//!   (its newest version per key) is readable with a Fresh GET from any node, and
+//!   again with `m` nodes stopped.
+//!
+//! Tables are small so that long runs wrap them many times: each node's outcome table
+//! has 1024 entries (a default run of 3000 steps, 15 ms simulated, stays inside it; a
+//! run of 200,000 steps, one simulated second and about 17,000 writes a node, wraps it
+//! more than ten times) and every fragment log 64 slots.
 //!
 //! A failing seed reports the command that replays it.
 
@@ -124,10 +134,14 @@ impl SimReport {
     /// One line of counts.
     pub fn line(&self) -> String {
         format!(
-            "{} steps, {:.1} ms simulated; writes {} issued / {} committed / {} rolled back / {} undetermined; \
+            "{} steps, {} simulated; writes {} issued / {} committed / {} rolled back / {} undetermined; \
              {} reads checked ({} from caches, {} GETs, {} unavailable); {} crashes, {} partitions; {} leases, {} lease hits",
             self.steps,
-            self.sim_ns as f64 / 1e6,
+            if self.sim_ns >= 1_000_000_000 {
+                format!("{:.2} s", self.sim_ns as f64 / 1e9)
+            } else {
+                format!("{:.1} ms", self.sim_ns as f64 / 1e6)
+            },
             self.writes.0,
             self.writes.1,
             self.writes.2,
@@ -184,8 +198,10 @@ fn config(opts: &SimOptions, dir: &std::path::Path) -> Result<ClusterConfig, Str
     c.key_dir = keys;
     c.value_bytes_max = 1024;
     c.store_keys = 1024;
+    // Small tables, so that long runs wrap them many times: 64 log slots, and the
+    // smallest outcome table (each node's wraps every 1024 of its writes).
     c.log_slots = 64;
-    c.outcome_entries = 4096;
+    c.outcome_entries = crate::cluster::config::OUTCOME_ENTRIES_MIN;
     c.heartbeat_us = 100;
     c.lease_us = 500;
     c.dead_after_us = 1_500;
@@ -225,6 +241,10 @@ pub fn run(opts: &SimOptions) -> Result<SimReport, Violation> {
     let mut next_write = 1u64;
     let mut seq_key: Vec<u32> = (0..u32::from(n)).collect();
     let dead_bound = (cfg.dead_after_us + 4 * cfg.heartbeat_us) * 1_000;
+    // Liveness: a write ends by its deadline (write_timeout after the DPU app takes it)
+    // or, committed, once its decision and marks settle; twice the timeout covers the
+    // wait in the ring behind a full write table and a node's quorum wait at start.
+    let write_bound = 2 * cfg.write_timeout_us * 1_000 + dead_bound;
     // Let the nodes connect.
     cluster.run_until(TICK_NS, 50_000_000, |c| {
         (0..n).all(|i| (0..n).all(|j| i == j || c.node(i).is_some_and(|x| x.peer_up(j))))
@@ -266,6 +286,7 @@ pub fn run(opts: &SimOptions) -> Result<SimReport, Violation> {
             let due = down_since[i as usize].is_some() && (now >= back_at[i as usize] || !workload);
             if due {
                 cluster.restart(i).map_err(|e| fail(step, format!("node {i} did not restart: {e}")))?;
+                clients[i as usize].dpu_restarted(now);
                 down_since[i as usize] = None;
             }
         }
@@ -287,7 +308,7 @@ pub fn run(opts: &SimOptions) -> Result<SimReport, Violation> {
                     };
                     let delete = rng.chance(100_000);
                     let len = 16 + rng.below(700) as usize;
-                    if c.write(key, next_write, len, delete, &mut oracle) {
+                    if c.write(key, next_write, len, delete, now, &mut oracle) {
                         next_write += 1;
                     }
                 }
@@ -305,6 +326,7 @@ pub fn run(opts: &SimOptions) -> Result<SimReport, Violation> {
             c.reap(now, &mut oracle).map_err(|e| fail(step, e))?;
             c.recheck(now, &mut oracle).map_err(|e| fail(step, e))?;
             c.flush();
+            c.overdue(now, write_bound).map_err(|e| fail(step, e))?;
         }
         // Directory invariants, on every host, for every key's slot.
         for h in 0..n {

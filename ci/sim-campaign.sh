@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The long simulation campaign: seeds that each simulate seconds, not milliseconds, so
+# that every node's outcome table (1024 entries) and every fragment log (64 slots)
+# wraps many times, with crashes, restarts, partitions and losses throughout; and
+# predictive seeds (the predictor's leases on top). Every invariant is checked after
+# every step (see dpu-app/src/sim/mod.rs); a failure prints the command that replays
+# it. Bigger campaigns: the same command with more --seeds or --steps.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# 200,000 steps of 5 us: one simulated second per seed.
+cargo run --release -p prescient-dpu -- sim --seeds "${SIM_SEEDS:-8}" --from 93000 --steps 400000
+cargo run --release -p prescient-dpu -- sim --seeds "${SIM_PREDICTIVE_SEEDS:-4}" --from 94000 --steps 200000 --predictive
+cargo run --release -p prescient-dpu -- sim --seeds 2 --from 95000 --steps 400000 --no-faults
