@@ -52,6 +52,32 @@ fn pct(h: &Histogram, q: f64) -> String {
     }
 }
 
+/// The first and the last full window of the run side by side, as ratios: whether
+/// throughput and tail latency hold as the logs, stores and tables wrap.
+fn steady(h: &crate::load::driver::HostStats) -> String {
+    let full = h.windows.len();
+    let (Some(first), Some(last)) = (h.windows.first(), h.windows.last()) else { return String::new() };
+    if full < 2 || first.puts_ok == 0 {
+        return String::new();
+    }
+    let secs = h.window_ns as f64 / 1e9;
+    let p99 = |w: &crate::load::driver::Window| w.put_latency.percentile(0.99) as f64;
+    let mut s = format!(
+        "over time ({full} full windows of {secs:.0} s): first window {:.0} PUT/s, p99 {} us, {} failed; last {:.0} PUT/s, p99 {} us, {} failed: PUT/s {:.2}x, p99 {:.2}x of the first\n",
+        first.puts_ok as f64 / secs,
+        pct(&first.put_latency, 0.99),
+        first.puts_failed,
+        last.puts_ok as f64 / secs,
+        pct(&last.put_latency, 0.99),
+        last.puts_failed,
+        last.puts_ok as f64 / first.puts_ok as f64,
+        if p99(first) > 0.0 { p99(last) / p99(first) } else { 0.0 },
+    );
+    let rates: Vec<String> = h.windows.iter().map(|w| format!("{:.0}", w.puts_ok as f64 / secs)).collect();
+    s.push_str(&format!("  PUT/s per window: {}\n", rates.join(" ")));
+    s
+}
+
 /// Runs the demo and returns its summary.
 pub fn run(demo: &ClusterDemo) -> Result<String, LoadError> {
     if !(demo.seconds.is_finite() && demo.seconds > 0.0 && demo.seconds <= 3600.0) {
@@ -73,7 +99,7 @@ pub fn run(demo: &ClusterDemo) -> Result<String, LoadError> {
         model_file: model_file.clone(),
         value_bytes: VALUE_BYTES,
         seed: demo.seed,
-        store_keys: setup::store_keys_for(demo.seconds),
+        store_keys: setup::store_keys_for(demo.seconds, stream.distinct()),
     };
     let dir = RunDir::create("demo", spec.files_bytes()?)?;
     let started = Instant::now();
@@ -94,6 +120,11 @@ pub fn run(demo: &ClusterDemo) -> Result<String, LoadError> {
         seed: demo.seed,
     };
     let mut driver = Driver::new(&cluster, &stream, config)?;
+    // Windows of a tenth of the run (1 s to 60 s): the first against the last says
+    // whether the cluster holds its pace as its logs, stores and tables wrap.
+    let window_ns = ((demo.seconds / 10.0).clamp(1.0, 60.0) * 1e9) as u64;
+    let windows = ((demo.seconds * 1e9) as u64 / window_ns) as usize;
+    driver.track_windows(window_ns, windows);
     driver.count_from_now();
     let predictor_before = PredictorCounts::of(&cluster);
     let faults_at_start = tally::faults(&cluster);
@@ -146,6 +177,7 @@ pub fn run(demo: &ClusterDemo) -> Result<String, LoadError> {
         pct(&h.put_latency, 0.999),
         pct(&h.put_latency, 1.0)
     );
+    let _ = write!(s, "{}", steady(h));
     let _ = writeln!(
         s,
         "\nper stage on the writers' DPU apps (all nodes merged, whole run; replicate and invalidate both run from the end of\n\

@@ -220,7 +220,7 @@ pub fn run(bench: &ClusterBench) -> Result<ClusterReport, LoadError> {
                 model_file: model_file.clone(),
                 value_bytes: VALUE_BYTES,
                 seed: bench.seed,
-                store_keys: setup::store_keys_for(warmup + seconds),
+                store_keys: setup::store_keys_for(warmup + seconds, stream.distinct()),
             };
             cells.push(run_cell(&spec, &stream, warmup, seconds, bench.seed)?);
         }

@@ -118,6 +118,22 @@ pub struct HostStats {
     pub stale_hits: u64,
     /// Ticks run (each steps the cluster once).
     pub ticks: u64,
+    /// The run cut into windows of equal length (empty unless asked for with
+    /// [`Driver::track_windows`]): whether throughput and latency hold over time.
+    pub windows: Vec<Window>,
+    /// Length of each window.
+    pub window_ns: u64,
+}
+
+/// What the writers saw in one window of a run.
+#[derive(Clone, Debug, Default)]
+pub struct Window {
+    /// PUTs completed Ok in the window.
+    pub puts_ok: u64,
+    /// PUTs completed with another status in the window.
+    pub puts_failed: u64,
+    /// Latency of the PUTs completed Ok in the window.
+    pub put_latency: Histogram,
 }
 
 impl HostStats {
@@ -125,7 +141,13 @@ impl HostStats {
         let (mut put, mut get) = (std::mem::take(&mut self.put_latency), std::mem::take(&mut self.get_latency));
         put.clear();
         get.clear();
-        *self = Self { put_latency: put, get_latency: get, ..Self::default() };
+        let (mut windows, window_ns) = (std::mem::take(&mut self.windows), self.window_ns);
+        for w in &mut windows {
+            w.puts_ok = 0;
+            w.puts_failed = 0;
+            w.put_latency.clear();
+        }
+        *self = Self { put_latency: put, get_latency: get, windows, window_ns, ..Self::default() };
     }
 }
 
@@ -292,6 +314,19 @@ impl Driver {
         Ok(driver)
     }
 
+    /// Counts PUTs in `count` windows of `window_ns` each from the start of counting
+    /// ([`Self::count_from_now`]); completions after the last window are not counted
+    /// in any. Allocates the windows: call it before the run.
+    pub fn track_windows(&mut self, window_ns: u64, count: usize) {
+        self.stats.window_ns = window_ns.max(1);
+        self.stats.windows = vec![Window::default(); count];
+    }
+
+    fn window_mut(&mut self, now: u64) -> Option<&mut Window> {
+        let i = now.checked_sub(self.count_from_ns)? / self.stats.window_ns.max(1);
+        self.stats.windows.get_mut(usize::try_from(i).ok()?)
+    }
+
     /// Starts counting now: forgets what the hosts and the watches measured so far.
     pub fn count_from_now(&mut self) {
         let now = monotonic_ns();
@@ -449,6 +484,9 @@ impl Driver {
             if c.status != Status::Ok {
                 self.stats.puts_failed += 1;
                 self.stats.first_failure.get_or_insert(c.status);
+                if let Some(win) = self.window_mut(now) {
+                    win.puts_failed += 1;
+                }
                 if let Some(id) = slot.watch {
                     self.watches.abandon(id);
                 }
@@ -457,6 +495,10 @@ impl Driver {
             self.stats.puts_ok += 1;
             if timed {
                 self.stats.put_latency.record(now.saturating_sub(slot.submitted_ns));
+                if let Some(win) = self.window_mut(now) {
+                    win.puts_ok += 1;
+                    win.put_latency.record(now.saturating_sub(slot.submitted_ns));
+                }
             }
             self.newest.record(slot.key_id, c.version);
             if let Some(id) = slot.watch {

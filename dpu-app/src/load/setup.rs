@@ -18,11 +18,11 @@ pub const QUEUE_PAIRS: u32 = 2;
 /// invalidated by each other's writes; a larger directory makes that rarer but every
 /// whole-directory sweep (a revocation, clearing a dead writer's marks) slower.
 pub const DIRECTORY_SLOTS: u32 = 1 << 16;
-/// Keys each node's fragment store is sized for in a full run (every node holds a
-/// fragment of every key with 5 nodes and k + m = 5): the distinct keys a default run
-/// writes fit. A much longer run fills the stores, and its writes then fail ("store
-/// full" under faults); a node's start allocates its whole store, so a larger one costs
-/// start-up time and memory (about 200 MB a node at this size).
+/// Keys each node's fragment store is sized for at least in a full run (every node
+/// holds a fragment of every key with 5 nodes and k + m = 5); a run whose stream has
+/// more distinct keys gets room for all of them ([`store_keys_for`]), so a long run
+/// never fills its stores. A node's start allocates its whole store, so a larger one
+/// costs start-up time and memory (about 200 MB a node at this size).
 pub const STORE_KEYS: usize = 1 << 17;
 /// Keys each store is sized for in a short run (`bench --quick`, a demo of a few
 /// seconds): an eighth of the memory and start-up time.
@@ -31,12 +31,13 @@ pub const STORE_KEYS_SHORT: usize = 1 << 14;
 /// [`STORE_KEYS_SHORT`].
 pub const SHORT_RUN_SECONDS: f64 = 3.0;
 
-/// The store size for a run of `seconds` of load.
-pub fn store_keys_for(seconds: f64) -> usize {
+/// The store size for a run of `seconds` of load over a stream of `distinct` keys: a
+/// short run writes few of them; a longer one may write every one, and each must fit.
+pub fn store_keys_for(seconds: f64, distinct: usize) -> usize {
     if seconds <= SHORT_RUN_SECONDS {
         STORE_KEYS_SHORT
     } else {
-        STORE_KEYS
+        STORE_KEYS.max(distinct.next_power_of_two()).min(crate::cluster::config::STORE_KEYS_LIMIT)
     }
 }
 
