@@ -35,4 +35,5 @@ pub mod sequence;
 pub mod serve;
 pub mod signal;
 pub mod sim;
+pub mod soak;
 pub mod stripe;

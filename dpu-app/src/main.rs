@@ -145,6 +145,34 @@ enum Command {
         #[arg(long, default_value_t = 64, requires = "single_node")]
         depth: u32,
     },
+    /// A kill -9 soak of a five-process cluster (this binary's `serve --config`, one
+    /// process per node): writers keep PUTs in flight on every host while a random
+    /// node is killed every ~`--kill-every` s (at most m down) and restarted from its
+    /// files; at the end every acknowledged write is read back, with every node up and
+    /// with m nodes stopped. Exits non-zero if any acknowledged write was lost.
+    Soak {
+        /// Seconds of load with kills.
+        #[arg(long, default_value_t = 60.0)]
+        seconds: f64,
+        /// Mean seconds between kills.
+        #[arg(long, default_value_t = 2.5)]
+        kill_every: f64,
+        /// Mean seconds a killed node stays down.
+        #[arg(long, default_value_t = 2.0)]
+        down_for: f64,
+        /// Keys per writer.
+        #[arg(long, default_value_t = 2000)]
+        keys: u32,
+        /// PUTs in flight per writer.
+        #[arg(long, default_value_t = 16)]
+        depth: u32,
+        /// Seed of the kills, keys and value sizes.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Seconds the final reads with m nodes down may wait for repair to settle.
+        #[arg(long, default_value_t = 60.0)]
+        settle: f64,
+    },
     /// Benchmarks that print each figure next to a reference measured in the same run.
     Bench {
         #[command(subcommand)]
@@ -322,6 +350,33 @@ fn run(cli: Cli) -> Result<(), String> {
             let trace = trace.unwrap_or_else(|| shared_traces_dir().join("OLTP.lis.zst"));
             let demo = demo::ClusterDemo { seconds, trace, model, seed };
             print!("{}", demo::run(&demo).map_err(|e| e.to_string())?);
+            Ok(())
+        }
+        Command::Soak { seconds, kill_every, down_for, keys, depth, seed, settle } => {
+            let secs = |option: &'static str, v: f64| {
+                if v.is_finite() && v > 0.0 && v <= 3600.0 {
+                    Ok(std::time::Duration::from_secs_f64(v))
+                } else {
+                    Err(format!("soak {option} = {v} is out of range: more than 0, at most 3600 seconds"))
+                }
+            };
+            let opts = prescient_dpu::soak::SoakOptions {
+                seconds,
+                nodes: 5,
+                m: 2,
+                kill_every: secs("--kill-every", kill_every)?,
+                down_for: secs("--down-for", down_for)?,
+                keys: keys.clamp(1, 100_000),
+                depth: depth.clamp(1, 64),
+                seed,
+                dpu_binary: self_binary()?,
+                settle: secs("--settle", settle)?,
+            };
+            let report = prescient_dpu::soak::run(&opts).map_err(|e| e.to_string())?;
+            print!("{}", report.render(&opts));
+            if report.lost() > 0 {
+                return Err(format!("{} acknowledged writes were lost", report.lost()));
+            }
             Ok(())
         }
         Command::Bench {

@@ -1,0 +1,423 @@
+//! `prescient-dpu soak`: a kill -9 soak of a process cluster, with its own checker of
+//! every acknowledged write.
+//!
+//! Five `prescient-dpu serve --config` processes (this binary, one per node, on the
+//! emulated fabric over TCP) each serve a host region this process creates. Every host
+//! has a writer thread that keeps PUTs in flight on its own keys; meanwhile a random
+//! node is killed with SIGKILL every `kill_every` (never more than `m` down at once)
+//! and restarted from its files after `down_for`. At the end every node is restarted,
+//! the writers drain, and the checker ([`checker`]) reads every key back with a Fresh
+//! GET: first with every node up, then with `m` nodes stopped, retrying while repair
+//! settles (up to a bound). A key whose read is older than its newest acknowledged
+//! write, or any value no write of it made, is a lost write.
+//!
+//! The summary gives acknowledged writes per second over the run, failures by status,
+//! the longest stretch with no write acknowledged while a quorum of nodes was up (a
+//! stall), and the reads with `m` down.
+
+pub mod checker;
+pub mod procs;
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use prescient_shim::{Host, ShimError, Sla, Status};
+
+use crate::sim::rng::Rng;
+use checker::{Checker, ReadVerdict};
+use procs::ProcessCluster;
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct SoakOptions {
+    /// Seconds of load with kills.
+    pub seconds: f64,
+    /// Nodes (RS(k, m) with k + m = nodes).
+    pub nodes: u8,
+    /// Parity fragments, and the most nodes down at once.
+    pub m: u8,
+    /// Mean time between kills (each draws uniformly from half to one and a half of it).
+    pub kill_every: Duration,
+    /// How long a killed node stays down (drawn uniformly from half to one and a half).
+    pub down_for: Duration,
+    /// Keys per writer.
+    pub keys: u32,
+    /// PUTs in flight per writer.
+    pub depth: u32,
+    /// Seed of the kills, the keys and the value sizes.
+    pub seed: u64,
+    /// The `prescient-dpu` binary to start the nodes with.
+    pub dpu_binary: PathBuf,
+    /// How long the final reads may wait for repair to settle.
+    pub settle: Duration,
+}
+
+/// What went wrong running the soak (not a finding of the checker: those are in the
+/// report).
+#[derive(Debug, thiserror::Error)]
+pub enum SoakError {
+    /// An option is out of range.
+    #[error("soak {option} = {value} is out of range: {limit}")]
+    Option {
+        /// The option.
+        option: &'static str,
+        /// Its value.
+        value: String,
+        /// What is allowed.
+        limit: &'static str,
+    },
+    /// Setting up the cluster failed.
+    #[error("soak: {0}")]
+    Setup(String),
+}
+
+/// Counts shared between the writers and the main thread.
+#[derive(Default)]
+struct Tally {
+    acked: AtomicU64,
+    failed: [AtomicU64; 32],
+}
+
+/// One run's report.
+#[derive(Debug, Default)]
+pub struct SoakReport {
+    /// Writes acknowledged Ok.
+    pub acked: u64,
+    /// Writes failed, by status name.
+    pub failed: Vec<(String, u64)>,
+    /// Kills.
+    pub kills: u32,
+    /// Acknowledged writes in each second of the load.
+    pub per_second: Vec<u64>,
+    /// Longest stretch without an acknowledged write while a quorum was up, and when
+    /// it began (seconds into the run).
+    pub longest_stall: (Duration, f64),
+    /// Keys checked; reads that found the newest acknowledged write (or a later one of
+    /// unknown outcome) with every node up; then with m down.
+    pub keys: u64,
+    /// Final reads with every node up: (ok, lost, unavailable).
+    pub all_up: (u64, u64, u64),
+    /// Final reads with m nodes down: (ok, lost, unavailable).
+    pub m_down: (u64, u64, u64),
+    /// How long the reads with m down took, retries included.
+    pub settled_after: Duration,
+    /// Reads with m down asked again (Unavailable while repair settled).
+    pub retried: u64,
+    /// The first few findings, for the reader.
+    pub findings: Vec<String>,
+}
+
+impl SoakReport {
+    /// Writes that were acknowledged and then read back older, or not at all.
+    pub fn lost(&self) -> u64 {
+        self.all_up.1 + self.m_down.1
+    }
+
+    /// A readable summary.
+    pub fn render(&self, opts: &SoakOptions) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "soak: {} nodes, RS({}, {}), {:.0} s of PUTs with a SIGKILL every ~{:.1} s (at most {} down, each for ~{:.1} s)",
+            opts.nodes,
+            opts.nodes - opts.m,
+            opts.m,
+            opts.seconds,
+            opts.kill_every.as_secs_f64(),
+            opts.m,
+            opts.down_for.as_secs_f64()
+        );
+        let failed: u64 = self.failed.iter().map(|(_, n)| n).sum();
+        let by: Vec<String> = self.failed.iter().map(|(w, n)| format!("{n} {w}")).collect();
+        let _ = writeln!(
+            s,
+            "  writes: {} acknowledged, {} failed cleanly ({}); {} kills",
+            self.acked,
+            failed,
+            if by.is_empty() { "none".into() } else { by.join(", ") },
+            self.kills
+        );
+        let rate: Vec<String> = self.per_second.iter().map(u64::to_string).collect();
+        let _ = writeln!(s, "  acknowledged per second: {}", rate.join(" "));
+        let _ = writeln!(
+            s,
+            "  longest stall (no write acknowledged while a quorum was up): {:.2} s, from {:.1} s",
+            self.longest_stall.0.as_secs_f64(),
+            self.longest_stall.1
+        );
+        let _ = writeln!(
+            s,
+            "  final reads of {} keys, every node up: {} ok, {} lost, {} unavailable",
+            self.keys, self.all_up.0, self.all_up.1, self.all_up.2
+        );
+        let _ = writeln!(
+            s,
+            "  final reads with {} nodes stopped: {} ok, {} lost, {} unavailable ({} asked again while repair settled; all read in {:.1} s)",
+            opts.m,
+            self.m_down.0,
+            self.m_down.1,
+            self.m_down.2,
+            self.retried,
+            self.settled_after.as_secs_f64()
+        );
+        let _ = writeln!(s, "  lost: {}", self.lost());
+        for f in &self.findings {
+            let _ = writeln!(s, "  finding: {f}");
+        }
+        s
+    }
+}
+
+/// Runs the soak; `Ok` carries the report, which says whether anything was lost.
+pub fn run(opts: &SoakOptions) -> Result<SoakReport, SoakError> {
+    if !(opts.seconds.is_finite() && opts.seconds > 0.0 && opts.seconds <= 24.0 * 3600.0) {
+        return Err(SoakError::Option { option: "--seconds", value: opts.seconds.to_string(), limit: "0 to 86400" });
+    }
+    if opts.m == 0 || opts.m + 2 > opts.nodes {
+        return Err(SoakError::Option {
+            option: "--m",
+            value: opts.m.to_string(),
+            limit: "1 or more, leaving at least two data fragments (k = nodes - m)",
+        });
+    }
+    let mut cluster = ProcessCluster::start(opts).map_err(SoakError::Setup)?;
+    if !cluster.wait_connected(Duration::from_secs(60)) {
+        return Err(SoakError::Setup(format!("the cluster did not connect in 60 s: {}", cluster.log_tails())));
+    }
+    let checker = Arc::new(Mutex::new(Checker::default()));
+    let tally = Arc::new(Tally::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = (0..opts.nodes)
+        .map(|i| {
+            let host = Arc::clone(&cluster.hosts[i as usize]);
+            let (checker, tally, stop) = (Arc::clone(&checker), Arc::clone(&tally), Arc::clone(&stop));
+            let (keys, depth, seed) = (opts.keys, opts.depth, opts.seed);
+            std::thread::spawn(move || write_loop(i, &host, keys, depth, seed, &checker, &tally, &stop))
+        })
+        .collect();
+
+    // Load with kills.
+    let mut rng = Rng::new(opts.seed ^ 0x5eed_50a4);
+    let quorum = u32::from(opts.nodes - opts.m) + 1;
+    let start = Instant::now();
+    let load = Duration::from_secs_f64(opts.seconds);
+    let draw = |rng: &mut Rng, mean: Duration| {
+        let ms = mean.as_millis().max(2) as u64;
+        Duration::from_millis(ms / 2 + rng.below(ms))
+    };
+    let mut next_kill = start + draw(&mut rng, opts.kill_every);
+    let mut back_at: Vec<Option<Instant>> = vec![None; opts.nodes as usize];
+    let mut report = SoakReport::default();
+    let (mut last_acked, mut last_change) = (0u64, Instant::now());
+    let mut second_mark = (start + Duration::from_secs(1), 0u64);
+    while start.elapsed() < load {
+        let now = Instant::now();
+        for (i, at) in back_at.iter_mut().enumerate() {
+            if at.is_some_and(|t| now >= t) {
+                cluster.spawn(i).map_err(SoakError::Setup)?;
+                *at = None;
+            }
+        }
+        let down = back_at.iter().filter(|a| a.is_some()).count();
+        if now >= next_kill {
+            if down < opts.m as usize {
+                let victim = rng.below(u64::from(opts.nodes)) as usize;
+                if back_at[victim].is_none() {
+                    cluster.kill9(victim);
+                    back_at[victim] = Some(now + draw(&mut rng, opts.down_for));
+                    report.kills += 1;
+                }
+            }
+            next_kill = now + draw(&mut rng, opts.kill_every);
+        }
+        let acked = tally.acked.load(Ordering::Relaxed);
+        let up = opts.nodes as usize - back_at.iter().filter(|a| a.is_some()).count();
+        if acked != last_acked || (up as u32) < quorum {
+            last_acked = acked;
+            last_change = now;
+        } else if now - last_change > report.longest_stall.0 {
+            report.longest_stall = (now - last_change, (last_change - start).as_secs_f64());
+        }
+        if now >= second_mark.0 {
+            report.per_second.push(acked - second_mark.1);
+            second_mark = (second_mark.0 + Duration::from_secs(1), acked);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Every node back, the writers drain.
+    for (i, at) in back_at.iter_mut().enumerate() {
+        if at.take().is_some() {
+            cluster.spawn(i).map_err(SoakError::Setup)?;
+        }
+    }
+    stop.store(true, Ordering::Release);
+    for w in writers {
+        let _ = w.join();
+    }
+    report.acked = tally.acked.load(Ordering::Relaxed);
+    for (code, n) in tally.failed.iter().enumerate() {
+        let n = n.load(Ordering::Relaxed);
+        if n > 0 {
+            report.failed.push((format!("{:?}", Status::from_u16(code as u16)), n));
+        }
+    }
+    if !cluster.wait_connected(Duration::from_secs(60)) {
+        return Err(SoakError::Setup(format!("the cluster did not reconnect in 60 s: {}", cluster.log_tails())));
+    }
+    let checker = std::mem::take(&mut *checker.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+    report.keys = checker.keys() as u64;
+
+    // Every key with every node up, then with m nodes stopped (retried while repair
+    // settles, up to the bound).
+    let all: Vec<usize> = (0..opts.nodes as usize).collect();
+    let mut retried = 0;
+    report.all_up = read_back(&cluster, &checker, &all, Duration::ZERO, &mut retried, &mut report.findings);
+    let mut stopped = Vec::new();
+    while stopped.len() < opts.m as usize {
+        let victim = rng.below(u64::from(opts.nodes)) as usize;
+        if !stopped.contains(&victim) {
+            cluster.kill9(victim);
+            stopped.push(victim);
+        }
+    }
+    let live: Vec<usize> = all.iter().copied().filter(|i| !stopped.contains(i)).collect();
+    let settle_start = Instant::now();
+    let mut retried = 0;
+    report.m_down = read_back(&cluster, &checker, &live, opts.settle, &mut retried, &mut report.findings);
+    report.retried = retried;
+    report.settled_after = settle_start.elapsed();
+    cluster.stop_all();
+    Ok(report)
+}
+
+/// Reads every key the checker knows through the hosts of `live` nodes (each key from
+/// a node other than its writer where possible); `Unavailable` is asked again until
+/// `settle` has passed. Returns (ok, lost, unavailable).
+fn read_back(
+    cluster: &ProcessCluster,
+    checker: &Checker,
+    live: &[usize],
+    settle: Duration,
+    retried: &mut u64,
+    findings: &mut Vec<String>,
+) -> (u64, u64, u64) {
+    let deadline = Instant::now() + settle;
+    let mut qps: Vec<_> = live.iter().map(|&i| (i, cluster.hosts[i].queue_pair(1).ok())).collect();
+    let (mut ok, mut lost, mut unavailable) = (0, 0, 0);
+    for (n, key) in checker.iter_keys().enumerate() {
+        let reader = (checker.writer_of(key) as usize + 1 + n) % qps.len().max(1);
+        let (node, qp) = &mut qps[reader];
+        let Some(qp) = qp.as_mut() else { continue };
+        let host = &cluster.hosts[*node];
+        loop {
+            match checker::get(host, qp, key) {
+                Ok((status, version, value)) => match checker.judge(key, status, version, &value) {
+                    ReadVerdict::Ok => ok += 1,
+                    ReadVerdict::Unavailable if Instant::now() < deadline => {
+                        *retried += 1;
+                        std::thread::sleep(Duration::from_millis(20));
+                        continue;
+                    }
+                    ReadVerdict::Unavailable => unavailable += 1,
+                    ReadVerdict::Lost(why) => {
+                        lost += 1;
+                        if findings.len() < 8 {
+                            findings.push(why);
+                        }
+                    }
+                },
+                Err(e) => {
+                    if Instant::now() < deadline {
+                        *retried += 1;
+                        std::thread::sleep(Duration::from_millis(20));
+                        continue;
+                    }
+                    unavailable += 1;
+                    if findings.len() < 8 {
+                        findings.push(format!("GET of key {key} through node {node}: {e}"));
+                    }
+                }
+            }
+            break;
+        }
+    }
+    (ok, lost, unavailable)
+}
+
+/// One host's writer: keeps `depth` PUTs in flight over its keys until `stop`, then
+/// drains what is in flight (bounded).
+#[allow(clippy::too_many_arguments)]
+fn write_loop(
+    node: u8,
+    host: &Arc<Host>,
+    keys: u32,
+    depth: u32,
+    seed: u64,
+    checker: &Mutex<Checker>,
+    tally: &Tally,
+    stop: &AtomicBool,
+) {
+    let Ok(mut qp) = host.queue_pair(0) else { return };
+    let mut rng = Rng::new(seed ^ u64::from(node).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    let mut in_flight: std::collections::HashMap<u64, (u32, u64)> = std::collections::HashMap::new();
+    let mut busy_keys = std::collections::HashSet::new();
+    let mut next_seq = 1u64;
+    let mut drain_until: Option<Instant> = None;
+    loop {
+        if stop.load(Ordering::Acquire) && drain_until.is_none() {
+            drain_until = Some(Instant::now() + Duration::from_secs(30));
+        }
+        if let Some(until) = drain_until {
+            if in_flight.is_empty() || Instant::now() >= until {
+                break;
+            }
+        }
+        while drain_until.is_none() && (in_flight.len() as u32) < depth {
+            let key = checker::key_id(node, rng.below(u64::from(keys)) as u32);
+            if busy_keys.contains(&key) {
+                break;
+            }
+            let Ok(mut buf) = host.take_buffer() else { break };
+            let seq = next_seq;
+            let value = checker::value_of(key, seq, 600 + rng.below(3400) as usize);
+            buf.value_mut()[..value.len()].copy_from_slice(&value);
+            let tag = seq;
+            match qp.push_put(&checker::key_bytes(key), buf, value.len(), Sla::Fresh, tag) {
+                Ok(()) => {
+                    next_seq += 1;
+                    in_flight.insert(tag, (key, seq));
+                    busy_keys.insert(key);
+                    lock(checker).issued(node, key, seq);
+                }
+                Err((_, buf)) => {
+                    drop(buf);
+                    break;
+                }
+            }
+        }
+        let _ = qp.flush();
+        let mut done = Vec::new();
+        match qp.wait(Duration::from_millis(50), |c| done.push(c)) {
+            Ok(_) | Err(ShimError::Timeout(_)) => {}
+            // The DPU app is down: its requests come back once a new one serves.
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+        for c in done {
+            let Some((key, seq)) = in_flight.remove(&c.user_data) else { continue };
+            busy_keys.remove(&key);
+            if c.status == Status::Ok {
+                tally.acked.fetch_add(1, Ordering::Relaxed);
+            } else {
+                tally.failed[(c.status as usize).min(31)].fetch_add(1, Ordering::Relaxed);
+            }
+            lock(checker).completed(key, seq, c.status, c.version);
+        }
+    }
+}
+
+fn lock(c: &Mutex<Checker>) -> std::sync::MutexGuard<'_, Checker> {
+    c.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}

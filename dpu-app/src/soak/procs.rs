@@ -1,0 +1,204 @@
+//! The soak's cluster: one `prescient-dpu serve --config` process per node, each
+//! serving a host region this process creates and hosts, started, killed with SIGKILL
+//! and restarted from their files.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use prescient_shim::{Host, HostOptions, RegionConfig};
+
+use super::SoakOptions;
+
+/// Region sizes that carry 4 KiB values striped in place, with a DPU buffer per write
+/// in flight and a second queue pair for the checker's reads.
+fn region_config() -> RegionConfig {
+    RegionConfig {
+        queue_pairs: 2,
+        ring_entries: 256,
+        host_buffers: 512,
+        dpu_buffers: 72,
+        buffer_bytes: 8192,
+        directory_slots: 4096,
+    }
+}
+
+/// A running cluster of node processes. Every process is killed on drop, and the
+/// folder removed.
+pub struct ProcessCluster {
+    dir: PathBuf,
+    config: PathBuf,
+    binary: PathBuf,
+    regions: Vec<PathBuf>,
+    /// Each node's host.
+    pub hosts: Vec<Arc<Host>>,
+    children: Vec<Option<Child>>,
+    /// How many times each node was started (names its log files).
+    starts: Vec<u32>,
+}
+
+fn free_ports(count: usize) -> Result<Vec<u16>, String> {
+    let listeners = (0..count)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("cannot find free loopback ports: {e}"))?;
+    listeners.iter().map(|l| l.local_addr().map(|a| a.port()).map_err(|e| e.to_string())).collect()
+}
+
+impl ProcessCluster {
+    /// Writes the cluster file and key, creates the regions and starts every node.
+    pub fn start(opts: &SoakOptions) -> Result<Self, String> {
+        let n = opts.nodes as usize;
+        let dir = std::env::temp_dir().join(format!("prescient-soak-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let io = |what: &str, p: &Path, e: std::io::Error| format!("cannot {what} {}: {e}", p.display());
+        std::fs::create_dir_all(dir.join("keys")).map_err(|e| io("create", &dir, e))?;
+        let key = dir.join("keys/1.key");
+        std::fs::write(&key, [0x42u8; 32]).map_err(|e| io("write", &key, e))?;
+        std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .map_err(|e| io("chmod", &key, e))?;
+        let ports = free_ports(2 * n)?;
+        // Every node holds a fragment of every key: room for each at half load, and
+        // versions in flight.
+        let store_keys = (4 * opts.keys as usize * n).max(16_384);
+        let mut toml = format!(
+            "[cluster]\nname = \"soak\"\nk = {k}\nm = {m}\nquorum = {q}\nkey_dir = \"keys\"\n\
+             invalidation = \"speculative\"\npredictive = false\nvalue_bytes_max = 4096\nstore_keys = {store_keys}\n\
+             log_slots = 128\noutcome_entries = 65536\nheartbeat_us = 1000\nlease_us = 20000\n\
+             dead_after_us = 500000\nwrite_timeout_us = 3000000\ntransport_timeout_us = 50000\n",
+            k = n - opts.m as usize,
+            m = opts.m,
+            q = n - opts.m as usize + 1,
+        );
+        for (i, p) in ports.chunks(2).enumerate() {
+            toml.push_str(&format!(
+                "\n[[node]]\nid = {i}\nfabric = \"127.0.0.1:{}\"\ncontrol = \"127.0.0.1:{}\"\ndata_dir = \"node{i}\"\n",
+                p[0], p[1]
+            ));
+        }
+        let config = dir.join("cluster.toml");
+        std::fs::write(&config, toml).map_err(|e| io("write", &config, e))?;
+        let mut regions = Vec::new();
+        let mut hosts = Vec::new();
+        for i in 0..n {
+            let path = std::path::Path::new("/dev/shm").join(format!("prescient-soak-{}-{i}", std::process::id()));
+            let _ = std::fs::remove_file(&path);
+            let options = HostOptions { pin: false, dpu_timeout: Duration::from_secs(2) };
+            let host = Host::create(&path, region_config(), options).map_err(|e| e.to_string())?;
+            regions.push(path);
+            hosts.push(host);
+        }
+        let mut c = Self {
+            dir,
+            config,
+            binary: opts.dpu_binary.clone(),
+            regions,
+            hosts,
+            children: (0..n).map(|_| None).collect(),
+            starts: vec![0; n],
+        };
+        for i in 0..n {
+            c.spawn(i)?;
+        }
+        Ok(c)
+    }
+
+    fn log_path(&self, i: usize, start: u32) -> PathBuf {
+        self.dir.join(format!("node{i}-{start}.log"))
+    }
+
+    /// Starts node `i`'s DPU app (again, from its files).
+    pub fn spawn(&mut self, i: usize) -> Result<(), String> {
+        if self.children[i].is_some() {
+            return Ok(());
+        }
+        self.starts[i] += 1;
+        let log = self.log_path(i, self.starts[i]);
+        let file = File::create(&log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
+        let err = file.try_clone().map_err(|e| e.to_string())?;
+        let child = Command::new(&self.binary)
+            .args(["serve", "--emulate", "--no-pin", "--region"])
+            .arg(&self.regions[i])
+            .arg("--config")
+            .arg(&self.config)
+            .args(["--node", &i.to_string()])
+            .env("RUST_LOG", "warn")
+            .stdout(file)
+            .stderr(err)
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", self.binary.display()))?;
+        self.children[i] = Some(child);
+        Ok(())
+    }
+
+    /// Kills node `i`'s DPU app with SIGKILL (a crash) and reaps it.
+    pub fn kill9(&mut self, i: usize) {
+        if let Some(mut c) = self.children[i].take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Stops every node with SIGTERM (a clean stop) and waits for them.
+    pub fn stop_all(&mut self) {
+        for c in self.children.iter_mut() {
+            if let Some(mut c) = c.take() {
+                let _ = prescient_shim::sys::terminate(c.id());
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while Instant::now() < deadline && matches!(c.try_wait(), Ok(None)) {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+
+    /// Waits until every running node reaches every other running one and, with all
+    /// of them running, every directory lease is valid.
+    pub fn wait_connected(&self, limit: Duration) -> bool {
+        let n = self.hosts.len();
+        let running = (0..n).filter(|&i| self.children[i].is_some()).fold(0u32, |m, i| m | 1 << i);
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            let now = prescient_shim::sys::monotonic_ns();
+            let ok = (0..n).filter(|&i| running & (1 << i) != 0).all(|i| {
+                self.hosts[i].cluster_peers_up() & running == running
+                    && (running.count_ones() as usize != n || self.hosts[i].lease_valid(now))
+            });
+            if ok {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        false
+    }
+
+    /// The last lines each node's current log holds, for an error message.
+    pub fn log_tails(&self) -> String {
+        let mut s = String::new();
+        for i in 0..self.hosts.len() {
+            let text = std::fs::read_to_string(self.log_path(i, self.starts[i])).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(5).collect();
+            s.push_str(&format!("\n--- node {i}:"));
+            for l in tail.iter().rev() {
+                s.push_str(&format!("\n{l}"));
+            }
+        }
+        s
+    }
+}
+
+impl Drop for ProcessCluster {
+    fn drop(&mut self) {
+        for i in 0..self.children.len() {
+            self.kill9(i);
+        }
+        for r in &self.regions {
+            let _ = std::fs::remove_file(r);
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
