@@ -70,13 +70,196 @@ fn seeds_that_once_failed() {
     // 30133 (predictive): a writer's own store refused its fragment (a set full of
     // undecided versions of a hot key), the write committed on the others, and nothing
     // repaired a writer's own fragment: with two other holders down it was unreadable.
-    const ONCE_FAILED: &[(u64, bool)] = &[(6311, false), (30133, true)];
-    for &(seed, predictive) in ONCE_FAILED {
+    // 90001 (20 500 steps; 90000 at 100 000 too): a restarted writer's suspicions of a
+    // host's directory were numbered from zero again, below the epoch the host had
+    // honored for the writer's earlier life, so they passed as honored at once: its
+    // writes skipped the directory, which revoked nothing and served an older value
+    // Fresh from its cache (the test below scripts it).
+    const ONCE_FAILED: &[(u64, bool, u32)] = &[(6311, false, 3000), (30133, true, 3000), (90001, false, 20_500)];
+    for &(seed, predictive, steps) in ONCE_FAILED {
         let dir = std::env::temp_dir().join("prescient-sim-regressions");
         let mut opts = SimOptions::new(seed, dir);
         opts.predictive = predictive;
+        opts.steps = steps;
         if let Err(v) = run(&opts) {
             panic!("{v}");
         }
     }
+}
+
+/// A five-node cluster on a manual clock (the simulator's configuration, no loss), with
+/// the simulator's checked clients, for scripted scenarios.
+struct Scripted {
+    c: prescient_dpu::cluster::inprocess::InProcess,
+    clients: Vec<prescient_dpu::sim::client::Client>,
+    oracle: prescient_dpu::sim::oracle::Oracle,
+    dir: std::path::PathBuf,
+}
+
+impl Scripted {
+    const TICK_NS: u64 = 5_000;
+    const LIMIT_NS: u64 = 50_000_000;
+
+    fn start(name: &str) -> Self {
+        use prescient_dpu::cluster::config::{ClusterConfig, Invalidation};
+        use prescient_dpu::cluster::inprocess::{region_config_for, ClusterClock, InProcess};
+        use prescient_dpu::fabric::emu::ModelConfig;
+        let dir = std::env::temp_dir().join(format!("prescient-sim-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("keys")).unwrap();
+        let key_file = dir.join("keys/1.key");
+        std::fs::write(&key_file, [0x5a; 32]).unwrap();
+        std::fs::set_permissions(&key_file, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+        let mut cfg = ClusterConfig::in_process(5, 3, 2, &dir);
+        cfg.quorum = 4;
+        cfg.key_dir = dir.join("keys");
+        cfg.value_bytes_max = 1024;
+        cfg.store_keys = 1024;
+        cfg.log_slots = 64;
+        cfg.outcome_entries = 4096;
+        cfg.heartbeat_us = 100;
+        cfg.lease_us = 500;
+        cfg.dead_after_us = 1_500;
+        cfg.write_timeout_us = 6_000;
+        cfg.invalidation = Invalidation::Speculative;
+        cfg.validate().unwrap();
+        let region = region_config_for(&cfg, 1, 64);
+        let model = ModelConfig { seed: 7, latency_ns: 2_000, jitter_ns: 0, loss_ppm: 0, partitions: vec![] };
+        let c = InProcess::start(
+            std::sync::Arc::new(cfg),
+            ClusterClock::manual(1_000_000),
+            model,
+            region,
+            &dir.join("regions"),
+        )
+        .unwrap();
+        let clients =
+            (0..5).map(|i| prescient_dpu::sim::client::Client::new(i, std::sync::Arc::clone(c.host(i)))).collect();
+        let mut s = Self { c, clients, oracle: Default::default(), dir };
+        s.until(Self::all_up);
+        s
+    }
+
+    fn all_up(c: &mut prescient_dpu::cluster::inprocess::InProcess) -> bool {
+        (0..5).all(|i| (0..5).all(|j| i == j || c.node(i).is_some_and(|x| x.peer_up(j))))
+    }
+
+    /// Steps until `done` (at most `LIMIT_NS`).
+    fn until(&mut self, done: impl FnMut(&mut prescient_dpu::cluster::inprocess::InProcess) -> bool) {
+        assert!(self.c.run_until(Self::TICK_NS, Self::LIMIT_NS, done), "the cluster did not get there");
+    }
+
+    /// Steps until every client is idle; every completion is checked by the oracle.
+    fn settle(&mut self) {
+        let (clients, oracle) = (&mut self.clients, &mut self.oracle);
+        let mut broken = None;
+        let done = self.c.run_until(Self::TICK_NS, Self::LIMIT_NS, |c| {
+            let now = c.now().mono_ns;
+            for cl in clients.iter_mut() {
+                cl.flush();
+                if let Err(e) = cl.reap(now, oracle).and_then(|()| cl.recheck(now, oracle)) {
+                    broken.get_or_insert(e);
+                }
+            }
+            broken.is_some() || clients.iter().all(|cl| cl.in_flight() == 0)
+        });
+        if let Some(e) = broken {
+            panic!("{e}");
+        }
+        assert!(done, "requests still in flight");
+    }
+
+    /// Writes `key` from node `node` as write `write_id` and waits for it.
+    fn write(&mut self, node: u8, key: u32, write_id: u64) {
+        assert!(self.clients[node as usize].write(key, write_id, 100, false, &mut self.oracle));
+        self.settle();
+    }
+
+    /// A Fresh read of `key` at node `node`'s host, checked; true if its cache served it.
+    fn read(&mut self, node: u8, key: u32) -> bool {
+        let (hits, checked) = (self.clients[node as usize].stats.cache_hits, self.oracle.reads_checked);
+        let now = self.c.now().mono_ns;
+        self.clients[node as usize].read(key, true, now, 300_000, &mut self.oracle).unwrap_or_else(|e| panic!("{e}"));
+        self.settle();
+        assert!(self.oracle.reads_checked > checked, "the read was answered");
+        self.clients[node as usize].stats.cache_hits > hits
+    }
+
+    /// Reads `key` at `node` until its cache serves it (a miss fills it).
+    fn cache(&mut self, node: u8, key: u32) {
+        assert!(!self.read(node, key) && self.read(node, key), "node {node} caches key {key}");
+    }
+
+    /// Steps until every link is up and `node`'s host may use its cache.
+    fn until_leased(&mut self, node: u8) {
+        use prescient_shim::ReadCheck;
+        let key = prescient_dpu::sim::client::key_bytes(0);
+        self.until(|c| Self::all_up(c) && c.host(node).check_read(&key, c.now().mono_ns) != ReadCheck::NoLease);
+    }
+
+    fn revocations(&self, node: u8) -> u64 {
+        self.c.node(node).unwrap().stats().revocations
+    }
+}
+
+impl Drop for Scripted {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The scenario behind seeds 90000 (100 000 steps) and 90001 (20 500 steps), scripted:
+/// writer 0 suspects host 4's directory again and again (partitions), host 4 honors
+/// each suspicion; writer 0 restarts and, cut off from host 4 again, excludes it and
+/// commits a write without its mark. Host 4 must revoke its directory when it next
+/// hears writer 0, not serve its cached older value Fresh. (Epochs restarted from zero
+/// with each life, so the new life's first few suspicions were at or below what host 4
+/// had honored for the earlier one, and passed as honored at once.)
+#[test]
+fn a_restarted_writer_is_not_excused_by_what_its_earlier_life_had_honored() {
+    let (writer, host, key) = (0u8, 4u8, 3u32);
+    let mut s = Scripted::start("restarted-writer");
+    s.write(writer, key, 1);
+    s.cache(host, key);
+    // The host's `honored` must stay above the epochs the writer's next life reaches
+    // while it is cut off (a few).
+    for _ in 0..8 {
+        let revoked = s.revocations(host);
+        s.c.partition(writer, host);
+        s.until(|c| !c.node(writer).unwrap().peer_up(host));
+        s.c.heal(writer, host);
+        s.until_leased(host);
+        assert!(s.revocations(host) > revoked, "the host honored the suspicion");
+    }
+    s.cache(host, key);
+    s.c.crash(writer);
+    s.c.run_until(Scripted::TICK_NS, 100_000, |_| false);
+    s.c.restart(writer).unwrap();
+    s.c.partition(writer, host);
+    s.write(writer, key, 2);
+    assert!(s.oracle.newest(key).is_some_and(|(_, id, _)| id == 2), "the newer value committed");
+    s.c.heal(writer, host);
+    s.until_leased(host);
+    s.read(host, key);
+}
+
+/// The other half: writer 0, cut off from host 4, excludes its directory and commits a
+/// write without its mark, then crashes before host 4 ever read the suspicion. Host 4
+/// must revoke its directory when it first hears writer 0's next life (which knows
+/// nothing of that suspicion), not serve its cached older value Fresh.
+#[test]
+fn a_suspicion_a_writer_took_to_its_crash_is_still_honored() {
+    let (writer, host, key) = (0u8, 4u8, 5u32);
+    let mut s = Scripted::start("crashed-suspicion");
+    s.write(writer, key, 1);
+    s.cache(host, key);
+    s.c.partition(writer, host);
+    s.write(writer, key, 2);
+    assert!(s.oracle.newest(key).is_some_and(|(_, id, _)| id == 2), "the newer value committed");
+    s.c.crash(writer);
+    s.c.run_until(Scripted::TICK_NS, 100_000, |_| false);
+    // (The partition was of the old fabric node: the restarted one reaches the host.)
+    s.c.restart(writer).unwrap();
+    s.until_leased(host);
+    s.read(host, key);
 }

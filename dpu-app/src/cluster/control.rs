@@ -6,7 +6,8 @@
 //!  16..24   heartbeat (u64, bumped every heartbeat period)
 //!  24..32   zero
 //!  32 + 16 j      suspect[j]: how many times this node, as a writer, failed to reach
-//!                 node j's cache directory (each failure a new epoch node j must honor)
+//!                 node j's cache directory (each failure a new epoch node j must honor),
+//!                 counted from [`first_epoch`] of this incarnation
 //!  32 + 16 j + 8  readmitted[j]: the epoch of j this node has seen honored and trusts
 //!                 j's directory again from
 //!  32 + 16 N + 8 j  honored[j]: the last suspect epoch of writer j this node has
@@ -22,6 +23,17 @@
 //! honored epochs match what each writer has readmitted); j, on reading the bump,
 //! revokes its directory and publishes `honored`; the writer then publishes
 //! `readmitted`, and j renews its lease again only after revoking once more.
+//!
+//! Epochs are ordered across a writer's incarnations: a new incarnation counts from
+//! [`first_epoch`] (its incarnation in the high half), above every epoch of its
+//! earlier lives, and starts with `suspect[j] = readmitted[j] = first_epoch` for every
+//! j. Counting from zero again broke exclusion both ways: j still published `honored`
+//! of the earlier life (say 23), so the new life's first suspicion (epoch 1) looked
+//! honored at once and its writes skipped j's directory while j had revoked nothing -
+//! a cached value older than a committed write was served Fresh; and a suspicion the
+//! earlier life raised but j never read (a partition, then the writer's crash) was
+//! lost with it, though that life's writes had skipped j. The first epoch is such a
+//! suspicion of every directory, honored (one revocation) and readmitted at once.
 
 use std::sync::Arc;
 
@@ -30,6 +42,16 @@ use crate::fabric::{Access, Fabric, FabricError, Memory, MemoryRegion, RemoteReg
 /// Most nodes in a cluster (the directory word keeps 6 bits of writer; limits.rs
 /// holds the same bound for the configuration).
 pub const NODES_MAX: usize = 32;
+/// Suspicions one incarnation may raise of one peer: epochs of incarnation `i` are
+/// `first_epoch(i) .. first_epoch(i + 1)`.
+pub const SUSPICIONS_PER_INCARNATION_MAX: u64 = 1 << 32;
+
+/// The epoch a node's suspicions of each peer start from in `incarnation` (never
+/// reused: the incarnation is bumped, in a file, at every start).
+pub fn first_epoch(incarnation: u32) -> u64 {
+    u64::from(incarnation) * SUSPICIONS_PER_INCARNATION_MAX
+}
+
 /// Bytes of a control block.
 pub const CONTROL_BYTES: usize = 32 + 24 * NODES_MAX;
 const MAGIC: u64 = u64::from_le_bytes(*b"PRCTRL\0\0");
@@ -63,6 +85,13 @@ impl ControlBlock {
         head[9] = node;
         head[12..16].copy_from_slice(&incarnation.to_le_bytes());
         memory.write(0, &head)?;
+        // Every directory is suspected once, and readmitted at once: its host revokes
+        // what this node's earlier lives may have skipped (see the module doc).
+        let first = first_epoch(incarnation).to_le_bytes();
+        for j in 0..NODES_MAX as u8 {
+            memory.write(suspect_at(j), &first)?;
+            memory.write(readmitted_at(j), &first)?;
+        }
         let mr = fabric.register(memory, Access::LOCAL_WRITE | Access::REMOTE_READ)?;
         Ok(Self { mr })
     }

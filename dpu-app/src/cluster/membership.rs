@@ -10,6 +10,10 @@
 //!   `honored`; W, reading that, publishes `readmitted`; P, reading that, revokes once
 //!   more (refills between the two revocations may predate writes that skipped P) and
 //!   renews its lease again.
+//! - Epochs are ordered across W's incarnations (`control::first_epoch`), and a new
+//!   incarnation of W starts by suspecting every P once: P's `honored` from W's
+//!   earlier life can neither pass for a new suspicion's nor hide a bump that life
+//!   raised and P never read (P revokes on reading the new life's block).
 //! - P's lease is `min over peers of (last answered heartbeat READ, posted at) + lease`,
 //!   and zero while any peer's suspicion is not both honored and readmitted. A peer
 //!   silent for `dead_after` is declared dead: its Pending marks in P's directory are
@@ -20,7 +24,7 @@ use std::sync::atomic::Ordering;
 use prescient_shim::directory;
 use prescient_shim::layout::header;
 
-use super::control::{ControlView, CONTROL_BYTES};
+use super::control::{first_epoch, ControlView, CONTROL_BYTES, SUSPICIONS_PER_INCARNATION_MAX};
 use super::node::{Node, Now};
 use super::peer::{Conn, Link, Trust};
 use super::wr::{Kind, WrId};
@@ -140,9 +144,18 @@ impl<F: Fabric> Node<F> {
     /// the suspicion epoch that `j` must honor before it trusts its directory again.
     pub(super) fn suspect(&mut self, j: u8, now: Now) {
         let me = self.me;
+        let incarnation = self.incarnation;
         let Some(p) = self.peer_mut(j) else { return };
-        p.suspect_epoch += 1;
-        let epoch = p.suspect_epoch;
+        // Past the range of this incarnation its epochs would collide with the next
+        // one's: crash (the restart is the next incarnation) rather than reuse one.
+        let epoch = p
+            .suspect_epoch
+            .checked_add(1)
+            .filter(|e| e - first_epoch(incarnation) < SUSPICIONS_PER_INCARNATION_MAX)
+            .unwrap_or_else(|| {
+                panic!("node {me}: {SUSPICIONS_PER_INCARNATION_MAX} suspicions of node {j} in one incarnation")
+            });
+        p.suspect_epoch = epoch;
         // Every bump restarts the wait: the host renews its lease only from READs
         // that would have seen the newest bump.
         p.set_trust(me, Trust::Suspect { since_ns: now.mono_ns });

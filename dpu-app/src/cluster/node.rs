@@ -438,7 +438,7 @@ impl<F: Fabric> Node<F> {
                 continue;
             }
             let qp = fabric.create_qp(&send_cq, &recv_cq, qp_options).map_err(fab)?;
-            peers.push(Some(Peer::new(j, Conn::Reset(qp))));
+            peers.push(Some(Peer::new(j, Conn::Reset(qp), super::control::first_epoch(incarnation))));
         }
         let side_free = (0..writes_max).map(|i| rc.host_buffers + i).rev().collect();
         let directory_slots = rc.directory_slots;

@@ -235,7 +235,8 @@ pub struct Peer<Q: RawQp> {
     /// The control block last READ.
     pub view: Option<ControlView>,
     trust: Trust,
-    /// This node's suspicion epoch of the peer (published in our control block).
+    /// This node's suspicion epoch of the peer (published in our control block),
+    /// from `control::first_epoch` of this incarnation.
     pub suspect_epoch: u64,
     /// The epoch this node readmitted the peer at.
     pub readmitted: u64,
@@ -260,8 +261,9 @@ pub struct Peer<Q: RawQp> {
 }
 
 impl<Q: RawQp> Peer<Q> {
-    /// A peer not yet connected.
-    pub fn new(id: u8, conn: Conn<Q>) -> Self {
+    /// A peer not yet connected, suspected and readmitted at `first_epoch` (this
+    /// incarnation's, as its control block starts).
+    pub fn new(id: u8, conn: Conn<Q>, first_epoch: u64) -> Self {
         Self {
             id,
             conn,
@@ -275,8 +277,8 @@ impl<Q: RawQp> Peer<Q> {
             last_heard_ns: 0,
             view: None,
             trust: Trust::Trusted,
-            suspect_epoch: 0,
-            readmitted: 0,
+            suspect_epoch: first_epoch,
+            readmitted: first_epoch,
             honored: 0,
             readmitted_by_peer: false,
             dead: false,
