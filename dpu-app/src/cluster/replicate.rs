@@ -151,13 +151,16 @@ impl<F: Fabric> Node<F> {
             let (key_hash, arrived_ns) = (self.held[i].key_hash, self.held[i].arrived_ns);
             let blocked = self.writes.iter().any(|w| w.key_hash == key_hash)
                 || self.held.iter().take(i).any(|h| h.key_hash == key_hash);
-            if blocked && now.mono_ns < arrived_ns.saturating_add(self.write_timeout_ns) {
+            let expired = now.mono_ns >= arrived_ns.saturating_add(self.write_timeout_ns);
+            // A write slot and a side buffer (repairs take side buffers too).
+            let room = self.writes.available() > 0 && !self.side_free.is_empty();
+            if !expired && (blocked || !room) {
                 i += 1;
                 continue;
             }
             let held = self.held.remove(i).expect("index checked");
             busy = true;
-            if blocked {
+            if blocked || !room {
                 self.stats.record_failure(Status::NotDurable);
                 self.host.complete(&held.taken, Outcome::failed(Status::NotDurable, 0), &mut self.metrics);
             } else {
@@ -167,10 +170,11 @@ impl<F: Fabric> Node<F> {
         busy
     }
 
+    /// Starts a write; the caller checked that a write slot and a side buffer are free.
     fn start_write(&mut self, held: Held, now: Now) {
         let Held { taken: t, key_hash, arrived_ns: arrived } = held;
-        let (slot, generation) = self.writes.reserve().expect("take_requests checked room");
-        let side = self.side_free.pop().expect("take_requests checked room");
+        let (slot, generation) = self.writes.reserve().expect("the caller checked room");
+        let side = self.side_free.pop().expect("the caller checked room");
         let fail = |node: &mut Self, end: Status, why: String| {
             if let Some(left_out) = node.admit_log(Noisy::WriteRefused) {
                 tracing::warn!(node = node.me, sq_index = t.accepted.sq_index, why, left_out, "write refused");
