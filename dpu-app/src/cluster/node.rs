@@ -174,11 +174,13 @@ pub(super) enum Noisy {
     JobTableFull,
     /// The fragment store had no room for a fragment.
     StoreFull,
+    /// A peer's resync reached the newest write (repair's progress).
+    ResyncDone,
 }
 
 impl Noisy {
     /// Number of reasons.
-    pub(super) const COUNT: usize = 7;
+    pub(super) const COUNT: usize = 8;
 }
 
 /// One node.

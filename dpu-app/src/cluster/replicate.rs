@@ -1047,8 +1047,23 @@ impl<F: Fabric> Node<F> {
             }
             seq += 1;
         }
+        let (me, resent, repairs) = (self.me, self.stats.notices_resent, self.stats.repairs_started);
+        let mut done = false;
         if let Some(p) = self.peer_mut(h) {
             p.resync = (seq < end).then_some(seq);
+            done = p.resync.is_none();
+        }
+        // Repair's progress, at most every few seconds (a rewind restarts a resync).
+        if let Some(left_out) = done.then(|| self.admit_log(Noisy::ResyncDone)).flatten() {
+            tracing::info!(
+                node = me,
+                peer = h,
+                through_write = end.saturating_sub(1),
+                decisions_resent_total = resent,
+                repairs_started_total = repairs,
+                left_out,
+                "resync done: the peer has been sent every decision and fragment it missed (repairs may still be in flight)"
+            );
         }
     }
 
