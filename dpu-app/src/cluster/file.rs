@@ -230,7 +230,21 @@ fn create_at(tmp: &Path, page: &[u8], file_bytes: u64) -> Result<File, FileIoErr
     let mut file = step("create", OpenOptions::new().read(true).write(true).create(true).truncate(true).open(tmp))?;
     step("write the header page of", file.write_all(page))?;
     step("size", file.set_len(file_bytes))?;
-    step("allocate the blocks of", super::preallocate::allocate(&file, file_bytes))?;
+    let allocated = super::preallocate::allocate(&file, file_bytes).map_err(|e| {
+        if e.raw_os_error() != Some(libc::ENOSPC) {
+            return e;
+        }
+        // A full disk: say how much the file needs, how much there is, and what to change.
+        let free = super::preallocate::free_bytes(tmp).map_or("unknown".to_string(), |b| b.to_string());
+        io::Error::new(
+            e.kind(),
+            format!(
+                "{e}: the file needs {file_bytes} bytes and its filesystem has {free} free; free space there, \
+                 point the node's data_dir elsewhere, or lower store_keys, log_slots or outcome_entries in the cluster file"
+            ),
+        )
+    });
+    step("allocate the blocks of", allocated)?;
     step("sync", file.sync_all())?;
     Ok(file)
 }
