@@ -19,9 +19,8 @@ pub const QUEUE_PAIRS: u32 = 2;
 /// whole-directory sweep (a revocation, clearing a dead writer's marks) slower.
 pub const DIRECTORY_SLOTS: u32 = 1 << 16;
 /// Keys each node's fragment store is sized for at least in a full run (every node
-/// holds a fragment of every key with 5 nodes and k + m = 5); a run whose stream has
-/// more distinct keys gets room for all of them ([`store_keys_for`]), so a long run
-/// never fills its stores. A node's start allocates its whole store, so a larger one
+/// holds a fragment of every key with 5 nodes and k + m = 5); a run that can write more
+/// distinct keys gets room for twice as many ([`store_keys_for`]). A node's start allocates its whole store, so a larger one
 /// costs start-up time and memory (about 200 MB a node at this size).
 pub const STORE_KEYS: usize = 1 << 17;
 /// Keys each store is sized for in a short run (`bench --quick`, a demo of a few
@@ -31,14 +30,24 @@ pub const STORE_KEYS_SHORT: usize = 1 << 14;
 /// [`STORE_KEYS_SHORT`].
 pub const SHORT_RUN_SECONDS: f64 = 3.0;
 
-/// The store size for a run of `seconds` of load over a stream of `distinct` keys: a
-/// short run writes few of them; a longer one may write every one, and each must fit.
+/// PUTs per second a run is sized for: about what the in-process cluster does on the
+/// 2-core machines measured (15-19 K/s). A faster machine writes more keys in a short
+/// run than its stores were sized for; at worst some fragments are refused for room
+/// (counted, and the writes fail cleanly).
+pub const SIZING_PUTS_PER_SECOND: f64 = 15_000.0;
+
+/// The store size for a run of `seconds` of load over a stream of `distinct` keys:
+/// room for twice the keys it can write (at most every distinct one). A key lives in
+/// one 16-way set, so a store has to be roomy: with the OLTP trace's 186,880 keys in
+/// stores sized for 2^18 keys (32,768 sets, 5.7 keys a set) about three sets overflow
+/// once every key is written, and those keys' writes are refused everywhere; sized for
+/// 2^19 the expected number of full sets is below 0.001.
 pub fn store_keys_for(seconds: f64, distinct: usize) -> usize {
     if seconds <= SHORT_RUN_SECONDS {
-        STORE_KEYS_SHORT
-    } else {
-        STORE_KEYS.max(distinct.next_power_of_two()).min(crate::cluster::config::STORE_KEYS_LIMIT)
+        return STORE_KEYS_SHORT;
     }
+    let reachable = distinct.min((seconds * SIZING_PUTS_PER_SECOND) as usize);
+    STORE_KEYS.max((2 * reachable).next_power_of_two()).min(crate::cluster::config::STORE_KEYS_LIMIT)
 }
 
 /// Free space kept on `/dev/shm` beyond a run's files before the run goes there: the
@@ -396,6 +405,16 @@ mod tests {
     /// A spec of 4 KiB values, seed 1, no model file.
     fn spec(nodes: u8, (k, m): (u8, u8), network: Network, policy: Policy, store_keys: usize) -> ClusterSpec {
         ClusterSpec { nodes, k, m, network, policy, model_file: None, value_bytes: 4096, seed: 1, store_keys }
+    }
+
+    #[test]
+    fn stores_have_room_for_twice_the_keys_a_run_can_write() {
+        assert_eq!(store_keys_for(2.0, 186_880), STORE_KEYS_SHORT);
+        // A LAN bench cell: 3.5 s writes at most 52,500 of the trace's keys.
+        assert_eq!(store_keys_for(3.5, 186_880), STORE_KEYS);
+        // A long demo writes every key.
+        assert_eq!(store_keys_for(600.0, 186_880), 1 << 19);
+        assert_eq!(store_keys_for(1e6, usize::MAX / 4), crate::cluster::config::STORE_KEYS_LIMIT);
     }
 
     #[test]
