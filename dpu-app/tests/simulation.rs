@@ -171,7 +171,8 @@ impl Scripted {
 
     /// Writes `key` from node `node` as write `write_id` and waits for it.
     fn write(&mut self, node: u8, key: u32, write_id: u64) {
-        assert!(self.clients[node as usize].write(key, write_id, 100, false, &mut self.oracle));
+        let now = self.c.now().mono_ns;
+        assert!(self.clients[node as usize].write(key, write_id, 100, false, now, &mut self.oracle));
         self.settle();
     }
 
