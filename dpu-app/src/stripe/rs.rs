@@ -7,8 +7,8 @@
 //! [`DECODE_CACHE_ENTRIES`] slots, all allocated with the codec), so a burst of
 //! reconstructions after one failure pays the matrix inversion once.
 
-use super::gf::{self, Matrix};
-use super::kernel::{self, Backend, TABLE_BYTES};
+use super::gf::Matrix;
+use super::kernel::{self, Backend, Tables};
 use super::StripeError;
 use crate::codec_config::{DECODE_CACHE_ENTRIES, FRAGMENTS_MAX};
 
@@ -18,8 +18,7 @@ pub struct ReedSolomon {
     k: usize,
     m: usize,
     matrix: Matrix,
-    encode_tables: Vec<u8>,
-    backend: Backend,
+    encode_tables: Tables,
     cache: Vec<CacheSlot>,
     clock: u64,
 }
@@ -29,7 +28,8 @@ struct CacheSlot {
     /// Sources mask in the low 32 bits, targets mask in the high 32; 0 = empty.
     pattern: u64,
     last_used: u64,
-    tables: Vec<u8>,
+    /// Room for m rows (every target); a pattern fills as many as it rebuilds.
+    tables: Tables,
 }
 
 impl ReedSolomon {
@@ -38,21 +38,20 @@ impl ReedSolomon {
         Self::with_backend(k, m, Backend::detect())
     }
 
-    /// RS(k, m) with the given kernels (tests compare backends with it).
+    /// RS(k, m) with the given kernels (tests and the benchmark run every
+    /// backend of [`Backend::all_available`] through it). Encode tables and every
+    /// decode-cache slot are laid out for `backend` here, once.
     pub fn with_backend(k: usize, m: usize, backend: Backend) -> Result<Self, StripeError> {
         if k == 0 || k + m > FRAGMENTS_MAX {
             return Err(StripeError::Shape { k, m, max: FRAGMENTS_MAX });
         }
         let matrix = Matrix::cauchy_systematic(k, m);
-        let mut encode_tables = vec![0u8; m * k * TABLE_BYTES];
-        for (i, t) in encode_tables.chunks_exact_mut(TABLE_BYTES).enumerate() {
-            let (p, j) = (k + i / k, i % k);
-            gf::split_table(matrix.get(p, j), t.try_into().expect("chunk is 32 bytes"));
-        }
+        let mut encode_tables = Tables::new(backend, k, m);
+        encode_tables.fill(m, |p, j| matrix.get(k + p, j));
         let cache = (0..DECODE_CACHE_ENTRIES)
-            .map(|_| CacheSlot { pattern: 0, last_used: 0, tables: vec![0u8; m * k * TABLE_BYTES] })
+            .map(|_| CacheSlot { pattern: 0, last_used: 0, tables: Tables::new(backend, k, m) })
             .collect();
-        Ok(Self { k, m, matrix, encode_tables, backend, cache, clock: 0 })
+        Ok(Self { k, m, matrix, encode_tables, cache, clock: 0 })
     }
 
     /// Data fragments (k).
@@ -67,7 +66,7 @@ impl ReedSolomon {
 
     /// The kernels in use.
     pub fn backend(&self) -> Backend {
-        self.backend
+        self.encode_tables.backend()
     }
 
     /// Computes the m parity fragments of the k `data` fragments.
@@ -80,7 +79,7 @@ impl ReedSolomon {
         if self.m == 0 {
             return;
         }
-        kernel::dot_prod(self.backend, &self.encode_tables, data, parity);
+        kernel::dot_prod(&self.encode_tables, data, parity);
     }
 
     /// Rebuilds the fragments numbered `target_ids` into `targets` from exactly k
@@ -110,8 +109,7 @@ impl ReedSolomon {
         }
         let pattern = u64::from(sources_mask) | u64::from(targets_mask) << 32;
         let slot = self.decode_slot(pattern, source_ids, target_ids);
-        let len = target_ids.len() * self.k * TABLE_BYTES;
-        kernel::dot_prod(self.backend, &self.cache[slot].tables[..len], sources, targets);
+        kernel::dot_prod(&self.cache[slot].tables, sources, targets);
         Ok(())
     }
 
@@ -135,9 +133,7 @@ impl ReedSolomon {
         }
         let decode = self.matrix.select_rows(&rows[..target_ids.len()]).mul(&inverse);
         let slot = &mut self.cache[victim];
-        for (i, t) in slot.tables.chunks_exact_mut(TABLE_BYTES).take(target_ids.len() * self.k).enumerate() {
-            gf::split_table(decode.get(i / self.k, i % self.k), t.try_into().expect("chunk is 32 bytes"));
-        }
+        slot.tables.fill(target_ids.len(), |r, j| decode.get(r, j));
         slot.pattern = pattern;
         slot.last_used = self.clock;
         victim
@@ -179,7 +175,7 @@ mod tests {
     #[test]
     fn every_loss_pattern_of_rs_4_2_rebuilds_every_fragment() {
         let (k, m) = (4, 2);
-        for backend in [Backend::detect(), Backend::portable()] {
+        for backend in Backend::all_available() {
             let mut rs = ReedSolomon::with_backend(k, m, backend).unwrap();
             let mut frags = stripe(k, m, 192, 5);
             encode(&rs, &mut frags);
