@@ -20,6 +20,8 @@ pub struct ReedSolomon {
     matrix: Matrix,
     encode_tables: Tables,
     cache: Vec<CacheSlot>,
+    /// The slot the last reconstruction used.
+    last_slot: usize,
     clock: u64,
 }
 
@@ -51,7 +53,7 @@ impl ReedSolomon {
         let cache = (0..DECODE_CACHE_ENTRIES)
             .map(|_| CacheSlot { pattern: 0, last_used: 0, tables: Tables::new(backend, k, m) })
             .collect();
-        Ok(Self { k, m, matrix, encode_tables, cache, clock: 0 })
+        Ok(Self { k, m, matrix, encode_tables, cache, last_slot: 0, clock: 0 })
     }
 
     /// Data fragments (k).
@@ -117,10 +119,26 @@ impl ReedSolomon {
     /// them into the least recently used slot on a miss.
     fn decode_slot(&mut self, pattern: u64, source_ids: &[u8], target_ids: &[u8]) -> usize {
         self.clock += 1;
+        // A burst of reconstructions after one failure repeats one pattern: try
+        // the slot used last before scanning.
+        if self.cache[self.last_slot].pattern == pattern {
+            self.cache[self.last_slot].last_used = self.clock;
+            return self.last_slot;
+        }
         if let Some(i) = self.cache.iter().position(|s| s.pattern == pattern) {
+            self.last_slot = i;
             self.cache[i].last_used = self.clock;
             return i;
         }
+        self.fill_slot(pattern, source_ids, target_ids)
+    }
+
+    /// Computes the decode tables of `pattern` into the least recently used slot.
+    /// Out of line: the matrices it builds take kilobytes of stack that the hit
+    /// path should not reserve on every reconstruction.
+    #[cold]
+    #[inline(never)]
+    fn fill_slot(&mut self, pattern: u64, source_ids: &[u8], target_ids: &[u8]) -> usize {
         let victim = (0..self.cache.len()).min_by_key(|&i| self.cache[i].last_used).expect("cache has slots");
         let mut rows = [0usize; FRAGMENTS_MAX];
         for (r, &id) in rows.iter_mut().zip(source_ids) {
@@ -136,6 +154,7 @@ impl ReedSolomon {
         slot.tables.fill(target_ids.len(), |r, j| decode.get(r, j));
         slot.pattern = pattern;
         slot.last_used = self.clock;
+        self.last_slot = victim;
         victim
     }
 }

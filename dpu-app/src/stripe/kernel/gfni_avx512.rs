@@ -24,7 +24,12 @@ pub unsafe fn dot<const R: usize>(
 ) {
     debug_assert!(outputs.len() == R && tables.len() == R * inputs.len() * MATRIX_BYTES);
     let mut off = start;
-    while off + 2 * STEP_BYTES <= end {
+    while off + 4 * STEP_BYTES <= end {
+        // SAFETY: `off + 256 <= end`, and the rest is the caller's contract.
+        unsafe { step::<R, 4>(tables, inputs, outputs, off) };
+        off += 4 * STEP_BYTES;
+    }
+    if off + 2 * STEP_BYTES <= end {
         // SAFETY: `off + 128 <= end`, and the rest is the caller's contract.
         unsafe { step::<R, 2>(tables, inputs, outputs, off) };
         off += 2 * STEP_BYTES;

@@ -98,7 +98,10 @@ fn chunks(backend: Backend, tables: &[u8], inputs: &[&[u8]], outputs: &mut [&mut
 }
 
 /// The last `len - from < 64` bytes, through zero-padded copies on the stack so
-/// the SIMD kernels never read or write past a slice.
+/// the SIMD kernels never read or write past a slice. Out of line: its 4 KiB of
+/// stack would otherwise be probed and reserved on every call of `dot_prod`.
+#[cold]
+#[inline(never)]
 fn tail(backend: Backend, tables: &[u8], inputs: &[&[u8]], outputs: &mut [&mut [u8]], from: usize) {
     let n = inputs[0].len() - from;
     debug_assert!(n < STEP_BYTES);
