@@ -34,25 +34,24 @@ pub unsafe fn dot<const R: usize>(
             };
             let lo = x.map(|v| vandq_u8(v, mask));
             let hi = x.map(|v| vshrq_n_u8::<4>(v));
-            for r in 0..R {
+            for (r, acc) in acc.iter_mut().enumerate() {
                 // SAFETY: `(r * k + j + 1) * 32 <= R * k * 32 == tables.len()`.
                 let (tl, th) = unsafe {
                     let t = tables.as_ptr().add((r * k + j) * TABLE_BYTES);
                     (vld1q_u8(t), vld1q_u8(t.add(16)))
                 };
-                for l in 0..4 {
-                    let p = veorq_u8(vqtbl1q_u8(tl, lo[l]), vqtbl1q_u8(th, hi[l]));
-                    acc[r][l] = veorq_u8(acc[r][l], p);
+                for ((a, &lo), &hi) in acc.iter_mut().zip(&lo).zip(&hi) {
+                    *a = veorq_u8(*a, veorq_u8(vqtbl1q_u8(tl, lo), vqtbl1q_u8(th, hi)));
                 }
             }
         }
-        for r in 0..R {
-            // SAFETY: `off + 64 <= end <= outputs[r].len()`, and an output is a
-            // `&mut` slice that no input aliases.
+        for (out, acc) in outputs.iter_mut().zip(&acc) {
+            // SAFETY: `off + 64 <= end <= out.len()`, and an output is a `&mut`
+            // slice that no input aliases.
             unsafe {
-                let p = outputs[r].as_mut_ptr().add(off);
-                for l in 0..4 {
-                    vst1q_u8(p.add(16 * l), acc[r][l]);
+                let p = out.as_mut_ptr().add(off);
+                for (l, a) in acc.iter().enumerate() {
+                    vst1q_u8(p.add(16 * l), *a);
                 }
             }
         }
