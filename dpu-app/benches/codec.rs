@@ -5,7 +5,7 @@
 //! `cargo bench -p prescient-dpu --bench codec --features bench-reference`
 //! builds the references from source: OpenSSL 3.6 (`openssl` crate, `vendored`)
 //! and ISA-L (`isal-sys`), plus ring as a second AES-GCM figure. Without the
-//! feature only our figures print. Run it pinned (`taskset -c 0`) on a quiet
+//! feature only our figures print. Run it pinned (`taskset -c 1`) on a quiet
 //! machine; each figure is the best of several interleaved rounds, so ours and
 //! the reference see the same disturbances.
 //!
@@ -15,6 +15,9 @@
 //! reconstruct rebuilds the first m data fragments from the other k fragments
 //! (the worst case: every lost fragment is data) with decode tables cached
 //! (ours from its per-pattern cache, ISA-L's computed once before timing).
+//! Striping runs every kernel this CPU has (`Backend::all_available`), each
+//! next to ISA-L in the same rounds, and prints the CPU flags and why
+//! `Backend::detect` picks the one it does.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -22,10 +25,12 @@ use std::time::{Duration, Instant};
 use prescient_dpu::seal::{open_in_place, Binding, KeyRing, NonceSequence, Sealer, FRAME_OVERHEAD};
 #[cfg(feature = "bench-isal")]
 use prescient_dpu::stripe::gf::Matrix;
-use prescient_dpu::stripe::ReedSolomon;
+use prescient_dpu::stripe::{Backend, ReedSolomon};
 
-const ROUNDS: usize = 7;
-const ROUND_TIME: Duration = Duration::from_millis(30);
+/// Many short rounds rather than a few long ones: on a shared machine the best
+/// of 40 rounds of 3 ms finds quiet windows that 7 of 30 ms rarely do.
+const ROUNDS: usize = 40;
+const ROUND_TIME: Duration = Duration::from_millis(3);
 const SEAL_SIZES: [usize; 4] = [64, 4 << 10, 64 << 10, 1 << 20];
 const RS_SIZES: [usize; 3] = [4 << 10, 64 << 10, 1 << 20];
 const RS_CODES: [(usize, usize); 3] = [(4, 2), (6, 3), (10, 4)];
@@ -85,13 +90,7 @@ fn gbps(bytes: usize, secs: f64) -> f64 {
 }
 
 fn row(op: &str, size: usize, ours: f64, reference: Option<f64>, extra: &str) {
-    let size = if size >= 1 << 20 {
-        format!("{} MiB", size >> 20)
-    } else if size >= 1024 {
-        format!("{} KiB", size >> 10)
-    } else {
-        format!("{size} B")
-    };
+    let size = size_name(size);
     match reference {
         Some(r) => println!("| {op:<22} | {size:>7} | {ours:>7.2} | {r:>7.2} | {:>5.2}x | {extra}", ours / r),
         None => println!("| {op:<22} | {size:>7} | {ours:>7.2} |     n/a |   n/a | {extra}"),
@@ -106,11 +105,9 @@ fn main() {
         })
         .unwrap_or_else(|| "unknown CPU".into());
     println!("codec benchmark, single core, {cpu}");
-    println!(
-        "sealing: {}; striping kernels: {}",
-        KeyRing::new().backend().name(),
-        ReedSolomon::new(4, 2).unwrap().backend().name()
-    );
+    println!("CPU flags: {}", cpu_flags());
+    println!("sealing: {}", KeyRing::new().backend().name());
+    println!("striping: {}", kernel_pick());
     println!("reference: {}", reference_names());
     println!();
     println!("| operation              |    size | ours GB/s | ref GB/s | ratio | notes");
@@ -296,68 +293,183 @@ fn ring_aead<'a>(size: usize) -> Timed<'a> {
     ("ring 0.17", Box::new(seal), Box::new(pair))
 }
 
+/// The CPU features the striping kernels look at, as this CPU reports them.
+fn cpu_flags() -> String {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::is_x86_feature_detected as has;
+        let flags = [
+            ("avx2", has!("avx2")),
+            ("avx512f", has!("avx512f")),
+            ("avx512bw", has!("avx512bw")),
+            ("avx512vl", has!("avx512vl")),
+            ("avx512vbmi", has!("avx512vbmi")),
+            ("gfni", has!("gfni")),
+            ("vaes", has!("vaes")),
+            ("vpclmulqdq", has!("vpclmulqdq")),
+        ];
+        flags.iter().map(|(n, on)| format!("{}{n}", if *on { "+" } else { "-" })).collect::<Vec<_>>().join(" ")
+    }
+    #[cfg(target_arch = "aarch64")]
+    return format!("{}neon", if std::arch::is_aarch64_feature_detected!("neon") { "+" } else { "-" });
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    return "none checked".into();
+}
+
+/// Which kernel `Backend::detect` picks and why, in one line.
+fn kernel_pick() -> String {
+    let pick = Backend::detect();
+    let order: Vec<&str> = Backend::known_names().collect();
+    let skipped: Vec<&str> =
+        order.iter().copied().take_while(|&n| n != pick.name()).filter(|&n| Backend::by_name(n).is_none()).collect();
+    let needs = if pick.features().is_empty() { "none".to_owned() } else { pick.features().join(" + ") };
+    let mut why = format!(
+        "detect picks {}: the first of [{}] whose CPU features ({needs}) are all present",
+        pick.name(),
+        order.join(", ")
+    );
+    if !skipped.is_empty() {
+        why += &format!("; {} lacking", skipped.join(", "));
+    }
+    why
+}
+
 fn bench_rs() {
+    let backends: Vec<Backend> = Backend::all_available().collect();
+    let pick = Backend::detect();
+    println!();
+    println!("Reed-Solomon: GB/s of stripe data (k x fragment), ratio to ISA-L in brackets; * = detect's pick");
+    println!("reconstruct rebuilds m data fragments from the other k (decode tables cached)");
+    println!();
+    let mut header = "| operation              |    size | ISA-L GB/s |".to_owned();
+    let mut rule = "|---|---:|---:|".to_owned();
+    for b in &backends {
+        let star = if *b == pick { "*" } else { "" };
+        header += &format!(" {:>17} |", format!("{}{star}", b.name()));
+        rule += "---:|";
+    }
+    println!("{header}");
+    println!("{rule}");
     for (k, m) in RS_CODES {
         for size in RS_SIZES {
-            let f = size.div_ceil(k).next_multiple_of(64);
-            let data_bytes = k * f;
-            let data: Vec<Aligned> = (0..k).map(|i| Aligned::new(f, i as u8)).collect();
-            let mut parity: Vec<Aligned> = (0..m).map(|i| Aligned::new(f, 100 + i as u8)).collect();
-            let rs = ReedSolomon::new(k, m).unwrap();
-            {
-                let d: Vec<&[u8]> = data.iter().map(Aligned::get).collect();
-                let mut p: Vec<&mut [u8]> = parity.iter_mut().map(Aligned::get_mut).collect();
-                rs.encode(&d, &mut p);
-            }
-            // Encode: k data fragments in, m parity out.
-            let mut enc_parity: Vec<Aligned> = (0..m).map(|i| Aligned::new(f, 200 + i as u8)).collect();
-            let d: Vec<&[u8]> = data.iter().map(Aligned::get).collect();
-            let mut p: Vec<&mut [u8]> = enc_parity.iter_mut().map(Aligned::get_mut).collect();
-            let mut ours_encode = || rs.encode(&d, black_box(&mut p));
-            // Reconstruct: lose data fragments 0..m, rebuild from m..k+m.
-            let source_ids: Vec<u8> = (m..k + m).map(|i| i as u8).collect();
-            let target_ids: Vec<u8> = (0..m).map(|i| i as u8).collect();
-            let sources: Vec<&[u8]> =
-                (m..k + m).map(|i| if i < k { data[i].get() } else { parity[i - k].get() }).collect();
-            let mut rebuilt: Vec<Aligned> = (0..m).map(|i| Aligned::new(f, 50 + i as u8)).collect();
-            let mut rs2 = ReedSolomon::new(k, m).unwrap();
-            let mut t: Vec<&mut [u8]> = rebuilt.iter_mut().map(Aligned::get_mut).collect();
-            let mut ours_rebuild = || rs2.reconstruct(&source_ids, &sources, &target_ids, black_box(&mut t)).unwrap();
-            let times = reference_rs(k, m, f, &data, &parity, &mut ours_encode, &mut ours_rebuild);
-            for (i, r) in rebuilt.iter().enumerate() {
-                assert!(r.get() == data[i].get(), "our reconstruct rebuilt fragment {i} wrong");
-            }
-            for (a, b) in enc_parity.iter().zip(&parity) {
-                assert!(a.get() == b.get(), "encode is not deterministic");
-            }
-            let code = format!("RS({k},{m}) encode");
-            row(&code, size, gbps(data_bytes, times.0 .0), times.1.map(|r| gbps(data_bytes, r.0)), "");
-            let code = format!("RS({k},{m}) reconstruct");
-            row(
-                &code,
-                size,
-                gbps(data_bytes, times.0 .1),
-                times.1.map(|r| gbps(data_bytes, r.1)),
-                &format!("{m} data fragments lost"),
-            );
+            bench_rs_case(&backends, k, m, size);
         }
     }
 }
 
-type RsTimes = ((f64, f64), Option<(f64, f64)>);
+/// One code at one stripe size: every kernel and ISA-L, encode and reconstruct,
+/// all timed in the same interleaved rounds.
+fn bench_rs_case(backends: &[Backend], k: usize, m: usize, size: usize) {
+    let f = size.div_ceil(k).next_multiple_of(64);
+    let data_bytes = k * f;
+    let data: Vec<Aligned> = (0..k).map(|i| Aligned::new(f, i as u8)).collect();
+    let mut parity: Vec<Aligned> = (0..m).map(|i| Aligned::new(f, 100 + i as u8)).collect();
+    {
+        let d: Vec<&[u8]> = data.iter().map(Aligned::get).collect();
+        let mut p: Vec<&mut [u8]> = parity.iter_mut().map(Aligned::get_mut).collect();
+        ReedSolomon::with_backend(k, m, Backend::portable()).unwrap().encode(&d, &mut p);
+    }
+    // Reconstruct: lose data fragments 0..m, rebuild them from m..k+m.
+    let source_ids: Vec<u8> = (m..k + m).map(|i| i as u8).collect();
+    let target_ids: Vec<u8> = (0..m).map(|i| i as u8).collect();
+    let sources: Vec<&[u8]> = (m..k + m).map(|i| if i < k { data[i].get() } else { parity[i - k].get() }).collect();
+    let d: Vec<&[u8]> = data.iter().map(Aligned::get).collect();
+
+    struct Ours {
+        enc: ReedSolomon,
+        dec: ReedSolomon,
+        parity: Vec<Aligned>,
+        rebuilt: Vec<Aligned>,
+    }
+    let mut ours: Vec<Ours> = backends
+        .iter()
+        .map(|&b| Ours {
+            enc: ReedSolomon::with_backend(k, m, b).unwrap(),
+            dec: ReedSolomon::with_backend(k, m, b).unwrap(),
+            parity: (0..m).map(|i| Aligned::new(f, 200 + i as u8)).collect(),
+            rebuilt: (0..m).map(|i| Aligned::new(f, 50 + i as u8)).collect(),
+        })
+        .collect();
+    let mut isal = IsalRs::new(k, m, f, &data, &parity);
+    {
+        let mut encodes: Vec<Box<dyn FnMut() + '_>> = Vec::new();
+        let mut rebuilds: Vec<Box<dyn FnMut() + '_>> = Vec::new();
+        for o in ours.iter_mut() {
+            let (enc, dec) = (&o.enc, &mut o.dec);
+            let mut p: Vec<&mut [u8]> = o.parity.iter_mut().map(Aligned::get_mut).collect();
+            let mut t: Vec<&mut [u8]> = o.rebuilt.iter_mut().map(Aligned::get_mut).collect();
+            let (d, sources, source_ids, target_ids) = (&d, &sources, &source_ids, &target_ids);
+            encodes.push(Box::new(move || enc.encode(d, black_box(&mut p))));
+            rebuilds
+                .push(Box::new(move || dec.reconstruct(source_ids, sources, target_ids, black_box(&mut t)).unwrap()));
+        }
+        let mut fs: Vec<&mut dyn FnMut()> = Vec::new();
+        if let Some(isal) = isal.as_mut() {
+            let (e, r) = isal.closures();
+            fs.push(e);
+            fs.push(r);
+        }
+        for (e, r) in encodes.iter_mut().zip(rebuilds.iter_mut()) {
+            fs.push(e.as_mut());
+            fs.push(r.as_mut());
+        }
+        let t = measure(data_bytes, &mut fs);
+        let reference = isal.as_ref().map(|_| (t[0], t[1]));
+        let ours_t = &t[if reference.is_some() { 2 } else { 0 }..];
+        for (op, i) in [("encode", 0), ("reconstruct", 1)] {
+            let mut line = format!("| {:<22} | {:>7} |", format!("RS({k},{m}) {op}"), size_name(size));
+            let r = reference.map(|r| if i == 0 { r.0 } else { r.1 });
+            match r {
+                Some(r) => line += &format!(" {:>10.2} |", gbps(data_bytes, r)),
+                None => line += "        n/a |",
+            }
+            for pair in ours_t.chunks_exact(2) {
+                let g = gbps(data_bytes, pair[i]);
+                match r {
+                    Some(r) => line += &format!(" {g:>7.2} ({:>5.2}x) |", g / gbps(data_bytes, r)),
+                    None => line += &format!(" {g:>17.2} |"),
+                }
+            }
+            println!("{line}");
+        }
+    }
+    for o in &ours {
+        let name = o.enc.backend().name();
+        for (a, b) in o.parity.iter().zip(&parity) {
+            assert!(a.get() == b.get(), "{name} parity differs from the portable kernel's");
+        }
+        for (i, r) in o.rebuilt.iter().enumerate() {
+            assert!(r.get() == data[i].get(), "{name} rebuilt fragment {i} wrong");
+        }
+    }
+    if let Some(isal) = &isal {
+        isal.check(&data, &parity);
+    }
+}
+
+fn size_name(size: usize) -> String {
+    if size >= 1 << 20 {
+        format!("{} MiB", size >> 20)
+    } else if size >= 1024 {
+        format!("{} KiB", size >> 10)
+    } else {
+        format!("{size} B")
+    }
+}
+
+/// No ISA-L in this build: no reference column.
+#[cfg(not(feature = "bench-isal"))]
+struct IsalRs;
 
 #[cfg(not(feature = "bench-isal"))]
-fn reference_rs(
-    k: usize,
-    _m: usize,
-    f: usize,
-    _data: &[Aligned],
-    _parity: &[Aligned],
-    encode: &mut dyn FnMut(),
-    rebuild: &mut dyn FnMut(),
-) -> RsTimes {
-    let t = measure(k * f, &mut [encode, rebuild]);
-    ((t[0], t[1]), None)
+impl IsalRs {
+    fn new(_k: usize, _m: usize, _f: usize, _data: &[Aligned], _parity: &[Aligned]) -> Option<Self> {
+        None
+    }
+    fn closures(&mut self) -> (&mut dyn FnMut(), &mut dyn FnMut()) {
+        unreachable!("never built without bench-isal")
+    }
+    fn check(&self, _data: &[Aligned], _parity: &[Aligned]) {}
 }
 
 #[cfg(feature = "bench-isal")]
@@ -380,86 +492,98 @@ mod isal {
     }
 }
 
+/// ISA-L's encode and reconstruct of the same stripe, with its own tables and
+/// output buffers (its dispatcher picks its kernel for this CPU).
 #[cfg(feature = "bench-isal")]
-fn reference_rs(
+struct IsalRs {
     k: usize,
     m: usize,
     f: usize,
-    data: &[Aligned],
-    parity: &[Aligned],
-    encode: &mut dyn FnMut(),
-    rebuild: &mut dyn FnMut(),
-) -> RsTimes {
-    // ISA-L's encode tables from its own Cauchy matrix.
-    let mut a = vec![0u8; (k + m) * k];
-    let mut enc_tables = vec![0u8; 32 * k * m];
-    // SAFETY: `a` holds (k + m) * k bytes and `enc_tables` 32 * k * m, the sizes
-    // gf_gen_cauchy1_matrix and ec_init_tables write for these arguments.
-    unsafe {
-        isal::gf_gen_cauchy1_matrix(a.as_mut_ptr(), (k + m) as i32, k as i32);
-        isal::ec_init_tables(k as i32, m as i32, a[k * k..].as_ptr(), enc_tables.as_mut_ptr());
-    }
-    let ours = Matrix::cauchy_systematic(k, m);
-    for r in 0..k + m {
-        for c in 0..k {
-            assert_eq!(a[r * k + c], ours.get(r, c), "ISA-L and our encoding matrices differ");
-        }
-    }
-    let data_ptrs: Vec<*const u8> = data.iter().map(|d| d.get().as_ptr()).collect();
-    let mut isal_parity: Vec<Aligned> = (0..m).map(|i| Aligned::new(f, 77 + i as u8)).collect();
-    let parity_ptrs: Vec<*mut u8> = isal_parity.iter_mut().map(|p| p.get_mut().as_mut_ptr()).collect();
-    let mut isal_encode = || {
-        // SAFETY: k data pointers and m parity pointers to distinct buffers of
-        // f bytes each; tables of 32 * k * m bytes from ec_init_tables.
-        unsafe {
-            isal::ec_encode_data(
-                f as i32,
-                k as i32,
-                m as i32,
-                enc_tables.as_ptr(),
-                data_ptrs.as_ptr(),
-                parity_ptrs.as_ptr(),
-            );
-        }
-    };
+    enc_tables: Vec<u8>,
+    dec_tables: Vec<u8>,
+    data_ptrs: Vec<*const u8>,
+    src_ptrs: Vec<*const u8>,
+    parity: Vec<Aligned>,
+    rebuilt: Vec<Aligned>,
+    encode_fn: Option<Box<dyn FnMut()>>,
+    rebuild_fn: Option<Box<dyn FnMut()>>,
+}
 
-    // Decode tables for the same loss as ours, computed once.
-    let sources: Vec<usize> = (m..k + m).collect();
-    let targets: Vec<usize> = (0..m).collect();
-    let decode = ours.select_rows(&targets).mul(&ours.select_rows(&sources).invert().unwrap());
-    let mut dec_matrix = vec![0u8; m * k];
-    for r in 0..m {
-        for c in 0..k {
-            dec_matrix[r * k + c] = decode.get(r, c);
-        }
-    }
-    let mut dec_tables = vec![0u8; 32 * k * m];
-    // SAFETY: dec_matrix holds m rows of k bytes, dec_tables 32 * k * m bytes.
-    unsafe { isal::ec_init_tables(k as i32, m as i32, dec_matrix.as_ptr(), dec_tables.as_mut_ptr()) };
-    let src_ptrs: Vec<*const u8> =
-        sources.iter().map(|&i| if i < k { data[i].get().as_ptr() } else { parity[i - k].get().as_ptr() }).collect();
-    let mut isal_rebuilt: Vec<Aligned> = (0..m).map(|i| Aligned::new(f, 33 + i as u8)).collect();
-    let out_ptrs: Vec<*mut u8> = isal_rebuilt.iter_mut().map(|p| p.get_mut().as_mut_ptr()).collect();
-    let mut isal_rebuild = || {
-        // SAFETY: k source pointers and m output pointers to distinct buffers of
-        // f bytes each; tables of 32 * k * m bytes from ec_init_tables.
+#[cfg(feature = "bench-isal")]
+impl IsalRs {
+    fn new(k: usize, m: usize, f: usize, data: &[Aligned], parity: &[Aligned]) -> Option<Self> {
+        // ISA-L's encode tables from its own Cauchy matrix.
+        let mut a = vec![0u8; (k + m) * k];
+        let mut enc_tables = vec![0u8; 32 * k * m];
+        // SAFETY: `a` holds (k + m) * k bytes and `enc_tables` 32 * k * m, the sizes
+        // gf_gen_cauchy1_matrix and ec_init_tables write for these arguments.
         unsafe {
-            isal::ec_encode_data(
-                f as i32,
-                k as i32,
-                m as i32,
-                dec_tables.as_ptr(),
-                src_ptrs.as_ptr(),
-                out_ptrs.as_ptr(),
-            );
+            isal::gf_gen_cauchy1_matrix(a.as_mut_ptr(), (k + m) as i32, k as i32);
+            isal::ec_init_tables(k as i32, m as i32, a[k * k..].as_ptr(), enc_tables.as_mut_ptr());
         }
-    };
-    let t = measure(k * f, &mut [encode, &mut isal_encode, rebuild, &mut isal_rebuild]);
-    for (a, b) in isal_parity.iter().zip(parity) {
-        assert!(a.get() == b.get(), "ISA-L parity differs from ours");
+        let ours = Matrix::cauchy_systematic(k, m);
+        for r in 0..k + m {
+            for c in 0..k {
+                assert_eq!(a[r * k + c], ours.get(r, c), "ISA-L and our encoding matrices differ");
+            }
+        }
+        // Decode tables for the same loss as ours, computed once.
+        let sources: Vec<usize> = (m..k + m).collect();
+        let targets: Vec<usize> = (0..m).collect();
+        let decode = ours.select_rows(&targets).mul(&ours.select_rows(&sources).invert().unwrap());
+        let mut dec_matrix = vec![0u8; m * k];
+        for r in 0..m {
+            for c in 0..k {
+                dec_matrix[r * k + c] = decode.get(r, c);
+            }
+        }
+        let mut dec_tables = vec![0u8; 32 * k * m];
+        // SAFETY: dec_matrix holds m rows of k bytes, dec_tables 32 * k * m bytes.
+        unsafe { isal::ec_init_tables(k as i32, m as i32, dec_matrix.as_ptr(), dec_tables.as_mut_ptr()) };
+        let src_ptrs = sources
+            .iter()
+            .map(|&i| if i < k { data[i].get().as_ptr() } else { parity[i - k].get().as_ptr() })
+            .collect();
+        Some(Self {
+            k,
+            m,
+            f,
+            enc_tables,
+            dec_tables,
+            data_ptrs: data.iter().map(|d| d.get().as_ptr()).collect(),
+            src_ptrs,
+            parity: (0..m).map(|i| Aligned::new(f, 77 + i as u8)).collect(),
+            rebuilt: (0..m).map(|i| Aligned::new(f, 33 + i as u8)).collect(),
+            encode_fn: None,
+            rebuild_fn: None,
+        })
     }
-    for (i, r) in isal_rebuilt.iter().enumerate() {
-        assert!(r.get() == data[i].get(), "ISA-L rebuilt fragment {i} wrong");
+
+    /// The timed calls: `ec_encode_data` with the encode tables over the data,
+    /// and with the decode tables over the survivors.
+    fn closures(&mut self) -> (&mut dyn FnMut(), &mut dyn FnMut()) {
+        let (k, m, f) = (self.k as i32, self.m as i32, self.f as i32);
+        let call = |tables: *const u8, ins: *const *const u8, outs: Vec<*mut u8>| {
+            move || {
+                // SAFETY: k input pointers and m output pointers to distinct buffers
+                // of f bytes each that outlive the closure (owned by the bench case
+                // and `self`); tables of 32 * k * m bytes from ec_init_tables.
+                unsafe { isal::ec_encode_data(f, k, m, tables, ins, outs.as_ptr()) }
+            }
+        };
+        let parity = self.parity.iter_mut().map(|p| p.get_mut().as_mut_ptr()).collect();
+        let rebuilt = self.rebuilt.iter_mut().map(|p| p.get_mut().as_mut_ptr()).collect();
+        self.encode_fn = Some(Box::new(call(self.enc_tables.as_ptr(), self.data_ptrs.as_ptr(), parity)));
+        self.rebuild_fn = Some(Box::new(call(self.dec_tables.as_ptr(), self.src_ptrs.as_ptr(), rebuilt)));
+        (self.encode_fn.as_mut().unwrap().as_mut(), self.rebuild_fn.as_mut().unwrap().as_mut())
     }
-    ((t[0], t[2]), Some((t[1], t[3])))
+
+    fn check(&self, data: &[Aligned], parity: &[Aligned]) {
+        for (a, b) in self.parity.iter().zip(parity) {
+            assert!(a.get() == b.get(), "ISA-L parity differs from ours");
+        }
+        for (i, r) in self.rebuilt.iter().enumerate() {
+            assert!(r.get() == data[i].get(), "ISA-L rebuilt fragment {i} wrong");
+        }
+    }
 }

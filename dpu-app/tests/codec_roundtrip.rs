@@ -2,13 +2,15 @@
 //! the pipeline stages, lose fragments, rebuild, open.
 //!
 //! open(decode(encode(seal(x)))) == x for sizes 0 B to 4 MiB, random RS(k, m)
-//! and random loss of up to m fragments; any single bit flipped in a fragment's
-//! payload, its header, or the sealed frame (tag included) is an error, never
-//! different plaintext.
+//! and random loss of up to m fragments, with every striping kernel this CPU runs
+//! (`Backend::all_available`) encoding and reconstructing, each kernel's fragments
+//! byte-identical to the others'; any single bit flipped in a fragment's payload,
+//! its header, or the sealed frame (tag included) is an error, never different
+//! plaintext.
 
 use prescient_dpu::pipeline::{Op, Pipeline, Request};
 use prescient_dpu::seal::{open_in_place, Binding, KeyRing, NonceSequence, SealStage, Sealer, FRAME_OVERHEAD};
-use prescient_dpu::stripe::{decode_stripe, fragment, Fragment, ReedSolomon, StripeLayout, StripeStage};
+use prescient_dpu::stripe::{decode_stripe, fragment, Backend, Fragment, ReedSolomon, StripeLayout, StripeStage};
 use proptest::prelude::*;
 
 const KEY: [u8; 32] = [0x5a; 32];
@@ -29,11 +31,23 @@ struct Written {
     key_hash: u64,
 }
 
+/// Every striping kernel this CPU runs, fastest first.
+fn backends() -> Vec<Backend> {
+    Backend::all_available().collect()
+}
+
 fn write(value: &[u8], key: &[u8], version: u64, k: usize, m: usize, start: usize) -> Written {
+    write_with(Backend::detect(), value, key, version, k, m, start)
+}
+
+/// Seals and stripes `value` through the pipeline, striping with `backend`'s
+/// kernels. Nonces restart at the same point each call, so two writes of one
+/// value differ only if the kernels do.
+fn write_with(backend: Backend, value: &[u8], key: &[u8], version: u64, k: usize, m: usize, start: usize) -> Written {
     let mut pipeline = Pipeline::new();
     let sealer = Sealer::new(keys(), NonceSequence::new(9, 1)).unwrap();
     pipeline.push(Box::new(SealStage::new(sealer, k as u8, m as u8)));
-    pipeline.push(Box::new(StripeStage::new(ReedSolomon::new(k, m).unwrap())));
+    pipeline.push(Box::new(StripeStage::new(ReedSolomon::with_backend(k, m, backend).unwrap())));
     let layout = StripeLayout::new(k, m, value.len() + FRAME_OVERHEAD).unwrap();
     let mut buf = vec![0xeeu8; start + layout.data_len()];
     buf[start..start + value.len()].copy_from_slice(value);
@@ -62,7 +76,12 @@ impl Written {
 
 /// Rebuilds and opens from the given fragments; `Err` carries the message.
 fn read(frags: &[Fragment<'_>], k: usize, m: usize, key: &[u8]) -> Result<Vec<u8>, String> {
-    let mut rs = ReedSolomon::new(k, m).unwrap();
+    read_with(Backend::detect(), frags, k, m, key)
+}
+
+/// [`read`], reconstructing with `backend`'s kernels.
+fn read_with(backend: Backend, frags: &[Fragment<'_>], k: usize, m: usize, key: &[u8]) -> Result<Vec<u8>, String> {
+    let mut rs = ReedSolomon::with_backend(k, m, backend).unwrap();
     let mut out = vec![0u8; StripeLayout::new(k, m, 0).unwrap().data_len().max(frags[0].payload.len() * k)];
     let (layout, id) = decode_stripe(&mut rs, frags, &mut out).map_err(|e| e.to_string())?;
     if id.key_hash != prescient_dpu::seal::key_hash(key) {
@@ -114,12 +133,26 @@ proptest! {
         version in any::<u64>(),
     ) {
         let value: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(31) ^ fill).collect();
-        let w = write(&value, b"user:42", version, k, m, start);
         let lost = (lost_frac * m as f64) as usize;
         let ids = survivors(k + m, lost, seed);
-        let frags: Vec<Fragment<'_>> = ids.iter().map(|&i| w.fragment(i)).collect();
-        prop_assert_eq!(read(&frags, k, m, b"user:42").unwrap(), value);
+        // Every kernel loses all m fragments too, and the lost ones include data
+        // whenever k > 0, so each kernel reconstructs in every case with m > 0.
+        let all_lost = survivors(k + m, m, seed.rotate_left(17));
+        let all = backends();
+        let first = write_with(all[0], &value, b"user:42", version, k, m, start);
+        for (i, &backend) in all.iter().enumerate() {
+            let w = write_with(backend, &value, b"user:42", version, k, m, start);
+            prop_assert!(w.buf == first.buf && w.side == first.side, "{} encodes differently", backend.name());
+            // Decode with another kernel than the one that encoded, in turn.
+            let reader = all[(i + 1) % all.len()];
+            for ids in [&ids, &all_lost] {
+                let frags: Vec<Fragment<'_>> = ids.iter().map(|&i| w.fragment(i)).collect();
+                let got = read_with(reader, &frags, k, m, b"user:42");
+                prop_assert_eq!(got.as_deref(), Ok(&value[..]), "encoded {}, rebuilt {}", backend.name(), reader.name());
+            }
+        }
         if lost == m && m > 0 {
+            let frags: Vec<Fragment<'_>> = ids.iter().map(|&i| first.fragment(i)).collect();
             let fewer = &frags[..frags.len() - 1];
             prop_assert!(read(fewer, k, m, b"user:42").unwrap_err().contains("cannot rebuild"));
         }
@@ -134,9 +167,12 @@ proptest! {
         which in 0usize..32,
         bit in any::<usize>(),
         in_header in any::<bool>(),
+        kernel in any::<usize>(),
     ) {
         let value: Vec<u8> = (0..len).map(|i| (i * 7) as u8).collect();
-        let w = write(&value, b"k", 3, k, m, 0);
+        let all = backends();
+        let backend = all[kernel % all.len()];
+        let w = write_with(backend, &value, b"k", 3, k, m, 0);
         let ids = survivors(k + m, (lost_frac * m as f64) as usize, seed);
         let victim = which % ids.len();
         let mut headers: Vec<Vec<u8>> = ids.iter().map(|&i| w.fragment(i).header.to_vec()).collect();
@@ -146,7 +182,7 @@ proptest! {
         target[bit / 8] ^= 1 << (bit % 8);
         let frags: Vec<Fragment<'_>> =
             headers.iter().zip(&payloads).map(|(h, p)| Fragment { header: h, payload: p }).collect();
-        prop_assert!(read(&frags, k, m, b"k").is_err());
+        prop_assert!(read_with(backend, &frags, k, m, b"k").is_err(), "kernel {}", backend.name());
     }
 
     /// A flip in the sealed frame before striping (ciphertext, tag, key id or

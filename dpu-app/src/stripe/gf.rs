@@ -63,6 +63,38 @@ pub fn split_table(c: u8, out: &mut [u8; 32]) {
     }
 }
 
+/// The 8x8 bit matrix of multiplication by `c`, as GFNI's `GF2P8AFFINEQB` takes it:
+/// byte `7 - i` of the u64 is output bit i's row, whose bit j is bit i of
+/// `c * 2^j` (the product's bit i is then the parity of `row_i & x`). One u64 per
+/// coefficient is what the GFNI kernels broadcast; the multiply works in any
+/// field, because the matrix is just the linear map `x -> c * x` over GF(2).
+pub const fn affine_matrix(c: u8) -> u64 {
+    let mut matrix = 0u64;
+    let mut j = 0;
+    while j < 8 {
+        let column = mul(c, 1 << j);
+        let mut i = 0;
+        while i < 8 {
+            matrix |= ((column >> i & 1) as u64) << (8 * (7 - i) + j);
+            i += 1;
+        }
+        j += 1;
+    }
+    matrix
+}
+
+/// The coefficient whose [`affine_matrix`] is `matrix`: its product with 1,
+/// column 0 of the matrix.
+pub const fn affine_coefficient(matrix: u64) -> u8 {
+    let mut c = 0u8;
+    let mut i = 0;
+    while i < 8 {
+        c |= ((matrix >> (8 * (7 - i)) & 1) as u8) << i;
+        i += 1;
+    }
+    c
+}
+
 /// A dense row-major byte matrix of at most [`FRAGMENTS_MAX`] rows and columns,
 /// held inline so that building decode tables never allocates.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -215,6 +247,27 @@ mod tests {
                 assert_eq!(t[(b & 15) as usize] ^ t[16 + (b >> 4) as usize], mul(c, b));
             }
         }
+    }
+
+    /// Applies `matrix` to `x` the way `GF2P8AFFINEQB` does (imm8 = 0), bit by bit.
+    fn affine(matrix: u64, x: u8) -> u8 {
+        (0..8).fold(0, |acc, i| {
+            let row = (matrix >> (8 * (7 - i))) as u8;
+            acc | (((row & x).count_ones() & 1) as u8) << i
+        })
+    }
+
+    #[test]
+    fn affine_matrix_reproduces_every_product() {
+        for c in 0..=255u8 {
+            let matrix = affine_matrix(c);
+            assert_eq!(affine_coefficient(matrix), c);
+            for x in 0..=255u8 {
+                assert_eq!(affine(matrix, x), mul(c, x), "c = {c:#x}, x = {x:#x}");
+            }
+        }
+        // The identity matrix in GFNI's byte order (Intel SDM's 0x0102040810204080).
+        assert_eq!(affine_matrix(1), 0x0102_0408_1020_4080);
     }
 
     #[test]

@@ -6,9 +6,9 @@
 //! on-wire header), [`fragments`] (frame to fragments and back), and [`stage`]
 //! (the pipeline stage).
 //!
-//! Kernels: AVX2 split-table `vpshufb` on x86-64 with AVX2, NEON `tbl` on
-//! aarch64, portable table look-ups elsewhere; chosen at start-up by
-//! [`Backend::detect`].
+//! Kernels ([`kernel`]): GFNI `vgf2p8affineqb` on zmm or ymm, split-table
+//! `vpshufb` on zmm or ymm (x86-64), NEON `tbl` (aarch64), portable table look-ups
+//! elsewhere; chosen at start-up from CPUID by [`Backend::detect`].
 
 mod error;
 pub mod fragments;

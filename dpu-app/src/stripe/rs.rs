@@ -7,8 +7,8 @@
 //! [`DECODE_CACHE_ENTRIES`] slots, all allocated with the codec), so a burst of
 //! reconstructions after one failure pays the matrix inversion once.
 
-use super::gf::{self, Matrix};
-use super::kernel::{self, Backend, TABLE_BYTES};
+use super::gf::Matrix;
+use super::kernel::{self, Backend, Tables};
 use super::StripeError;
 use crate::codec_config::{DECODE_CACHE_ENTRIES, FRAGMENTS_MAX};
 
@@ -18,9 +18,10 @@ pub struct ReedSolomon {
     k: usize,
     m: usize,
     matrix: Matrix,
-    encode_tables: Vec<u8>,
-    backend: Backend,
+    encode_tables: Tables,
     cache: Vec<CacheSlot>,
+    /// The slot the last reconstruction used.
+    last_slot: usize,
     clock: u64,
 }
 
@@ -29,7 +30,8 @@ struct CacheSlot {
     /// Sources mask in the low 32 bits, targets mask in the high 32; 0 = empty.
     pattern: u64,
     last_used: u64,
-    tables: Vec<u8>,
+    /// Room for m rows (every target); a pattern fills as many as it rebuilds.
+    tables: Tables,
 }
 
 impl ReedSolomon {
@@ -38,21 +40,20 @@ impl ReedSolomon {
         Self::with_backend(k, m, Backend::detect())
     }
 
-    /// RS(k, m) with the given kernels (tests compare backends with it).
+    /// RS(k, m) with the given kernels (tests and the benchmark run every
+    /// backend of [`Backend::all_available`] through it). Encode tables and every
+    /// decode-cache slot are laid out for `backend` here, once.
     pub fn with_backend(k: usize, m: usize, backend: Backend) -> Result<Self, StripeError> {
         if k == 0 || k + m > FRAGMENTS_MAX {
             return Err(StripeError::Shape { k, m, max: FRAGMENTS_MAX });
         }
         let matrix = Matrix::cauchy_systematic(k, m);
-        let mut encode_tables = vec![0u8; m * k * TABLE_BYTES];
-        for (i, t) in encode_tables.chunks_exact_mut(TABLE_BYTES).enumerate() {
-            let (p, j) = (k + i / k, i % k);
-            gf::split_table(matrix.get(p, j), t.try_into().expect("chunk is 32 bytes"));
-        }
+        let mut encode_tables = Tables::new(backend, k, m);
+        encode_tables.fill(m, |p, j| matrix.get(k + p, j));
         let cache = (0..DECODE_CACHE_ENTRIES)
-            .map(|_| CacheSlot { pattern: 0, last_used: 0, tables: vec![0u8; m * k * TABLE_BYTES] })
+            .map(|_| CacheSlot { pattern: 0, last_used: 0, tables: Tables::new(backend, k, m) })
             .collect();
-        Ok(Self { k, m, matrix, encode_tables, backend, cache, clock: 0 })
+        Ok(Self { k, m, matrix, encode_tables, cache, last_slot: 0, clock: 0 })
     }
 
     /// Data fragments (k).
@@ -67,7 +68,7 @@ impl ReedSolomon {
 
     /// The kernels in use.
     pub fn backend(&self) -> Backend {
-        self.backend
+        self.encode_tables.backend()
     }
 
     /// Computes the m parity fragments of the k `data` fragments.
@@ -80,7 +81,7 @@ impl ReedSolomon {
         if self.m == 0 {
             return;
         }
-        kernel::dot_prod(self.backend, &self.encode_tables, data, parity);
+        kernel::dot_prod(&self.encode_tables, data, parity);
     }
 
     /// Rebuilds the fragments numbered `target_ids` into `targets` from exactly k
@@ -110,8 +111,7 @@ impl ReedSolomon {
         }
         let pattern = u64::from(sources_mask) | u64::from(targets_mask) << 32;
         let slot = self.decode_slot(pattern, source_ids, target_ids);
-        let len = target_ids.len() * self.k * TABLE_BYTES;
-        kernel::dot_prod(self.backend, &self.cache[slot].tables[..len], sources, targets);
+        kernel::dot_prod(&self.cache[slot].tables, sources, targets);
         Ok(())
     }
 
@@ -119,10 +119,26 @@ impl ReedSolomon {
     /// them into the least recently used slot on a miss.
     fn decode_slot(&mut self, pattern: u64, source_ids: &[u8], target_ids: &[u8]) -> usize {
         self.clock += 1;
+        // A burst of reconstructions after one failure repeats one pattern: try
+        // the slot used last before scanning.
+        if self.cache[self.last_slot].pattern == pattern {
+            self.cache[self.last_slot].last_used = self.clock;
+            return self.last_slot;
+        }
         if let Some(i) = self.cache.iter().position(|s| s.pattern == pattern) {
+            self.last_slot = i;
             self.cache[i].last_used = self.clock;
             return i;
         }
+        self.fill_slot(pattern, source_ids, target_ids)
+    }
+
+    /// Computes the decode tables of `pattern` into the least recently used slot.
+    /// Out of line: the matrices it builds take kilobytes of stack that the hit
+    /// path should not reserve on every reconstruction.
+    #[cold]
+    #[inline(never)]
+    fn fill_slot(&mut self, pattern: u64, source_ids: &[u8], target_ids: &[u8]) -> usize {
         let victim = (0..self.cache.len()).min_by_key(|&i| self.cache[i].last_used).expect("cache has slots");
         let mut rows = [0usize; FRAGMENTS_MAX];
         for (r, &id) in rows.iter_mut().zip(source_ids) {
@@ -135,11 +151,10 @@ impl ReedSolomon {
         }
         let decode = self.matrix.select_rows(&rows[..target_ids.len()]).mul(&inverse);
         let slot = &mut self.cache[victim];
-        for (i, t) in slot.tables.chunks_exact_mut(TABLE_BYTES).take(target_ids.len() * self.k).enumerate() {
-            gf::split_table(decode.get(i / self.k, i % self.k), t.try_into().expect("chunk is 32 bytes"));
-        }
+        slot.tables.fill(target_ids.len(), |r, j| decode.get(r, j));
         slot.pattern = pattern;
         slot.last_used = self.clock;
+        self.last_slot = victim;
         victim
     }
 }
@@ -179,7 +194,7 @@ mod tests {
     #[test]
     fn every_loss_pattern_of_rs_4_2_rebuilds_every_fragment() {
         let (k, m) = (4, 2);
-        for backend in [Backend::detect(), Backend::portable()] {
+        for backend in Backend::all_available() {
             let mut rs = ReedSolomon::with_backend(k, m, backend).unwrap();
             let mut frags = stripe(k, m, 192, 5);
             encode(&rs, &mut frags);
