@@ -95,6 +95,9 @@ pub struct SoakReport {
     /// Longest stretch without an acknowledged write while a quorum was up, and when
     /// it began (seconds into the run).
     pub longest_stall: (Duration, f64),
+    /// Every stall of a second or more with a quorum up: (start s, length s, the kill
+    /// or restart that came last before it).
+    pub stalls: Vec<(f64, f64, String)>,
     /// Keys checked; reads that found the newest acknowledged write (or a later one of
     /// unknown outcome) with every node up; then with m down.
     pub keys: u64,
@@ -148,6 +151,12 @@ impl SoakReport {
             self.longest_stall.0.as_secs_f64(),
             self.longest_stall.1
         );
+        for (at, len, after) in self.stalls.iter().take(12) {
+            let _ = writeln!(s, "    stall of {len:.2} s from {at:.1} s, after {after}");
+        }
+        if self.stalls.len() > 12 {
+            let _ = writeln!(s, "    ... and {} more stalls of a second or more", self.stalls.len() - 12);
+        }
         let _ = writeln!(
             s,
             "  final reads of {} keys, every node up: {} ok, {} lost, {} unavailable",
@@ -213,12 +222,15 @@ pub fn run(opts: &SoakOptions) -> Result<SoakReport, SoakError> {
     let mut report = SoakReport::default();
     let (mut last_acked, mut last_change) = (0u64, Instant::now());
     let mut second_mark = (start + Duration::from_secs(1), 0u64);
+    let mut last_event = "the start".to_string();
+    let secs = |t: Instant| (t - start).as_secs_f64();
     while start.elapsed() < load {
         let now = Instant::now();
         for (i, at) in back_at.iter_mut().enumerate() {
             if at.is_some_and(|t| now >= t) {
                 cluster.spawn(i).map_err(SoakError::Setup)?;
                 *at = None;
+                last_event = format!("node {i} restarted at {:.1} s", secs(now));
             }
         }
         let down = back_at.iter().filter(|a| a.is_some()).count();
@@ -229,6 +241,7 @@ pub fn run(opts: &SoakOptions) -> Result<SoakReport, SoakError> {
                     cluster.kill9(victim);
                     back_at[victim] = Some(now + draw(&mut rng, opts.down_for));
                     report.kills += 1;
+                    last_event = format!("node {victim} killed at {:.1} s", secs(now));
                 }
             }
             next_kill = now + draw(&mut rng, opts.kill_every);
@@ -236,6 +249,10 @@ pub fn run(opts: &SoakOptions) -> Result<SoakReport, SoakError> {
         let acked = tally.acked.load(Ordering::Relaxed);
         let up = opts.nodes as usize - back_at.iter().filter(|a| a.is_some()).count();
         if acked != last_acked || (up as u32) < quorum {
+            let gap = now - last_change;
+            if acked != last_acked && gap >= Duration::from_secs(1) {
+                report.stalls.push((secs(last_change), gap.as_secs_f64(), last_event.clone()));
+            }
             last_acked = acked;
             last_change = now;
         } else if now - last_change > report.longest_stall.0 {
