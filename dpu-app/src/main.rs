@@ -301,8 +301,8 @@ fn run(cli: Cli) -> Result<(), String> {
                 pipeline.push(Box::new(delay));
             }
             tracing::info!(stages = ?pipeline.names(), regions = options.regions.len(), "serving");
-            let metrics = server.run(&mut pipeline, &options, stop);
-            println!("{}", metrics.summary());
+            server.run(&mut pipeline, &options, stop);
+            println!("{}", server.summary());
             for line in pipeline.summaries() {
                 println!("{line}");
             }
