@@ -104,17 +104,28 @@ impl QueueServer {
         Self::with_fence(words, fenced)
     }
 
-    /// Takes over the DPU end of `words` for a new host: not fenced, whatever the
-    /// fence word says (the caller clears it).
-    pub fn for_new_host(words: QueueWords) -> Self {
-        Self::with_fence(words, false)
+    /// Serves the same queue pair for a new host: not fenced, whatever the fence word
+    /// says (the caller clears it), and continuing from this server's own submission
+    /// head and completion tail, which are published again: the shared copies are the
+    /// host's to scribble and are not read back.
+    pub fn for_new_host(&self) -> Self {
+        let words = self.words.clone();
+        let sq = Consumer::resume(words.submissions(), self.sq.head());
+        let cq = Producer::resume(words.completions(), self.cq.tail());
+        Self::with_rings(words, sq, cq, false)
     }
 
     fn with_fence(words: QueueWords, fenced: bool) -> Self {
+        let sq = Consumer::new(words.submissions());
+        let cq = Producer::new(words.completions());
+        Self::with_rings(words, sq, cq, fenced)
+    }
+
+    fn with_rings(words: QueueWords, sq: Consumer<Submissions>, cq: Producer<Completions>, fenced: bool) -> Self {
         let entries = words.submissions().entries();
         Self {
-            sq: Consumer::new(words.submissions()),
-            cq: Producer::new(words.completions()),
+            sq,
+            cq,
             doorbell: words.cq_doorbell().load(Ordering::Relaxed),
             words,
             fenced,

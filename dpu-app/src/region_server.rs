@@ -266,7 +266,7 @@ impl RegionServer {
             }
             words.sq_taken().store(sq.head(), Ordering::Release);
             words.fence_reason().store(0, Ordering::Release);
-            *q = QueueServer::for_new_host(words);
+            *q = q.for_new_host();
         }
         // Requests of the old host still in flight (cluster mode) complete by buffer
         // only (see `complete`); every other buffer goes back.
