@@ -6,7 +6,8 @@
 //! Both phases run against the same DPU-app process with the same CPU load: in the
 //! reference phase the scribbler's thread runs the same random walk into a private
 //! buffer instead of B's region, so the ratio measures the attack, not the extra
-//! thread. A's every completion is checked exactly once, with its own user data;
+//! thread. The phases alternate in windows of [`WINDOW_SECONDS`], so a burst of load
+//! from elsewhere on the machine falls on both alike. A's every completion is checked exactly once, with its own user data;
 //! anything else is an error. The system test `tests/hostile_host.rs` runs this for
 //! a few seconds and bounds the ratios, the DPU app's memory and its log volume.
 
@@ -28,7 +29,7 @@ use crate::sim::rng::Rng;
 /// What to run.
 #[derive(Clone, Debug)]
 pub struct ScribbleBench {
-    /// Seconds of each phase (reference, then attack).
+    /// Seconds of each phase (in alternating windows of [`WINDOW_SECONDS`]).
     pub seconds: f64,
     /// Seed of the scribbler.
     pub seed: u64,
@@ -149,6 +150,12 @@ fn hostile_config() -> RegionConfig {
 /// A's requests in flight.
 const DEPTH: usize = 16;
 
+/// Each phase is run in windows of this many seconds, alternating with the other.
+pub const WINDOW_SECONDS: f64 = 0.25;
+
+/// How long A waits for a silent DPU app before its calls fail.
+const A_DPU_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// A seeded scribbler over a host's whole region: random bytes anywhere, ring index
 /// words, malicious descriptors published on its rings, liveness words, and
 /// re-attaching as a new host generation.
@@ -209,7 +216,7 @@ impl Scribbler {
             }
             // Malicious descriptors, published: floods of NOPs, PUTs naming any
             // buffer (some marked Submitted so they are accepted), random bytes.
-            120..=849 => {
+            120..=969 => {
                 let entries = config.ring_entries;
                 let sq = qp_base + qp::ENTRIES;
                 let tail = region.u32_at(qp_base + qp::SQ_TAIL).load(Ordering::Relaxed);
@@ -229,11 +236,17 @@ impl Scribbler {
                     region.write_bytes(sq + (index & (entries - 1)) as usize * DESCRIPTOR_BYTES, &bytes);
                 }
                 region.u32_at(qp_base + qp::SQ_TAIL).store(tail.wrapping_add(n), Ordering::Release);
+                // Mostly consume the completions too, as a flooder that wants its
+                // floods served would (a full completion ring stops them).
+                if self.rng.below(4) != 0 {
+                    let cq_tail = region.u32_at(qp_base + qp::CQ_TAIL).load(Ordering::Acquire);
+                    region.u32_at(qp_base + qp::CQ_HEAD).store(cq_tail, Ordering::Release);
+                }
                 region.u32_at(header::DPU_DOORBELL).fetch_add(1, Ordering::Release);
                 prescient_shim::sys::wake_all(region.u32_at(header::DPU_DOORBELL));
             }
             // Liveness and identity words, the host's and the DPU app's.
-            850..=989 => {
+            970..=989 => {
                 let pick = self.rng.below(8);
                 let v = self.rng.next_u64();
                 match pick {
@@ -329,12 +342,32 @@ fn file_len(path: &Path) -> u64 {
     std::fs::metadata(path).map_or(0, |m| m.len())
 }
 
-/// Runs A for `seconds` with `DEPTH` PUTs in flight, each checked exactly once.
-fn honest(host: &Host, qp: &mut QueuePair, seconds: f64, next_tag: &mut u64) -> Result<Phase, String> {
+impl Phase {
+    /// Adds a window's figures to this phase's (`samples`: all latencies so far).
+    fn add(&mut self, window: &Phase, samples: &mut [u64]) {
+        self.completions += window.completions;
+        self.longest_gap_ns = self.longest_gap_ns.max(window.longest_gap_ns);
+        self.scribbles += window.scribbles;
+        self.reattaches = window.reattaches;
+        self.log_bytes += window.log_bytes;
+        self.rss_kib = window.rss_kib;
+        self.seconds += window.seconds;
+        self.latency = Percentiles::of(samples);
+    }
+}
+
+/// Runs A for `seconds` with `DEPTH` PUTs in flight, each checked exactly once;
+/// appends its latencies to `latencies`.
+fn honest(
+    host: &Host,
+    qp: &mut QueuePair,
+    seconds: f64,
+    next_tag: &mut u64,
+    latencies: &mut Vec<u64>,
+) -> Result<Phase, String> {
     let started = Instant::now();
     let until = started + Duration::from_secs_f64(seconds);
     let mut open: HashMap<u64, Instant> = HashMap::with_capacity(DEPTH * 2);
-    let mut latencies = Vec::with_capacity(1 << 16);
     let mut last = started;
     let mut longest_gap_ns = 0u64;
     let mut completions = 0u64;
@@ -350,7 +383,7 @@ fn honest(host: &Host, qp: &mut QueuePair, seconds: f64, next_tag: &mut u64) -> 
             open.insert(tag, Instant::now());
         }
         qp.flush().map_err(|e| format!("host A: flush: {e}"))?;
-        qp.wait(Duration::from_secs(10), |c| {
+        qp.wait(A_DPU_TIMEOUT, |c| {
             let now = Instant::now();
             match open.remove(&c.user_data) {
                 Some(at) if c.status == Status::Ok => {
@@ -368,13 +401,7 @@ fn honest(host: &Host, qp: &mut QueuePair, seconds: f64, next_tag: &mut u64) -> 
             return Err(bad);
         }
     }
-    Ok(Phase {
-        completions,
-        longest_gap_ns,
-        latency: Percentiles::of(&mut latencies),
-        seconds: started.elapsed().as_secs_f64(),
-        ..Phase::default()
-    })
+    Ok(Phase { completions, longest_gap_ns, seconds: started.elapsed().as_secs_f64(), ..Phase::default() })
 }
 
 /// Runs both phases; an error if A lost, duplicated or failed a request.
@@ -389,7 +416,10 @@ pub fn run(bench: &ScribbleBench) -> Result<ScribbleReport, String> {
         let _ = std::fs::remove_file(p);
     }
     let options = HostOptions { pin: false, ..HostOptions::default() };
-    let a = Host::create(&a_path, honest_config(), options).map_err(|e| format!("host A: {e}"))?;
+    // A waits out a silent DPU app far longer than a KV store would: a stall is then
+    // measured as A's longest gap instead of ending the run.
+    let patient = HostOptions { dpu_timeout: A_DPU_TIMEOUT, ..options };
+    let a = Host::create(&a_path, honest_config(), patient).map_err(|e| format!("host A: {e}"))?;
     let b = Host::create(&b_path, hostile_config(), options).map_err(|e| format!("host B: {e}"))?;
     let file = |p: &Path| std::fs::File::create(p).map_err(|e| format!("create {}: {e}", p.display()));
     let child = Command::new(&bench.dpu_binary)
@@ -412,27 +442,30 @@ pub fn run(bench: &ScribbleBench) -> Result<ScribbleReport, String> {
     let mut tag = 1u64;
     let rss_kib_start = rss_kib(pid);
 
-    let phase = |attack: bool, qp: &mut QueuePair, tag: &mut u64| -> Result<Phase, String> {
+    let mut scribbler = Scribbler::new(b.clone(), &b_path, bench.seed);
+    let (mut rng, mut scratch) = (Rng::new(bench.seed), vec![0u8; 1 << 20]);
+    let mut window = |attack: bool, qp: &mut QueuePair, tag: &mut u64, latencies: &mut Vec<u64>| {
         let stop = AtomicBool::new(false);
         let log_before = file_len(&err_path);
         let (mut phase, scribbled) = std::thread::scope(|s| {
-            let scribbler = s.spawn(|| {
-                let mut rng = Rng::new(bench.seed);
-                let mut scratch = vec![0u8; 1 << 20];
-                let mut scribbler = Scribbler::new(b.clone(), &b_path, bench.seed);
+            let (scribbler, rng, scratch, stop) = (&mut scribbler, &mut rng, &mut scratch, &stop);
+            let thread = s.spawn(move || {
+                let before = scribbler.steps;
                 while !stop.load(Ordering::Relaxed) {
                     if attack {
                         scribbler.step();
                     } else {
-                        burn(&mut rng, &mut scratch);
+                        burn(rng, scratch);
                         scribbler.steps += 1;
                     }
                 }
-                (scribbler.steps, scribbler.reattaches)
+                let steps = scribbler.steps - before;
+                scribbler.steps = before + if attack { steps } else { 0 };
+                (steps, scribbler.reattaches)
             });
-            let phase = honest(&a, qp, bench.seconds, tag);
+            let phase = honest(&a, qp, bench.seconds.min(WINDOW_SECONDS), tag, latencies);
             stop.store(true, Ordering::Relaxed);
-            (phase, scribbler.join().expect("the scribbler does not panic"))
+            (phase, thread.join().expect("the scribbler does not panic"))
         });
         if let Ok(p) = phase.as_mut() {
             (p.scribbles, p.reattaches) = scribbled;
@@ -452,8 +485,15 @@ pub fn run(bench: &ScribbleBench) -> Result<ScribbleReport, String> {
             tail.join("\n")
         )
     };
-    let reference = phase(false, &mut qp, &mut tag).map_err(|e| explain("reference", e))?;
-    let attack = phase(true, &mut qp, &mut tag).map_err(|e| explain("attack", e))?;
+    let windows = (bench.seconds / WINDOW_SECONDS).ceil().max(1.0) as u32;
+    let (mut reference, mut attack) = (Phase::default(), Phase::default());
+    let (mut reference_samples, mut attack_samples) = (Vec::new(), Vec::new());
+    for _ in 0..windows {
+        let w = window(false, &mut qp, &mut tag, &mut reference_samples).map_err(|e| explain("reference", e))?;
+        reference.add(&w, &mut reference_samples);
+        let w = window(true, &mut qp, &mut tag, &mut attack_samples).map_err(|e| explain("attack", e))?;
+        attack.add(&w, &mut attack_samples);
+    }
     prescient_shim::sys::terminate(pid).map_err(|e| format!("stop the DPU app: {e}"))?;
     let status = dpu.child.wait().map_err(|e| format!("wait for the DPU app: {e}"))?;
     let dpu_summary = std::fs::read_to_string(&out_path).unwrap_or_default();
