@@ -270,7 +270,10 @@ impl Scribbler {
             _ if self.rng.below(20) != 0 => {}
             _ => {
                 if let Ok(host) = Host::attach(&self.path, HostOptions { pin: false, ..HostOptions::default() }) {
+                    // Dropping the old handle clears the pid word it shares with the
+                    // new one: claim it again, or B would look dead at once.
                     self.host = host;
+                    self.host.region().u32_at(header::HOST_PID).store(std::process::id(), Ordering::Release);
                     self.reattaches += 1;
                 }
             }
