@@ -435,7 +435,7 @@ pub fn run(bench: &ScribbleBench) -> Result<ScribbleReport, String> {
         .stderr(file(&err_path)?)
         .spawn()
         .map_err(|e| format!("cannot start {}: {e}", bench.dpu_binary.display()))?;
-    let mut dpu = DpuChild { child, paths: vec![a_path, b_path.clone(), out_path.clone(), err_path.clone()] };
+    let mut dpu = DpuChild { child, paths: vec![a_path.clone(), b_path.clone(), out_path.clone(), err_path.clone()] };
     let pid = dpu.child.id();
     for (name, host) in [("A", &a), ("B", &b)] {
         host.wait_for_dpu(Duration::from_secs(20))
@@ -479,7 +479,10 @@ pub fn run(bench: &ScribbleBench) -> Result<ScribbleReport, String> {
     };
     let explain = |phase: &str, e: String| {
         let log = std::fs::read_to_string(&err_path).unwrap_or_default();
-        let tail: Vec<&str> = log.lines().rev().take(40).collect();
+        // Every line about A, then the last lines of all.
+        let a_name = a_path.display().to_string();
+        let about_a = log.lines().filter(|l| l.contains(&a_name)).take(8);
+        let tail: Vec<&str> = log.lines().rev().take(12).chain(about_a).collect();
         let alive = prescient_shim::host::process_alive(pid);
         let tail: Vec<&str> = tail.into_iter().rev().collect();
         format!(
