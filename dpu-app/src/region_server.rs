@@ -442,3 +442,52 @@ impl RegionServer {
         self.door.inflight().len()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prescient_shim::{Host, HostOptions, RegionConfig};
+
+    #[test]
+    fn a_region_flooding_every_queue_pair_gets_one_bounded_turn_per_round() {
+        let path = std::env::temp_dir().join(format!("prescient-turn-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let config = RegionConfig {
+            queue_pairs: 8,
+            ring_entries: 256,
+            host_buffers: 8,
+            dpu_buffers: 0,
+            buffer_bytes: 4096,
+            directory_slots: 0,
+        };
+        let host = Host::create(&path, config, HostOptions { pin: false, ..HostOptions::default() }).unwrap();
+        let mut metrics = Metrics::default();
+        let mut server = RegionServer::attach(&path, false, Duration::from_secs(10), &mut metrics).unwrap();
+        // Every queue pair full of NOPs: 8 x 256 descriptors ready.
+        let mut qps: Vec<_> = (0..8).map(|i| host.queue_pair(i).unwrap()).collect();
+        for qp in &mut qps {
+            for tag in 0..256 {
+                qp.push_nop(tag).unwrap();
+            }
+            qp.flush().unwrap();
+        }
+        let mut pipeline = Pipeline::new();
+        let total = 8 * 256;
+        let mut served = 0;
+        let mut turns = 0;
+        while served < total {
+            let done = server.serve(&mut pipeline, &mut metrics);
+            assert!(done > 0 && done <= REGION_TURN_DESCRIPTORS, "turn {turns} served {done}");
+            served += done;
+            turns += 1;
+            // The host drains its completions so the flood keeps being served.
+            for qp in &mut qps {
+                qp.poll(|_| ()).unwrap();
+            }
+        }
+        assert_eq!(served, total);
+        assert_eq!(turns, total.div_ceil(REGION_TURN_DESCRIPTORS), "every turn but the last is a full one");
+        drop(server);
+        let _ = std::fs::remove_file(&path);
+    }
+}
