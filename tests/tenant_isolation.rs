@@ -116,3 +116,26 @@ fn puts_too_large_for_sealing_and_striping_are_refused_at_the_door() {
     assert!(!stdout.contains("stage failed") && !stderr.contains("leaves no room"), "{stdout}\n{stderr}");
     assert!(stdout.contains("3 x value length does not fit the buffer"), "{stdout}");
 }
+
+#[test]
+fn versions_keep_rising_when_the_region_with_the_newest_epoch_is_gone_at_restart() {
+    let (a, b) = (TempRegion::new("epoch-a"), TempRegion::new("epoch-b"));
+    let host_a = Host::create(&a.0, config(), host_options()).unwrap();
+    let host_b = Host::create(&b.0, config(), host_options()).unwrap();
+    // B's host writes a far newer DPU epoch into its region than A's has.
+    host_b.region().u32_at(header::DPU_EPOCH).store(1000, Ordering::Release);
+    // B first: the epoch of the first region once seeded the sequencer alone.
+    let mut first = DpuProcess::serve(&[&b.0, &a.0], &[]);
+    assert!(wait_served(&host_a));
+    let mut qp = host_a.queue_pair(0).unwrap();
+    let before = put(&mut qp, &host_a, 10, 1);
+    assert_eq!(before.status, Status::Ok);
+    first.kill9();
+    // The restart serves A alone: its versions must still be newer than any given out.
+    let second = DpuProcess::serve(&[&a.0], &[]);
+    assert!(wait_served(&host_a));
+    let after = put(&mut qp, &host_a, 10, 2);
+    assert_eq!(after.status, Status::Ok);
+    assert!(after.version > before.version, "version {} after {} from the previous run", after.version, before.version);
+    drop(second);
+}

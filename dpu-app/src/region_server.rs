@@ -310,6 +310,14 @@ impl RegionServer {
         self.epoch
     }
 
+    /// Records `epoch` (the newest of every region this DPU app serves, which seeds
+    /// its one sequencer) as this region's, so that the next start, which bumps each
+    /// region's word, opens an epoch above it whatever another region's host wrote.
+    pub fn adopt_epoch(&mut self, epoch: u32) {
+        self.epoch = epoch;
+        self.region.u32_at(header::DPU_EPOCH).store(epoch, Ordering::Release);
+    }
+
     /// The region.
     pub fn region(&self) -> &Arc<Region> {
         &self.region

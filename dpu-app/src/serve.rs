@@ -66,7 +66,12 @@ impl Server {
         if regions.is_empty() {
             return Err(DpuError::NoRegionServed { failures: refused });
         }
+        // One sequencer serves every region: it starts from the newest epoch, written
+        // back to each region so a restart opens a newer one even if the region that
+        // held the newest is refused next time (or its host rewrites the word).
+        let epoch = regions.iter().map(RegionServer::epoch).max().unwrap_or(1);
         for r in &mut regions {
+            r.adopt_epoch(epoch);
             r.beat();
         }
         Ok(Self { regions, refused, pipeline_stages: 0, metrics })
@@ -77,8 +82,9 @@ impl Server {
         &self.refused
     }
 
-    /// The newest epoch of the regions served (each bumped at every attach, and read
-    /// once, then): seeds the sequencer so a restarted DPU app never reissues a version.
+    /// The newest epoch of the regions served (each bumped at every attach and read
+    /// once, then; the newest written back to all): seeds the sequencer so a restarted
+    /// DPU app never reissues a version.
     pub fn epoch(&self) -> u32 {
         self.regions.iter().map(RegionServer::epoch).max().unwrap_or(1) & 0x00ff_ffff
     }
