@@ -22,15 +22,11 @@ pub enum DpuError {
         /// The other DPU app.
         pid: u32,
     },
-    /// A ring violation found while recovering a predecessor's state.
-    #[error("region {path}, queue pair {qp}: {what}; the host broke the ring protocol, restart the host")]
-    Recovery {
-        /// The region.
-        path: PathBuf,
-        /// Queue pair.
-        qp: u32,
-        /// What was wrong.
-        what: String,
+    /// No region given could be served; each one's reason.
+    #[error("none of the {} regions can be served; fix or remove each:{}", .failures.len(), list(.failures))]
+    NoRegionServed {
+        /// Why each region was refused.
+        failures: Vec<DpuError>,
     },
     /// Installing the signal handler failed.
     #[error("cannot install the {signal} handler: {source}")]
@@ -40,4 +36,8 @@ pub enum DpuError {
         /// Why.
         source: std::io::Error,
     },
+}
+
+fn list(failures: &[DpuError]) -> String {
+    failures.iter().map(|e| format!("\n  {e}")).collect()
 }

@@ -6,7 +6,8 @@
 //! table, and passes each request through a [`pipeline::Pipeline`] of stages.
 //!
 //! Module map: [`serve`] (the loop) -> [`region_server`] (one host: attach, recovery,
-//! host death) -> [`queue`] (one queue pair: take, check, complete) ->
+//! host death) -> [`queue`] (one queue pair: take, complete) and [`door`] (every
+//! check a descriptor passes) ->
 //! [`pipeline`] (stages, e.g. [`sequence`]). [`mod@bench`] measures the ring and the
 //! cluster against references; [`load`] drives an in-process cluster from its hosts;
 //! [`demo`] runs it for the README's main command.
@@ -19,10 +20,12 @@ pub mod cluster;
 pub mod codec_config;
 pub mod delay;
 pub mod demo;
+pub mod door;
 pub mod error;
 pub mod fabric;
 pub mod histogram;
 pub mod inflight;
+pub mod limits;
 pub mod load;
 pub mod log_limit;
 pub mod metrics;

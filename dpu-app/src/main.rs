@@ -182,6 +182,18 @@ enum Command {
 
 #[derive(Subcommand, Debug)]
 enum BenchWhat {
+    /// One DPU app serving an honest host A and a host B that scribbles over its whole
+    /// region (random bytes, ring indices, malicious descriptors, liveness words,
+    /// re-attaches): A's longest gap and p99.9 with and without the scribbler, as
+    /// ratios, and the DPU app's log bytes per minute under attack.
+    Scribble {
+        /// Seconds of each phase (reference, then attack).
+        #[arg(long, default_value_t = 10.0)]
+        seconds: f64,
+        /// Seed of the scribbler.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
     /// The host <-> DPU ring between two processes, next to rtrb and crossbeam-channel.
     Ring {
         /// Seconds per throughput figure.
@@ -301,8 +313,8 @@ fn run(cli: Cli) -> Result<(), String> {
                 pipeline.push(Box::new(delay));
             }
             tracing::info!(stages = ?pipeline.names(), regions = options.regions.len(), "serving");
-            let metrics = server.run(&mut pipeline, &options, stop);
-            println!("{}", metrics.summary());
+            server.run(&mut pipeline, &options, stop);
+            println!("{}", server.summary());
             for line in pipeline.summaries() {
                 println!("{line}");
             }
@@ -401,6 +413,18 @@ fn run(cli: Cli) -> Result<(), String> {
                 seed,
             };
             print!("{}", bench::cluster::run(&bench).map_err(|e| e.to_string())?.render());
+            Ok(())
+        }
+        Command::Bench { what: BenchWhat::Scribble { seconds, seed } } => {
+            if !(seconds.is_finite() && seconds > 0.0 && seconds <= 3600.0) {
+                return Err(format!("--seconds {seconds} is out of range: more than 0, at most 3600"));
+            }
+            let bench = bench::scribble::ScribbleBench { seconds, seed, dpu_binary: self_binary()? };
+            let report = bench::scribble::run(&bench)?;
+            println!(
+                "prescient-dpu bench scribble: honest host A under a scribbling host B, {seconds} s per phase, seed {seed}\n{}",
+                report.render()
+            );
             Ok(())
         }
         Command::Bench { what: BenchWhat::Ring { seconds, round_trips } } => {

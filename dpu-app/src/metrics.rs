@@ -2,6 +2,45 @@
 
 use prescient_shim::Status;
 
+/// Slots of a [`StatusCounts`]: codes at or above the last share it.
+const STATUS_SLOTS: usize = 32;
+
+/// Counts by completion status (e.g. one region's refusals).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StatusCounts {
+    counts: [u64; STATUS_SLOTS],
+}
+
+impl StatusCounts {
+    fn slot(status: Status) -> usize {
+        (status as u16 as usize).min(STATUS_SLOTS - 1)
+    }
+
+    /// Counts one `status`.
+    pub fn count(&mut self, status: Status) {
+        self.counts[Self::slot(status)] += 1;
+    }
+
+    /// How many `status` were counted.
+    pub fn get(&self, status: Status) -> u64 {
+        self.counts[Self::slot(status)]
+    }
+
+    /// All counted.
+    pub fn total(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+
+    /// `"N x status, ..."` for every status counted, or `None`.
+    pub fn describe(&self) -> Option<String> {
+        let parts: Vec<String> = (self.counts.iter().enumerate())
+            .filter(|(_, &n)| n > 0)
+            .map(|(code, n)| format!("{n} x {}", Status::from_u16(code as u16)))
+            .collect();
+        (!parts.is_empty()).then(|| parts.join(", "))
+    }
+}
+
 /// What happened while serving.
 #[derive(Clone, Debug, Default)]
 pub struct Metrics {

@@ -93,6 +93,24 @@ pub trait Stage: Send {
     fn summary(&self) -> Option<String> {
         None
     }
+
+    /// The check at the door: whether a PUT whose payload is `payload_len` bytes when
+    /// it reaches this stage can be processed in `room`, and if so the payload's
+    /// length after it. `None` means this stage would fail it. Stages that do not
+    /// touch the payload's size keep the default.
+    fn admits(&self, payload_len: usize, room: Room) -> Option<usize> {
+        let _ = room;
+        Some(payload_len)
+    }
+}
+
+/// The room a request has in the region's buffers, for [`Stage::admits`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Room {
+    /// Bytes of the request's buffer from the payload's start to the buffer's end.
+    pub payload: usize,
+    /// Bytes of the side buffer (0 when the region has no DPU buffers).
+    pub side: usize,
 }
 
 /// An ordered list of stages.
@@ -131,6 +149,28 @@ impl Pipeline {
     /// The stages' summary lines.
     pub fn summaries(&self) -> Vec<String> {
         self.stages.iter().filter_map(|s| s.summary()).collect()
+    }
+
+    /// The largest PUT value every stage can process in `room` (`None` if not even an
+    /// empty one), found once at start so that each descriptor is checked against it
+    /// at the door and no accepted PUT fails later for its size. `at_most` bounds the
+    /// search (the arena's own value limit).
+    pub fn put_value_max(&self, room: Room, at_most: usize) -> Option<usize> {
+        let fits = |len: usize| self.stages.iter().try_fold(len, |len, stage| stage.admits(len, room)).is_some();
+        if !fits(0) {
+            return None;
+        }
+        // Every stage's need grows with the payload: bisect for the last that fits.
+        let (mut lo, mut hi) = (0, at_most);
+        while lo < hi {
+            let mid = lo + (hi - lo).div_ceil(2);
+            if fits(mid) {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        Some(lo)
     }
 
     /// Runs `req` through every stage in order.

@@ -17,14 +17,13 @@ use std::sync::atomic::{fence, Ordering};
 
 use prescient_shim::arena::{self, BufferState};
 use prescient_shim::config::{BATCH_MAX, KEY_BYTES_MAX, VALUE_OFFSET};
-use prescient_shim::descriptor::{ArenaShape, Checked, Descriptor, OpCode};
+use prescient_shim::descriptor::{Descriptor, OpCode};
 use prescient_shim::queue::{Completions, FenceReason, QueueWords, Submissions};
 use prescient_shim::region::Region;
 use prescient_shim::ring::{Consumer, Producer, RingMemory};
 use prescient_shim::{sys, Completion, Status};
 
-use crate::inflight::InFlight;
-use crate::log_limit::LogLimits;
+use crate::door::{Door, Line};
 use crate::metrics::Metrics;
 use crate::pipeline::{CodecInfo, Op, Pipeline, Request};
 
@@ -92,40 +91,47 @@ pub struct QueueServer {
     outstanding: u32,
     /// Completions posted and not published.
     posted: u32,
-    /// Rate limits of the refusal log lines, one per [`Refusal`] (each refusal is
-    /// counted by status in the region's metrics).
-    logs: LogLimits<{ Refusal::COUNT }>,
-}
-
-/// Why a descriptor was refused at the door, for the rate-limited log.
-#[derive(Clone, Copy, Debug)]
-enum Refusal {
-    /// A field failed its check.
-    Malformed,
-    /// Its buffer is in flight already.
-    BufferInFlight,
-    /// Its buffer's ownership word does not say Submitted.
-    BufferNotSubmitted,
-}
-
-impl Refusal {
-    const COUNT: usize = 3;
+    /// The completion doorbell's value as this server last bumped it: the word is the
+    /// host's to scribble, so it is only ever stored, never read back.
+    doorbell: u32,
 }
 
 impl QueueServer {
-    /// Takes over the DPU end of `words` where the shared indices stand.
+    /// Takes over the DPU end of `words` where the shared indices stand, fenced if a
+    /// predecessor fenced it (the fence word is read once, here).
     pub fn new(words: QueueWords) -> Self {
         let fenced = words.fence_reason().load(Ordering::Acquire) != 0;
+        Self::with_fence(words, fenced)
+    }
+
+    /// Serves the same queue pair for a new host: not fenced, whatever the fence word
+    /// says (the caller clears it), and continuing from this server's own submission
+    /// head and completion tail, which are published again: the shared copies are the
+    /// host's to scribble and are not read back.
+    pub fn for_new_host(&self) -> Self {
+        let words = self.words.clone();
+        let sq = Consumer::resume(words.submissions(), self.sq.head());
+        let cq = Producer::resume(words.completions(), self.cq.tail());
+        Self::with_rings(words, sq, cq, false)
+    }
+
+    fn with_fence(words: QueueWords, fenced: bool) -> Self {
+        let sq = Consumer::new(words.submissions());
+        let cq = Producer::new(words.completions());
+        Self::with_rings(words, sq, cq, fenced)
+    }
+
+    fn with_rings(words: QueueWords, sq: Consumer<Submissions>, cq: Producer<Completions>, fenced: bool) -> Self {
         let entries = words.submissions().entries();
         Self {
-            sq: Consumer::new(words.submissions()),
-            cq: Producer::new(words.completions()),
+            sq,
+            cq,
+            doorbell: words.cq_doorbell().load(Ordering::Relaxed),
             words,
             fenced,
             open: vec![false; entries as usize],
             outstanding: 0,
             posted: 0,
-            logs: LogLimits::default(),
         }
     }
 
@@ -149,14 +155,25 @@ impl QueueServer {
         &mut self.sq
     }
 
-    /// Fences the queue pair off for `reason`.
-    pub fn fence(&mut self, reason: FenceReason, detail: u64, metrics: &mut Metrics) {
-        tracing::error!(qp = self.words.index(), reason = reason.describe(), detail, "fencing queue pair off");
+    /// Fences the queue pair off for `reason` (O(1): nothing is walked).
+    pub fn fence(&mut self, reason: FenceReason, detail: u64, door: &mut Door, metrics: &mut Metrics) {
+        if let Some(left_out) = door.log(Line::Fence) {
+            let region = self.words.region().path().display().to_string();
+            tracing::error!(
+                region,
+                qp = self.words.index(),
+                reason = reason.describe(),
+                detail,
+                left_out,
+                "fencing queue pair off"
+            );
+        }
         self.words.fence_detail().store(detail, Ordering::Relaxed);
         // Release: the detail is visible before the reason that makes the host look.
         self.words.fence_reason().store(reason as u32, Ordering::Release);
         self.fenced = true;
         metrics.fences += 1;
+        door.count_fence();
         self.wake_host();
     }
 
@@ -174,11 +191,11 @@ impl QueueServer {
     }
 
     /// Free completion slots (rereads the host's head). A head out of bounds fences.
-    pub fn completion_room(&mut self, metrics: &mut Metrics) -> u32 {
+    pub fn completion_room(&mut self, door: &mut Door, metrics: &mut Metrics) -> u32 {
         match self.cq.refresh() {
             Ok(free) => free,
             Err(e) => {
-                self.fence(FenceReason::CompletionHead, e.index().into(), metrics);
+                self.fence(FenceReason::CompletionHead, e.index().into(), door, metrics);
                 0
             }
         }
@@ -196,8 +213,10 @@ impl QueueServer {
         }
     }
 
-    fn wake_host(&self) {
-        self.words.cq_doorbell().fetch_add(1, Ordering::Release);
+    fn wake_host(&mut self) {
+        self.doorbell = self.doorbell.wrapping_add(1);
+        // Release: the completions published before are visible to a host woken by it.
+        self.words.cq_doorbell().store(self.doorbell, Ordering::Release);
         sys::wake_all(self.words.cq_doorbell());
     }
 
@@ -208,7 +227,7 @@ impl QueueServer {
     pub fn take(
         &mut self,
         region: &Region,
-        inflight: &mut InFlight,
+        door: &mut Door,
         max: u32,
         out: &mut Vec<Accepted>,
         metrics: &mut Metrics,
@@ -219,7 +238,7 @@ impl QueueServer {
         let ready = match self.sq.refresh() {
             Ok(ready) => ready,
             Err(e) => {
-                self.fence(FenceReason::for_submission(&e), e.index().into(), metrics);
+                self.fence(FenceReason::for_submission(&e), e.index().into(), door, metrics);
                 return 0;
             }
         };
@@ -234,7 +253,7 @@ impl QueueServer {
         let room = if free(self) >= want {
             free(self)
         } else {
-            self.completion_room(metrics);
+            self.completion_room(door, metrics);
             free(self)
         };
         let batch = want.min(room);
@@ -243,12 +262,10 @@ impl QueueServer {
         }
         // Journal first: a successor that finds these taken but not completed fails them.
         self.words.sq_taken().store(self.sq.head().wrapping_add(batch), Ordering::Release);
-        let config = region.layout().config;
-        let shape = ArenaShape { host_buffers: config.host_buffers, buffer_bytes: config.buffer_bytes };
         let qp = self.words.index();
         for _ in 0..batch {
             let (sq_index, bytes) = self.sq.pop().expect("batch <= ready");
-            match accept(region, &shape, qp, sq_index, &bytes, inflight, &mut self.logs) {
+            match door.accept(region, qp, sq_index, &bytes) {
                 Ok(Some((desc, buffer))) => {
                     let slot = self.slot(sq_index);
                     self.open[slot] = true;
@@ -279,7 +296,7 @@ impl QueueServer {
     pub fn complete(
         &mut self,
         region: &Region,
-        inflight: &mut InFlight,
+        door: &mut Door,
         accepted: &Accepted,
         outcome: Outcome,
         metrics: &mut Metrics,
@@ -290,7 +307,7 @@ impl QueueServer {
         let cell = region.u32_at(region.layout().buffer_state(accepted.buffer));
         // Release: publishes the stages' writes to the buffer along with its new owner.
         cell.store(arena::word(accepted.desc.buffer_gen, back), Ordering::Release);
-        inflight.remove(accepted.buffer);
+        door.inflight_mut().remove(accepted.buffer);
         self.open[slot] = false;
         self.outstanding -= 1;
         let completion = Completion {
@@ -327,21 +344,23 @@ impl QueueServer {
         }
     }
 
-    /// Serves one batch synchronously through `pipeline` (the single-node mode: every
-    /// request completes before the next is taken); returns the requests completed.
+    /// Serves one batch of at most `max` descriptors synchronously through `pipeline`
+    /// (the single-node mode: every request completes before the next is taken);
+    /// returns the descriptors taken.
     pub fn serve(
         &mut self,
         region: &Region,
-        inflight: &mut InFlight,
+        door: &mut Door,
         pipeline: &mut Pipeline,
         batch: &mut Vec<Accepted>,
+        max: u32,
         metrics: &mut Metrics,
     ) -> u32 {
         batch.clear();
-        let taken = self.take(region, inflight, BATCH_MAX, batch, metrics);
+        let taken = self.take(region, door, max.min(BATCH_MAX), batch, metrics);
         for accepted in batch.iter() {
-            let outcome = run_pipeline(region, accepted, pipeline, metrics);
-            self.complete(region, inflight, accepted, outcome, metrics);
+            let outcome = run_pipeline(region, accepted, pipeline, door, metrics);
+            self.complete(region, door, accepted, outcome, metrics);
         }
         self.flush();
         taken
@@ -362,61 +381,6 @@ fn nop_completion(bytes: &[u8; 64], sq_index: u32) -> Completion {
     }
 }
 
-/// Checks one descriptor and takes ownership of its buffer. `Ok(None)` for a NOP
-/// (completes at once), `Err` with the error completion for a refused one.
-/// A refusal is logged at most once per reason and queue pair every few seconds,
-/// naming the region (a host that floods bad descriptors must not flood the log).
-fn accept(
-    region: &Region,
-    shape: &ArenaShape,
-    qp: u32,
-    sq_index: u32,
-    bytes: &[u8; 64],
-    inflight: &mut InFlight,
-    logs: &mut LogLimits<{ Refusal::COUNT }>,
-) -> Result<Option<(Descriptor, u32)>, Completion> {
-    let mut admit = |why: Refusal| logs.admit(why as usize, sys::monotonic_ns());
-    let path = || region.path().display().to_string();
-    let fail = |status: Status, user_data: u64, detail: u64| Completion {
-        user_data,
-        status,
-        op: bytes[0],
-        flags: 0,
-        sq_index,
-        version: 0,
-        detail: detail.min(u32::MAX.into()) as u32,
-        cq_index: 0,
-    };
-    let Checked { desc, buffer } = match Descriptor::parse_checked(bytes, shape) {
-        Ok(checked) => checked,
-        Err(refused) => {
-            if let Some(left_out) = admit(Refusal::Malformed) {
-                tracing::warn!(region = path(), qp, sq_index, status = %refused.status, detail = refused.detail, left_out, "refused descriptor");
-            }
-            return Err(fail(refused.status, refused.user_data, refused.detail));
-        }
-    };
-    let Some(buffer) = buffer else {
-        debug_assert_eq!(desc.op, OpCode::Nop);
-        return Ok(None);
-    };
-    if !inflight.insert(buffer) {
-        if let Some(left_out) = admit(Refusal::BufferInFlight) {
-            tracing::warn!(region = path(), qp, sq_index, buffer, left_out, "buffer submitted twice");
-        }
-        return Err(fail(Status::BufferInFlight, desc.user_data, buffer.into()));
-    }
-    let cell = region.u32_at(region.layout().buffer_state(buffer));
-    if let Err(found) = arena::transition(cell, desc.buffer_gen, BufferState::Submitted, BufferState::Dpu) {
-        inflight.remove(buffer);
-        if let Some(left_out) = admit(Refusal::BufferNotSubmitted) {
-            tracing::warn!(region = path(), qp, sq_index, buffer, found, left_out, "buffer not submitted");
-        }
-        return Err(fail(Status::BufferNotSubmitted, desc.user_data, found.into()));
-    }
-    Ok(Some((desc, buffer)))
-}
-
 /// The key of an accepted request, copied out of its buffer.
 pub fn key_of<'k>(region: &Region, accepted: &Accepted, key: &'k mut [u8; KEY_BYTES_MAX]) -> &'k [u8] {
     let key = &mut key[..accepted.desc.key_len as usize];
@@ -425,7 +389,13 @@ pub fn key_of<'k>(region: &Region, accepted: &Accepted, key: &'k mut [u8; KEY_BY
 }
 
 /// Runs an accepted request through `pipeline` in place (single-node mode).
-fn run_pipeline(region: &Region, accepted: &Accepted, pipeline: &mut Pipeline, metrics: &mut Metrics) -> Outcome {
+fn run_pipeline(
+    region: &Region,
+    accepted: &Accepted,
+    pipeline: &mut Pipeline,
+    door: &mut Door,
+    metrics: &mut Metrics,
+) -> Outcome {
     let Some(op) = accepted.op() else {
         return Outcome::failed(Status::Unsupported, accepted.desc.op as u32);
     };
@@ -464,7 +434,10 @@ fn run_pipeline(region: &Region, accepted: &Accepted, pipeline: &mut Pipeline, m
         Ok(()) => Outcome::ok(request.version),
         Err(e) => {
             metrics.stage_failures += 1;
-            tracing::warn!(sq_index = accepted.sq_index, error = %e, "stage failed");
+            if let Some(left_out) = door.log(Line::StageFailed) {
+                let region = region.path().display().to_string();
+                tracing::warn!(region, qp = accepted.qp, sq_index = accepted.sq_index, error = %e, left_out, "stage failed");
+            }
             Outcome::failed(Status::StageFailed, 0)
         }
     }

@@ -1,5 +1,12 @@
 //! Serving one host's region: attach (and recover a dead predecessor's requests),
 //! serve its queue pairs, watch the host, and reclaim a dead host's buffers.
+//!
+//! A region is a failure domain. Whatever its host writes, it can fence its own queue
+//! pairs or have its region refused at attach, never stop the others: every word this
+//! DPU app owns (heartbeat, served generation, ring heads and tails, the doorbells)
+//! is kept here and only ever stored to the region; a word the host writes is read
+//! once per batch and checked; a violation fences that queue pair in O(1); and each
+//! turn serves a bounded number of descriptors (see [`crate::limits`]).
 
 use std::path::Path;
 use std::sync::atomic::Ordering;
@@ -9,34 +16,46 @@ use std::time::{Duration, Instant};
 use prescient_shim::arena::{self, BufferState};
 use prescient_shim::completion::Completion;
 use prescient_shim::config::COMPLETION_BYTES;
-use prescient_shim::descriptor::{ArenaShape, Checked, Descriptor, OpCode};
+use prescient_shim::descriptor::{Checked, Descriptor, OpCode};
 use prescient_shim::host::process_alive;
 use prescient_shim::layout::header;
 use prescient_shim::liveness::Watch;
-use prescient_shim::queue::QueueWords;
+use prescient_shim::queue::{FenceReason, QueueWords};
 use prescient_shim::region::Region;
 use prescient_shim::ring::RingMemory;
 use prescient_shim::Status;
 
+use crate::door::{Door, Line};
 use crate::error::DpuError;
-use crate::inflight::InFlight;
+use crate::limits::{HOST_CHECK_PERIOD_MS, REGION_TURN_DESCRIPTORS, TAKE_OVER_INTERVAL_MS};
 use crate::metrics::Metrics;
-use crate::pipeline::Pipeline;
+use crate::pipeline::{Pipeline, Room};
 use crate::queue::{Accepted, Outcome, QueueServer};
 
-/// How often the DPU app looks at each host's liveness.
-const HOST_CHECK_PERIOD: Duration = Duration::from_millis(10);
+const HOST_CHECK_PERIOD: Duration = Duration::from_millis(HOST_CHECK_PERIOD_MS);
+const TAKE_OVER_INTERVAL: Duration = Duration::from_millis(TAKE_OVER_INTERVAL_MS);
 
 /// The DPU end of one region.
 #[derive(Debug)]
 pub struct RegionServer {
     region: Arc<Region>,
     queues: Vec<QueueServer>,
-    inflight: InFlight,
+    /// The checks every descriptor passes, the in-flight table, refusal counts and
+    /// log limits: kept across host take-overs.
+    door: Door,
     host: Watch,
     host_checked: Instant,
+    /// When the last new host generation was taken over (`None`: never).
+    taken_over: Option<Instant>,
     /// The host generation being served; `None` while the host is dead.
     serving: Option<u32>,
+    /// The generation last acknowledged in the region (our copy: never read back).
+    served: u32,
+    /// This DPU app's heartbeat as last stored (our copy: never read back).
+    beats: u64,
+    /// The DPU epoch this attach bumped the region to.
+    epoch: u32,
+
     /// Scratch for the single-node mode's batches (allocated once).
     batch: Vec<Accepted>,
     /// Where the next `take` starts, so no queue pair starves the others.
@@ -67,35 +86,47 @@ impl RegionServer {
             return Err(DpuError::AlreadyServed { path: path.into(), pid: other });
         }
         pid_word.store(me, Ordering::Release);
+        // Read once, here: from now on the epoch, heartbeat and served generation are
+        // ours, kept in this struct and only stored.
         let epoch = region.u32_at(header::DPU_EPOCH).fetch_add(1, Ordering::AcqRel).wrapping_add(1);
+        let beats = region.u64_at(header::DPU_HEARTBEAT).load(Ordering::Relaxed);
+        let served = region.u32_at(header::DPU_SERVED_GENERATION).load(Ordering::Acquire);
         let config = region.layout().config;
         let now = Instant::now();
         let mut server = Self {
             queues: (0..config.queue_pairs).map(|qp| QueueServer::new(QueueWords::new(region.clone(), qp))).collect(),
-            inflight: InFlight::new(config.host_buffers),
+            door: Door::new(&config),
             host: Watch::new(region.u64_at(header::HOST_HEARTBEAT), host_timeout, now),
             host_checked: now,
+            taken_over: None,
             serving: None,
+            served,
+            beats,
+            epoch,
             batch: Vec::with_capacity(prescient_shim::config::BATCH_MAX as usize),
             next_queue: 0,
             region,
         };
         let generation = server.region.u32_at(header::HOST_GENERATION).load(Ordering::Acquire);
-        let served = server.region.u32_at(header::DPU_SERVED_GENERATION).load(Ordering::Acquire);
         if generation == served {
-            server.recover(path, metrics)?;
+            server.recover(path, metrics);
             server.serving = Some(generation);
         } else {
             // A new host attached while no DPU app ran: the old host's requests have no
             // one to complete to. Drop them; the new host waits for our acknowledgement.
-            server.take_over_host(generation, metrics);
+            server.take_over_host(generation, now, metrics);
         }
         tracing::info!(region = %path.display(), epoch, generation, "attached");
         Ok(server)
     }
 
-    /// Fails every request the predecessor took without completing.
-    fn recover(&mut self, path: &Path, metrics: &mut Metrics) -> Result<(), DpuError> {
+    /// Fails every request the predecessor took without completing. A queue pair whose
+    /// journal or rings make no sense is fenced off (its host sees why), naming the
+    /// region; the region's other queue pairs, and other regions, are served.
+    fn recover(&mut self, path: &Path, metrics: &mut Metrics) {
+        let entries = self.region.layout().config.ring_entries;
+        // Scratch, allocated once per attach: which slots of [head, taken) completed.
+        let mut done = vec![false; entries as usize];
         for q in &mut self.queues {
             if q.fenced() {
                 continue;
@@ -103,14 +134,20 @@ impl RegionServer {
             let words = q.words().clone();
             let head = words.sq_head().load(Ordering::Acquire);
             let taken = words.sq_taken().load(Ordering::Acquire);
-            let entries = self.region.layout().config.ring_entries;
             let pending = taken.wrapping_sub(head);
+            let fence = |q: &mut QueueServer,
+                         door: &mut Door,
+                         metrics: &mut Metrics,
+                         why: (FenceReason, u32),
+                         what: String| {
+                let (reason, detail) = why;
+                tracing::error!(region = %path.display(), qp = words.index(), "{what}; fencing the queue pair off (the host re-attaching clears it)");
+                q.fence(reason, detail.into(), door, metrics);
+            };
             if pending > entries {
-                return Err(DpuError::Recovery {
-                    path: path.into(),
-                    qp: words.index(),
-                    what: format!("taken index {taken} is {pending} past head {head}, more than {entries} entries"),
-                });
+                let what = format!("taken index {taken} is {pending} past head {head}, more than {entries} entries");
+                fence(q, &mut self.door, metrics, (FenceReason::Journal, taken), what);
+                continue;
             }
             if pending == 0 {
                 continue;
@@ -118,21 +155,22 @@ impl RegionServer {
             let completions = words.completions();
             let cq_tail = words.cq_tail().load(Ordering::Acquire);
             // Completions the predecessor published: the last `entries` slots, each
-            // counted only if it was written at the index its position implies.
-            let window: Vec<Completion> = (1..=entries)
-                .map(|back| cq_tail.wrapping_sub(back))
-                .map(|at| (at, completions.read_slot(at & (entries - 1))))
-                .map(|(at, bytes): (u32, [u8; COMPLETION_BYTES])| (at, Completion::parse(&bytes)))
-                .filter(|(at, c)| c.cq_index == *at)
-                .map(|(_, c)| c)
-                .collect();
+            // counted only if it was written at the index its position implies and
+            // completes a request in [head, taken). O(entries), not O(entries^2).
+            done.fill(false);
+            for back in 1..=entries {
+                let at = cq_tail.wrapping_sub(back);
+                let bytes: [u8; COMPLETION_BYTES] = completions.read_slot(at & (entries - 1));
+                let c = Completion::parse(&bytes);
+                if c.cq_index == at && c.sq_index.wrapping_sub(head) < pending {
+                    done[(c.sq_index & (entries - 1)) as usize] = true;
+                }
+            }
             let submissions = words.submissions();
-            let config = self.region.layout().config;
-            let shape = ArenaShape { host_buffers: config.host_buffers, buffer_bytes: config.buffer_bytes };
             let mut failed = 0;
+            let mut no_room = false;
             for index in (0..pending).map(|i| head.wrapping_add(i)) {
-                let done = window.iter().any(|c| c.sq_index == index);
-                if done {
+                if done[(index & (entries - 1)) as usize] {
                     continue;
                 }
                 let bytes = submissions.read_slot(index & (entries - 1));
@@ -140,7 +178,8 @@ impl RegionServer {
                 // Its buffer goes back, whether the predecessor had accepted it (Dpu)
                 // or not yet (Submitted): a GET's to the host, which takes it back with
                 // the completion, any other to the arena.
-                if let Ok(Checked { desc, buffer: Some(buffer) }) = Descriptor::parse_checked(&bytes, &shape) {
+                if let Ok(Checked { desc, buffer: Some(buffer) }) = Descriptor::parse_checked(&bytes, self.door.shape())
+                {
                     let cell = self.region.u32_at(self.region.layout().buffer_state(buffer));
                     let to = if desc.op == OpCode::Get { BufferState::Host } else { BufferState::Free };
                     for from in [BufferState::Dpu, BufferState::Submitted] {
@@ -149,12 +188,9 @@ impl RegionServer {
                         }
                     }
                 }
-                if q.completion_room(metrics) == 0 {
-                    return Err(DpuError::Recovery {
-                        path: path.into(),
-                        qp: words.index(),
-                        what: "no completion slot free to fail a predecessor's request".into(),
-                    });
+                if q.completion_room(&mut self.door, metrics) == 0 {
+                    no_room = true;
+                    break;
                 }
                 q.post(&Completion {
                     user_data,
@@ -169,19 +205,26 @@ impl RegionServer {
                 failed += 1;
             }
             q.publish_completions();
-            q.submissions().skip_to(taken).map_err(|e| DpuError::Recovery {
-                path: path.into(),
-                qp: words.index(),
-                what: e.to_string(),
-            })?;
-            q.submissions().release();
             metrics.restart_failed += failed;
-            tracing::warn!(qp = words.index(), failed, "failed requests a dead predecessor took");
+            if q.fenced() {
+                continue;
+            }
+            if no_room {
+                let what = "no completion slot free to fail a predecessor's request".to_string();
+                fence(q, &mut self.door, metrics, (FenceReason::CompletionHead, 0), what);
+                continue;
+            }
+            if let Err(e) = q.submissions().skip_to(taken) {
+                let what = format!("cannot skip to the taken index {taken}: {e}");
+                fence(q, &mut self.door, metrics, (FenceReason::for_submission(&e), e.index()), what);
+                continue;
+            }
+            q.submissions().release();
+            tracing::warn!(region = %path.display(), qp = words.index(), failed, "failed requests a dead predecessor took");
         }
         // Nothing is in flight in this process yet: any buffer marked Dpu was the
         // predecessor's.
         metrics.buffers_reclaimed += self.reclaim(&[BufferState::Dpu]);
-        Ok(())
     }
 
     /// Frees every host buffer in one of `states` that this process does not hold.
@@ -189,7 +232,7 @@ impl RegionServer {
         let layout = *self.region.layout();
         let mut freed = 0;
         for index in 0..layout.config.host_buffers {
-            if self.inflight.contains(index) {
+            if self.door.inflight().contains(index) {
                 continue;
             }
             let cell = self.region.u32_at(layout.buffer_state(index));
@@ -212,7 +255,7 @@ impl RegionServer {
 
     /// Drops the previous host's unconsumed requests, reclaims its buffers and
     /// acknowledges host `generation`.
-    fn take_over_host(&mut self, generation: u32, metrics: &mut Metrics) {
+    fn take_over_host(&mut self, generation: u32, now: Instant, metrics: &mut Metrics) {
         for q in &mut self.queues {
             let words = q.words().clone();
             let tail = words.sq_tail().load(Ordering::Acquire);
@@ -223,13 +266,56 @@ impl RegionServer {
             }
             words.sq_taken().store(sq.head(), Ordering::Release);
             words.fence_reason().store(0, Ordering::Release);
-            *q = QueueServer::new(words);
+            *q = q.for_new_host();
         }
+        // Requests of the old host still in flight (cluster mode) complete by buffer
+        // only (see `complete`); every other buffer goes back.
         metrics.buffers_reclaimed += self.reclaim(&[BufferState::Host, BufferState::Submitted, BufferState::Dpu]);
-        self.host = Watch::new(self.region.u64_at(header::HOST_HEARTBEAT), self.host.timeout(), Instant::now());
+        self.host = Watch::new(self.region.u64_at(header::HOST_HEARTBEAT), self.host.timeout(), now);
+        self.served = generation;
         self.region.u32_at(header::DPU_SERVED_GENERATION).store(generation, Ordering::Release);
         self.serving = Some(generation);
-        tracing::info!(generation, "serving a new host");
+        self.taken_over = Some(now);
+        if let Some(left_out) = self.door.log(Line::TakeOver) {
+            tracing::info!(region = %self.region.path().display(), generation, left_out, "serving a new host");
+        }
+    }
+
+    /// Refuses PUT values larger than `pipeline` can process in this region's buffers
+    /// (checked at the door; see [`Door::limit_put_values`]). Returns the limit.
+    pub fn limit_put_values(&mut self, pipeline: &Pipeline) -> u32 {
+        let config = self.region.layout().config;
+        let room = Room {
+            payload: config.buffer_bytes as usize - prescient_shim::config::VALUE_OFFSET,
+            side: if config.dpu_buffers > 0 { config.buffer_bytes as usize } else { 0 },
+        };
+        let max = pipeline.put_value_max(room, self.door.put_value_max() as usize).unwrap_or(0);
+        self.door.limit_put_values(max as u32);
+        self.door.put_value_max()
+    }
+
+    /// Refuses PUT values above `max` bytes at the door (a limit the caller worked
+    /// out for its own write path, e.g. a cluster's `value_bytes_max`).
+    pub fn limit_put_values_to(&mut self, max: u32) {
+        self.door.limit_put_values(max);
+    }
+
+    /// The door: descriptors refused, the PUT value limit.
+    pub fn door(&self) -> &Door {
+        &self.door
+    }
+
+    /// The DPU epoch this attach bumped the region to.
+    pub fn epoch(&self) -> u32 {
+        self.epoch
+    }
+
+    /// Records `epoch` (the newest of every region this DPU app serves, which seeds
+    /// its one sequencer) as this region's, so that the next start, which bumps each
+    /// region's word, opens an epoch above it whatever another region's host wrote.
+    pub fn adopt_epoch(&mut self, epoch: u32) {
+        self.epoch = epoch;
+        self.region.u32_at(header::DPU_EPOCH).store(epoch, Ordering::Release);
     }
 
     /// The region.
@@ -244,14 +330,26 @@ impl RegionServer {
 
     /// Serves one batch of every queue pair synchronously through `pipeline`;
     /// returns requests completed.
+    /// At most [`REGION_TURN_DESCRIPTORS`] descriptors are taken per call, round robin
+    /// over the queue pairs from where the last call stopped, so a region whose every
+    /// queue pair is full costs the other regions one bounded turn per round.
     pub fn serve(&mut self, pipeline: &mut Pipeline, metrics: &mut Metrics) -> u32 {
         if self.serving.is_none() {
             return 0;
         }
+        let queues = self.queues.len();
         let mut done = 0;
-        for q in &mut self.queues {
-            done += q.serve(&self.region, &mut self.inflight, pipeline, &mut self.batch, metrics);
+        for i in 0..queues {
+            let budget = REGION_TURN_DESCRIPTORS - done;
+            if budget == 0 {
+                // Resume at this queue pair next turn.
+                self.next_queue = (self.next_queue + i) % queues;
+                return done;
+            }
+            let q = &mut self.queues[(self.next_queue + i) % queues];
+            done += q.serve(&self.region, &mut self.door, pipeline, &mut self.batch, budget, metrics);
         }
+        self.next_queue = (self.next_queue + 1) % queues.max(1);
         done
     }
 
@@ -270,7 +368,7 @@ impl RegionServer {
             }
             let q = (self.next_queue + i) % queues;
             self.batch.clear();
-            taken += self.queues[q].take(&self.region, &mut self.inflight, want, &mut self.batch, metrics);
+            taken += self.queues[q].take(&self.region, &mut self.door, want, &mut self.batch, metrics);
             out.extend(self.batch.drain(..).map(|accepted| Taken { accepted, generation }));
         }
         self.next_queue = (self.next_queue + 1) % queues.max(1);
@@ -283,11 +381,11 @@ impl RegionServer {
     pub fn complete(&mut self, taken: &Taken, outcome: Outcome, metrics: &mut Metrics) {
         let a = &taken.accepted;
         if self.serving == Some(taken.generation) {
-            self.queues[a.qp as usize].complete(&self.region, &mut self.inflight, a, outcome, metrics);
+            self.queues[a.qp as usize].complete(&self.region, &mut self.door, a, outcome, metrics);
         } else {
             let cell = self.region.u32_at(self.region.layout().buffer_state(a.buffer));
             let _ = arena::transition(cell, a.desc.buffer_gen, BufferState::Dpu, BufferState::Free);
-            self.inflight.remove(a.buffer);
+            self.door.inflight_mut().remove(a.buffer);
         }
     }
 
@@ -299,15 +397,18 @@ impl RegionServer {
     }
 
     /// Looks at the host at most every few milliseconds: a dead host's buffers are
-    /// reclaimed and its queues dropped; a new host is taken over.
+    /// reclaimed and its queues dropped; a new host is taken over (at most once per
+    /// [`TAKE_OVER_INTERVAL_MS`]: each take-over walks every buffer of the region).
     pub fn watch_host(&mut self, now: Instant, metrics: &mut Metrics) {
         if now.saturating_duration_since(self.host_checked) < HOST_CHECK_PERIOD {
             return;
         }
         self.host_checked = now;
         let generation = self.region.u32_at(header::HOST_GENERATION).load(Ordering::Acquire);
-        if self.serving.is_some_and(|g| g != generation) || (self.serving.is_none() && generation != self.served()) {
-            self.take_over_host(generation, metrics);
+        if self.serving.is_some_and(|g| g != generation) || (self.serving.is_none() && generation != self.served) {
+            if self.taken_over.is_none_or(|at| now.saturating_duration_since(at) >= TAKE_OVER_INTERVAL) {
+                self.take_over_host(generation, now, metrics);
+            }
             return;
         }
         if self.serving.is_none() {
@@ -320,13 +421,11 @@ impl RegionServer {
             let freed = self.reclaim(&[BufferState::Host, BufferState::Submitted]);
             metrics.host_deaths += 1;
             metrics.buffers_reclaimed += freed;
-            tracing::warn!(region = %self.region.path().display(), pid, freed, "host is gone; reclaimed its buffers");
+            if let Some(left_out) = self.door.log(Line::HostGone) {
+                tracing::warn!(region = %self.region.path().display(), pid, freed, left_out, "host is gone; reclaimed its buffers");
+            }
             self.serving = None;
         }
-    }
-
-    fn served(&self) -> u32 {
-        self.region.u32_at(header::DPU_SERVED_GENERATION).load(Ordering::Acquire)
     }
 
     /// Detaches cleanly (a successor need not wait for our heartbeat to stop).
@@ -339,13 +438,64 @@ impl RegionServer {
         );
     }
 
-    /// Bumps this DPU app's heartbeat in the region.
-    pub fn beat(&self) {
-        self.region.u64_at(header::DPU_HEARTBEAT).fetch_add(1, Ordering::Release);
+    /// Bumps this DPU app's heartbeat in the region (from our own count: the shared
+    /// word is only stored, so a host that scribbles it changes nothing we keep).
+    pub fn beat(&mut self) {
+        self.beats = self.beats.wrapping_add(1);
+        self.region.u64_at(header::DPU_HEARTBEAT).store(self.beats, Ordering::Release);
     }
 
     /// Buffers this DPU app holds now.
     pub fn in_flight(&self) -> u32 {
-        self.inflight.len()
+        self.door.inflight().len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prescient_shim::{Host, HostOptions, RegionConfig};
+
+    #[test]
+    fn a_region_flooding_every_queue_pair_gets_one_bounded_turn_per_round() {
+        let path = std::env::temp_dir().join(format!("prescient-turn-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let config = RegionConfig {
+            queue_pairs: 8,
+            ring_entries: 256,
+            host_buffers: 8,
+            dpu_buffers: 0,
+            buffer_bytes: 4096,
+            directory_slots: 0,
+        };
+        let host = Host::create(&path, config, HostOptions { pin: false, ..HostOptions::default() }).unwrap();
+        let mut metrics = Metrics::default();
+        let mut server = RegionServer::attach(&path, false, Duration::from_secs(10), &mut metrics).unwrap();
+        // Every queue pair full of NOPs: 8 x 256 descriptors ready.
+        let mut qps: Vec<_> = (0..8).map(|i| host.queue_pair(i).unwrap()).collect();
+        for qp in &mut qps {
+            for tag in 0..256 {
+                qp.push_nop(tag).unwrap();
+            }
+            qp.flush().unwrap();
+        }
+        let mut pipeline = Pipeline::new();
+        let total = 8 * 256;
+        let mut served = 0;
+        let mut turns = 0;
+        while served < total {
+            let done = server.serve(&mut pipeline, &mut metrics);
+            assert!(done > 0 && done <= REGION_TURN_DESCRIPTORS, "turn {turns} served {done}");
+            served += done;
+            turns += 1;
+            // The host drains its completions so the flood keeps being served.
+            for qp in &mut qps {
+                qp.poll(|_| ()).unwrap();
+            }
+        }
+        assert_eq!(served, total);
+        assert_eq!(turns, total.div_ceil(REGION_TURN_DESCRIPTORS), "every turn but the last is a full one");
+        drop(server);
+        let _ = std::fs::remove_file(&path);
     }
 }

@@ -109,6 +109,24 @@ impl Completion {
 mod tests {
     use super::*;
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4096))]
+
+        /// Any 32 bytes (a hostile or newer DPU app): parsing never panics, and a
+        /// parsed completion survives emit and parse again unchanged.
+        #[test]
+        fn random_bytes_never_panic_and_parse_is_stable(
+            raw in proptest::collection::vec(proptest::prelude::any::<u8>(), COMPLETION_BYTES),
+        ) {
+            let b: [u8; COMPLETION_BYTES] = raw.try_into().expect("32 bytes");
+            let c = Completion::parse(&b);
+            let mut again = [0u8; COMPLETION_BYTES];
+            c.emit(&mut again);
+            proptest::prop_assert_eq!(Completion::parse(&again), c);
+            let _ = c.may_refill();
+        }
+    }
+
     #[test]
     fn golden_bytes_round_trip() {
         let c = Completion {

@@ -322,6 +322,54 @@ mod tests {
         assert_eq!(Descriptor::parse_checked(&b, &ARENA).unwrap_err().status, Status::BadOp);
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4096))]
+
+        /// Any 64 bytes from a hostile host, against any arena shape: checking never
+        /// panics, and what it accepts is canonical (re-emits to the same bytes) and
+        /// names a host buffer's value that fits the buffer.
+        #[test]
+        fn random_bytes_never_panic_and_what_is_accepted_is_canonical(
+            raw in proptest::collection::vec(proptest::prelude::any::<u8>(), DESCRIPTOR_BYTES),
+            host_buffers in 0u32..2048,
+            buffer_kib in 1u32..64,
+            op in 0u8..6,
+            zero_reserved in proptest::prelude::any::<bool>(),
+        ) {
+            let mut b: [u8; DESCRIPTOR_BYTES] = raw.try_into().expect("64 bytes");
+            let arena = ArenaShape { host_buffers, buffer_bytes: buffer_kib * 1024 };
+            // Steer half the cases past the first checks, so the later ones run too.
+            if zero_reserved {
+                b[field::OP] = op;
+                b[field::SLA] &= 1;
+                b[field::FLAGS].fill(0);
+                b[field::RESERVED0].fill(0);
+                b[field::RESERVED1].fill(0);
+                let buffer = u64::from(b[9]) % u64::from(host_buffers.max(1) + 1);
+                b[field::VALUE_OFFSET].copy_from_slice(&arena.value_offset(buffer as u32).to_le_bytes());
+            }
+            match Descriptor::parse_checked(&b, &arena) {
+                Ok(Checked { desc, buffer }) => {
+                    let mut again = [0u8; DESCRIPTOR_BYTES];
+                    desc.emit(&mut again);
+                    proptest::prop_assert_eq!(again, b);
+                    if let Some(buffer) = buffer {
+                        proptest::prop_assert!(buffer < arena.host_buffers);
+                        proptest::prop_assert_eq!(desc.value_offset, arena.value_offset(buffer));
+                        proptest::prop_assert!(desc.value_len as usize <= arena.value_bytes_max());
+                        proptest::prop_assert!(desc.key_len >= 1 && usize::from(desc.key_len) <= KEY_BYTES_MAX);
+                    } else {
+                        proptest::prop_assert_eq!(desc.op, OpCode::Nop);
+                    }
+                }
+                Err(refused) => {
+                    proptest::prop_assert_ne!(refused.status, Status::Ok);
+                    proptest::prop_assert_eq!(refused.user_data, u64_at(&b, field::USER_DATA));
+                }
+            }
+        }
+    }
+
     #[test]
     fn nop_names_no_buffer() {
         let nop = Descriptor {

@@ -24,6 +24,9 @@ pub enum FenceReason {
     TailPastCapacity = 2,
     /// The host's completion head moved backwards or past the completion tail.
     CompletionHead = 3,
+    /// A restarted DPU app found the queue pair's restart journal (the taken index)
+    /// impossible: more entries past the head than the ring holds.
+    Journal = 4,
 }
 
 impl FenceReason {
@@ -34,6 +37,7 @@ impl FenceReason {
             1 => Some(Self::TailBackwards),
             2 => Some(Self::TailPastCapacity),
             3 => Some(Self::CompletionHead),
+            4 => Some(Self::Journal),
             _ => None,
         }
     }
@@ -53,6 +57,7 @@ impl FenceReason {
             Self::TailBackwards => "submission tail moved backwards",
             Self::TailPastCapacity => "submission tail past ring capacity",
             Self::CompletionHead => "completion head moved backwards or past the tail",
+            Self::Journal => "taken index past the submission head by more than the ring holds",
         }
     }
 }

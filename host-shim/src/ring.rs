@@ -88,12 +88,26 @@ pub struct Producer<M> {
 }
 
 impl<M: RingMemory> Producer<M> {
-    /// Takes over the producing end where the shared indices stand.
+    /// Takes over the producing end where the shared indices stand (a restarted
+    /// producer: the shared tail is the only copy of ours left). Both are read once,
+    /// here; see [`Producer::resume`] for a head that makes no sense.
     pub fn new(mem: M) -> Self {
-        // Our own index: nobody else writes it.
+        // Our own index as we last published it (the peer may have scribbled it: then
+        // the peer's ring is garbage, which only the peer sees).
         let tail = mem.load_tail(Ordering::Relaxed);
+        Self::resume(mem, tail)
+    }
+
+    /// Takes over the producing end at our own `tail` (kept privately across the
+    /// peer's restart) and publishes it. The peer's head is read once: if it is not
+    /// within a ring's worth behind `tail` it is taken as caught up, so `free` never
+    /// exceeds the ring; a peer that then moves it anywhere but forward within what we
+    /// pushed is refused by [`Producer::refresh`].
+    pub fn resume(mem: M, tail: u32) -> Self {
+        mem.store_tail(tail, Ordering::Release);
         // Acquire: slots the consumer released before publishing this head are free.
         let head = mem.load_head(Ordering::Acquire);
+        let head = if tail.wrapping_sub(head) > mem.entries() { tail } else { head };
         Self { mem, tail, head }
     }
 
@@ -168,6 +182,15 @@ impl<M: RingMemory> Consumer<M> {
     /// Takes over the consuming end where the shared head stands (read once, here).
     pub fn new(mem: M) -> Self {
         let head = mem.load_head(Ordering::Relaxed);
+        Self { mem, head, tail: head, released: head }
+    }
+
+    /// Takes over the consuming end at our own `head` (kept privately across the
+    /// producer's restart) and publishes it.
+    pub fn resume(mem: M, head: u32) -> Self {
+        // Release: our reads of the slots below `head` happened before the producer
+        // may reuse them; pairs with the producer's Acquire in `Producer::refresh`.
+        mem.store_head(head, Ordering::Release);
         Self { mem, head, tail: head, released: head }
     }
 
@@ -313,6 +336,29 @@ mod tests {
             c.release();
             assert_eq!(p.refresh(), Ok(4));
         }
+    }
+
+    #[test]
+    fn a_producer_taking_over_a_scribbled_ring_never_counts_more_than_it_holds() {
+        let mem = Mem::default();
+        // The peer left a head 1000 behind the tail (or ahead of it): nothing is in
+        // flight as far as a new producer is concerned, and free never underflows.
+        for head in [0u32, 2000, u32::MAX] {
+            mem.head.store(head, Ordering::Relaxed);
+            mem.tail.store(1000, Ordering::Relaxed);
+            let p = Producer::new(&mem);
+            assert_eq!((p.in_flight(), p.free()), (0, 4), "head {head}");
+            let p = Producer::resume(&mem, 7);
+            assert_eq!(mem.tail.load(Ordering::Relaxed), 7, "resume publishes our own tail");
+            assert!(p.free() <= 4);
+        }
+        // A plausible head is kept.
+        mem.head.store(5, Ordering::Relaxed);
+        let mut p = Producer::resume(&mem, 7);
+        assert_eq!(p.in_flight(), 2);
+        // A head the peer then moves past our tail is an error, not a bigger ring.
+        mem.head.store(9, Ordering::Relaxed);
+        assert!(p.refresh().is_err());
     }
 
     #[test]

@@ -4,3 +4,4 @@
 pub mod cluster;
 pub mod report;
 pub mod ring;
+pub mod scribble;

@@ -311,7 +311,10 @@ impl<F: Fabric> Node<F> {
         let incarnation = bump_epoch(&data_dir.join("incarnation")).map_err(NodeError::Seal)?;
 
         let mut metrics = Metrics::default();
-        let host = RegionServer::attach(&region_path, pin, host_timeout, &mut metrics).map_err(NodeError::Dpu)?;
+        let mut host = RegionServer::attach(&region_path, pin, host_timeout, &mut metrics).map_err(NodeError::Dpu)?;
+        // Every check at the door: a PUT above the cluster's value limit is refused
+        // when taken, not failed after sealing.
+        host.limit_put_values_to(u32::try_from(config.value_bytes_max).unwrap_or(u32::MAX));
         let region = Arc::clone(host.region());
         let rc = region.layout().config;
         let value_max = config.value_bytes_max;

@@ -3,7 +3,9 @@
 use super::binding::{key_hash, Binding};
 use super::sealer::Sealer;
 use super::SealError;
-use crate::pipeline::{Op, Request, Stage, StageError};
+use crate::codec_config::FRAME_LEN_MAX;
+use crate::pipeline::{Op, Request, Room, Stage, StageError};
+use crate::seal::FRAME_OVERHEAD;
 
 const NAME: &str = "seal";
 
@@ -47,6 +49,11 @@ impl Stage for SealStage {
         req.codec.key_id = self.sealer.key_id();
         req.codec.sealed = true;
         Ok(())
+    }
+
+    fn admits(&self, payload_len: usize, room: Room) -> Option<usize> {
+        let frame_len = payload_len.checked_add(FRAME_OVERHEAD)?;
+        (frame_len <= room.payload && frame_len <= FRAME_LEN_MAX).then_some(frame_len)
     }
 }
 

@@ -3,7 +3,7 @@
 use super::fragments::{encode_stripe, StripeId};
 use super::layout::StripeLayout;
 use super::rs::ReedSolomon;
-use crate::pipeline::{Op, Request, Stage, StageError};
+use crate::pipeline::{Op, Request, Room, Stage, StageError};
 
 const NAME: &str = "stripe";
 
@@ -57,6 +57,12 @@ impl Stage for StripeStage {
         req.codec.m = m as u8;
         Ok(())
     }
+
+    fn admits(&self, payload_len: usize, room: Room) -> Option<usize> {
+        let (k, m) = (self.rs.data_fragments(), self.rs.parity_fragments());
+        let layout = StripeLayout::new(k, m, payload_len).ok()?;
+        (layout.data_len() <= room.payload && layout.side_len() <= room.side).then_some(payload_len)
+    }
 }
 
 #[cfg(test)]
@@ -93,6 +99,44 @@ mod tests {
         let mut rs = ReedSolomon::new(4, 2).unwrap();
         decode_stripe(&mut rs, &frags, &mut out).unwrap();
         assert_eq!(&out[..300], &frame[..]);
+    }
+
+    #[test]
+    fn the_door_limit_is_exactly_the_largest_value_sealing_and_striping_process() {
+        use crate::pipeline::{Pipeline, Room};
+        use crate::seal::{KeyRing, NonceSequence, SealStage, Sealer};
+        use prescient_shim::config::{TAILROOM_BYTES, VALUE_OFFSET};
+        for (k, m, buffer_bytes) in [(4, 2, 4096), (3, 2, 8192), (1, 1, 1024), (8, 4, 65536)] {
+            let mut keys = KeyRing::new();
+            keys.insert(1, &[7; 32]).unwrap();
+            let mut pipeline = Pipeline::new();
+            pipeline.push(Box::new(SealStage::new(Sealer::new(keys, NonceSequence::new(1, 1)).unwrap(), k, m)));
+            pipeline.push(Box::new(StripeStage::new(ReedSolomon::new(k.into(), m.into()).unwrap())));
+            let room = Room { payload: buffer_bytes - VALUE_OFFSET, side: buffer_bytes };
+            let at_most = buffer_bytes - VALUE_OFFSET - TAILROOM_BYTES;
+            let max = pipeline.put_value_max(room, at_most).expect("an empty value fits");
+            let run = |pipeline: &mut Pipeline, len: usize| {
+                let (mut buf, mut side) = (vec![0u8; buffer_bytes], vec![0u8; buffer_bytes]);
+                let mut req = Request {
+                    op: Op::Put,
+                    key: b"key",
+                    buf: &mut buf,
+                    payload: VALUE_OFFSET..VALUE_OFFSET + len,
+                    version: 1,
+                    side: &mut side,
+                    codec: CodecInfo::default(),
+                };
+                pipeline.run(&mut req)
+            };
+            assert_eq!(run(&mut pipeline, max), Ok(()), "RS({k}, {m}), {buffer_bytes}-byte buffers: {max} fits");
+            if max < at_most {
+                let err = run(&mut pipeline, max + 1).unwrap_err();
+                assert!(matches!(err, StageError::NoRoom { .. }), "RS({k}, {m}): {} does not fit: {err}", max + 1);
+            }
+        }
+        // Without sealing and striping, a buffer's whole value room is admitted.
+        let room = Room { payload: 3776, side: 0 };
+        assert_eq!(Pipeline::new().put_value_max(room, 3712), Some(3712));
     }
 
     #[test]
