@@ -39,6 +39,7 @@ use crate::stripe::{encode_stripe, fragment, StripeId, StripeLayout};
 pub struct Held {
     taken: Taken,
     key_hash: u64,
+    key_id: u64,
     arrived_ns: u64,
 }
 
@@ -97,10 +98,12 @@ impl<F: Fabric> Node<F> {
         for t in taken.drain(..) {
             match t.accepted.desc.op {
                 OpCode::Put | OpCode::Delete => {
+                    // The key is copied out of the host's buffer once, here.
                     let mut key = [0u8; KEY_BYTES_MAX];
-                    let key_hash = key_hash(key_of(&self.region, &t.accepted, &mut key));
-                    let held = Held { taken: t, key_hash, arrived_ns: now.mono_ns };
-                    if self.key_busy(key_hash) {
+                    let key = key_of(&self.region, &t.accepted, &mut key);
+                    let (key_hash, key_id) = (key_hash(key), directory::key_id(key));
+                    let held = Held { taken: t, key_hash, key_id, arrived_ns: now.mono_ns };
+                    if self.key_busy(key_hash, self.held.len()) {
                         // One write of a key at a time from this writer: the next waits
                         // for it instead of piling undecided versions into the key's
                         // store set on every holder (a hot key filled it).
@@ -137,9 +140,11 @@ impl<F: Fabric> Node<F> {
         self.serving
     }
 
-    /// Whether a write of the key `key_hash` is in flight here, or held.
-    fn key_busy(&self, key_hash: u64) -> bool {
-        self.writes.iter().any(|w| w.key_hash == key_hash) || self.held.iter().any(|h| h.key_hash == key_hash)
+    /// Whether a write of the key `key_hash` is in flight here, or among the first
+    /// `held` held writes (all of them for a new request).
+    fn key_busy(&self, key_hash: u64, held: usize) -> bool {
+        self.writes.iter().any(|w| w.key_hash == key_hash)
+            || self.held.iter().take(held).any(|h| h.key_hash == key_hash)
     }
 
     /// Starts the held writes whose key is free now, oldest first; a held write past
@@ -149,8 +154,7 @@ impl<F: Fabric> Node<F> {
         let mut i = 0;
         while i < self.held.len() {
             let (key_hash, arrived_ns) = (self.held[i].key_hash, self.held[i].arrived_ns);
-            let blocked = self.writes.iter().any(|w| w.key_hash == key_hash)
-                || self.held.iter().take(i).any(|h| h.key_hash == key_hash);
+            let blocked = self.key_busy(key_hash, i);
             let expired = now.mono_ns >= arrived_ns.saturating_add(self.write_timeout_ns);
             // A write slot and a side buffer (repairs take side buffers too).
             let room = self.writes.available() > 0 && !self.side_free.is_empty();
@@ -172,7 +176,7 @@ impl<F: Fabric> Node<F> {
 
     /// Starts a write; the caller checked that a write slot and a side buffer are free.
     fn start_write(&mut self, held: Held, now: Now) {
-        let Held { taken: t, key_hash, arrived_ns: arrived } = held;
+        let Held { taken: t, key_hash, key_id, arrived_ns: arrived } = held;
         let (slot, generation) = self.writes.reserve().expect("the caller checked room");
         let side = self.side_free.pop().expect("the caller checked room");
         let fail = |node: &mut Self, end: Status, why: String| {
@@ -184,9 +188,6 @@ impl<F: Fabric> Node<F> {
             node.host.complete(&t, Outcome::failed(end, 0), &mut node.metrics);
         };
         let a = t.accepted;
-        let mut key = [0u8; KEY_BYTES_MAX];
-        let key = key_of(&self.region, &a, &mut key);
-        let key_id = directory::key_id(key);
         let tombstone = a.desc.op == OpCode::Delete;
         let mut times = [0u64; WriteStage::ALL.len()];
         // The stages up to encode run within this call: their ends are `now` plus the

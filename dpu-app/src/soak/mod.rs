@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use prescient_shim::{Host, ShimError, Sla, Status};
 
+use crate::cluster::stats::STATUS_CODES;
 use crate::sim::rng::Rng;
 use checker::{Checker, ReadVerdict};
 use procs::ProcessCluster;
@@ -78,7 +79,7 @@ pub enum SoakError {
 #[derive(Default)]
 struct Tally {
     acked: AtomicU64,
-    failed: [AtomicU64; 32],
+    failed: [AtomicU64; STATUS_CODES],
 }
 
 /// One run's report.
@@ -428,7 +429,7 @@ fn write_loop(
             if c.status == Status::Ok {
                 tally.acked.fetch_add(1, Ordering::Relaxed);
             } else {
-                tally.failed[(c.status as usize).min(31)].fetch_add(1, Ordering::Relaxed);
+                tally.failed[(c.status as usize).min(STATUS_CODES - 1)].fetch_add(1, Ordering::Relaxed);
             }
             lock(checker).completed(key, seq, c.status, c.version);
         }
