@@ -23,6 +23,7 @@ pub mod demo;
 pub mod door;
 pub mod error;
 pub mod fabric;
+pub mod fill;
 pub mod histogram;
 pub mod inflight;
 pub mod limits;

@@ -173,6 +173,33 @@ enum Command {
         #[arg(long, default_value_t = 60.0)]
         settle: f64,
     },
+    /// Fills one node's fragment store toward `--keys` keys (each key's fragment of a
+    /// real stripe, inserted then committed, as a holder does) and reports the write
+    /// rate as it fills, where the store first refuses, and the index memory per key.
+    Fill {
+        /// Keys to write.
+        #[arg(long, default_value_t = 10_000_000)]
+        keys: u64,
+        /// Bytes of each value.
+        #[arg(long, default_value_t = 4096)]
+        value_bytes: usize,
+        /// Data fragments of the code (the node stores one fragment a key).
+        #[arg(long, default_value_t = 3)]
+        k: usize,
+        /// Parity fragments.
+        #[arg(long, default_value_t = 2)]
+        m: usize,
+        /// Folder for the store file (removed at the end unless --keep).
+        #[arg(long, default_value = "target/prescient-fill")]
+        dir: PathBuf,
+        /// Store file size in bytes (default: --keys at half load, at most 80 % of the
+        /// free disk space).
+        #[arg(long)]
+        store_bytes: Option<u64>,
+        /// Keep the store file.
+        #[arg(long)]
+        keep: bool,
+    },
     /// Benchmarks that print each figure next to a reference measured in the same run.
     Bench {
         #[command(subcommand)]
@@ -363,6 +390,17 @@ fn run(cli: Cli) -> Result<(), String> {
             let demo = demo::ClusterDemo { seconds, trace, model, seed };
             print!("{}", demo::run(&demo).map_err(|e| e.to_string())?);
             Ok(())
+        }
+        Command::Fill { keys, value_bytes, k, m, dir, store_bytes, keep } => {
+            prescient_dpu::fill::run(&prescient_dpu::fill::FillOptions {
+                keys,
+                value_bytes,
+                k,
+                m,
+                dir,
+                store_bytes,
+                keep,
+            })
         }
         Command::Soak { seconds, kill_every, down_for, keys, depth, seed, settle } => {
             let secs = |option: &'static str, v: f64| {

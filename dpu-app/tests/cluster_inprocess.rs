@@ -20,7 +20,7 @@ fn cluster(name: &str) -> (InProcess, std::path::PathBuf) {
     let mut config = ClusterConfig::in_process(5, 3, 2, &dir);
     config.key_dir = dir.join("keys");
     config.value_bytes_max = 4096;
-    config.store_keys = 4096;
+    config.store_bytes = prescient_dpu::cluster::node::store_bytes_for_keys(&config, 4096).unwrap();
     config.log_slots = 64;
     config.outcome_entries = 4096;
     config.validate().unwrap();
@@ -99,7 +99,7 @@ fn tight_cluster(name: &str) -> (InProcess, std::path::PathBuf) {
     config.key_dir = dir.join("keys");
     config.quorum = 5;
     config.value_bytes_max = 1024;
-    config.store_keys = 1024;
+    config.store_bytes = prescient_dpu::cluster::node::store_bytes_for_keys(&config, 1024).unwrap();
     config.log_slots = 8;
     config.outcome_entries = 1024;
     config.heartbeat_us = 100;

@@ -114,7 +114,7 @@ impl Scripted {
         cfg.quorum = 4;
         cfg.key_dir = dir.join("keys");
         cfg.value_bytes_max = 1024;
-        cfg.store_keys = 1024;
+        cfg.store_bytes = prescient_dpu::cluster::node::store_bytes_for_keys(&cfg, 1024).unwrap();
         cfg.log_slots = 64;
         cfg.outcome_entries = 4096;
         cfg.heartbeat_us = 100;

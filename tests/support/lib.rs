@@ -199,7 +199,7 @@ impl ClusterProcs {
         let ports = free_ports(2 * nodes);
         let mut toml = format!(
             "[cluster]\nname = \"{name}\"\nk = {k}\nm = {m}\nquorum = {quorum}\nkey_dir = \"keys\"\n\
-             invalidation = \"speculative\"\npredictive = false\nvalue_bytes_max = 4096\nstore_keys = 8192\n\
+             invalidation = \"speculative\"\npredictive = false\nvalue_bytes_max = 4096\nstore_bytes = 16777216\n\
              log_slots = 128\noutcome_entries = 8192\nheartbeat_us = 1000\nlease_us = 20000\n\
              dead_after_us = 500000\nwrite_timeout_us = 3000000\ntransport_timeout_us = 50000\n"
         );

@@ -44,8 +44,10 @@ pub const NODES_MAX: usize = 32;
 pub const NAME_BYTES_MAX: usize = 64;
 /// Upper limit of `value_bytes_max`: 64 MiB.
 pub const VALUE_BYTES_LIMIT: usize = 64 << 20;
-/// Upper limit of `store_keys`.
-pub const STORE_KEYS_LIMIT: usize = 1 << 24;
+/// Lower limit of `store_bytes`: 16 KiB.
+pub const STORE_BYTES_MIN: usize = 1 << 14;
+/// Upper limit of `store_bytes`: 1 TiB, the largest store file.
+pub const STORE_BYTES_LIMIT: usize = super::limits::STORE_FILE_BYTES_MAX as usize;
 /// Fewest slots of a fragment log.
 pub const LOG_SLOTS_MIN: usize = 8;
 /// Most slots of a fragment log.
@@ -76,14 +78,14 @@ const _: () = assert!(LOG_SLOTS_MIN.is_power_of_two() && LOG_SLOTS_MAX.is_power_
 const _: () = assert!(OUTCOME_ENTRIES_MIN.is_power_of_two() && OUTCOME_ENTRIES_MAX.is_power_of_two());
 const _: () = assert!(LOG_SLOTS_MAX <= u32::MAX as usize);
 const _: () = assert!(OUTCOME_ENTRIES_MAX <= u32::MAX as usize);
-const _: () = assert!(STORE_KEYS_LIMIT <= u32::MAX as usize);
+const _: () = assert!(STORE_BYTES_MIN < STORE_BYTES_LIMIT);
 const _: () = assert!(HEARTBEAT_US_MIN * LEASE_HEARTBEATS_MIN < TIMING_US_MAX);
 
 /// Defaults of the optional `[cluster]` fields (the example's values).
 const DEFAULT_INVALIDATION: Invalidation = Invalidation::Speculative;
 const DEFAULT_PREDICTIVE: bool = true;
 const DEFAULT_VALUE_BYTES_MAX: usize = 8192;
-const DEFAULT_STORE_KEYS: usize = 65536;
+const DEFAULT_STORE_BYTES: usize = 1 << 30;
 const DEFAULT_LOG_SLOTS: usize = 256;
 const DEFAULT_OUTCOME_ENTRIES: usize = 65536;
 const DEFAULT_DURABILITY: Durability = Durability::Process;
@@ -241,8 +243,9 @@ pub struct ClusterConfig {
     pub predictive: bool,
     /// Largest value a PUT may carry, in bytes.
     pub value_bytes_max: usize,
-    /// Keys each node's fragment store holds.
-    pub store_keys: usize,
+    /// Bytes of each node's fragment store file (allocated when it is created): as many
+    /// sets of records as fit.
+    pub store_bytes: usize,
     /// Slots of each writer's fragment log on each node (a power of two).
     pub log_slots: usize,
     /// Writes each writer's outcome table tracks (a power of two).
@@ -289,7 +292,7 @@ struct RawCluster {
     invalidation: Option<String>,
     predictive: Option<bool>,
     value_bytes_max: Option<i64>,
-    store_keys: Option<i64>,
+    store_bytes: Option<i64>,
     log_slots: Option<i64>,
     outcome_entries: Option<i64>,
     durability: Option<String>,
@@ -410,7 +413,7 @@ impl ClusterConfig {
             invalidation,
             predictive: c.predictive.unwrap_or(DEFAULT_PREDICTIVE),
             value_bytes_max: sized("cluster.value_bytes_max", c.value_bytes_max, DEFAULT_VALUE_BYTES_MAX)?,
-            store_keys: sized("cluster.store_keys", c.store_keys, DEFAULT_STORE_KEYS)?,
+            store_bytes: sized("cluster.store_bytes", c.store_bytes, DEFAULT_STORE_BYTES)?,
             log_slots: sized("cluster.log_slots", c.log_slots, DEFAULT_LOG_SLOTS)?,
             outcome_entries: sized("cluster.outcome_entries", c.outcome_entries, DEFAULT_OUTCOME_ENTRIES)?,
             durability,
@@ -443,7 +446,7 @@ impl ClusterConfig {
             invalidation: DEFAULT_INVALIDATION,
             predictive: DEFAULT_PREDICTIVE,
             value_bytes_max: DEFAULT_VALUE_BYTES_MAX,
-            store_keys: DEFAULT_STORE_KEYS,
+            store_bytes: DEFAULT_STORE_BYTES,
             log_slots: DEFAULT_LOG_SLOTS,
             outcome_entries: DEFAULT_OUTCOME_ENTRIES,
             durability: DEFAULT_DURABILITY,
@@ -656,11 +659,11 @@ impl ClusterConfig {
                 format!("must be 1 to {VALUE_BYTES_LIMIT} (64 MiB); logs and stores are sized from it"),
             ));
         }
-        if !(1..=STORE_KEYS_LIMIT).contains(&self.store_keys) {
+        if !(STORE_BYTES_MIN..=STORE_BYTES_LIMIT).contains(&self.store_bytes) {
             return Err(self.invalid(
-                "cluster.store_keys",
-                self.store_keys,
-                format!("must be 1 to {STORE_KEYS_LIMIT} (2^24)"),
+                "cluster.store_bytes",
+                self.store_bytes,
+                format!("must be {STORE_BYTES_MIN} (16 KiB) to {STORE_BYTES_LIMIT} (1 TiB)"),
             ));
         }
         if !self.log_slots.is_power_of_two() || !(LOG_SLOTS_MIN..=LOG_SLOTS_MAX).contains(&self.log_slots) {
@@ -755,21 +758,21 @@ impl ClusterConfig {
 
     /// A stable hash of what all nodes must agree on: the first 8 bytes (little-endian)
     /// of SHA-256 over a canonical encoding of the name, k, m, quorum, every node's id
-    /// and addresses (in id order), value_bytes_max, store_keys, log_slots,
+    /// and addresses (in id order), value_bytes_max, store_bytes, log_slots,
     /// invalidation and the four timings. Folders, the model and per-node choices
     /// (predictive, durability, outcome_entries) are left out: they may differ between
     /// nodes of one cluster.
     ///
-    /// The encoding: `b"prescient-cluster-v1"`, then the name as u32 LE length and
+    /// The encoding: `b"prescient-cluster-v2"`, then the name as u32 LE length and
     /// bytes, k, m, quorum and the node count as u32 LE, per node its id (u8) and
     /// fabric and control addresses (family byte 4 or 6, the address octets, the port
-    /// as u16 LE, for IPv6 the scope id as u32 LE), then value_bytes_max, store_keys,
+    /// as u16 LE, for IPv6 the scope id as u32 LE), then value_bytes_max, store_bytes,
     /// log_slots as u64 LE, the invalidation code (u8: 1 speculative, 2 after-commit,
     /// 3 none), and heartbeat_us, lease_us, dead_after_us, write_timeout_us as u64 LE.
     pub fn cluster_hash(&self) -> u64 {
         let mut ctx = aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA256);
         let u32_le = |v: usize| u32::try_from(v).unwrap_or(u32::MAX).to_le_bytes();
-        ctx.update(b"prescient-cluster-v1");
+        ctx.update(b"prescient-cluster-v2");
         ctx.update(&u32_le(self.name.len()));
         ctx.update(self.name.as_bytes());
         for v in [self.k, self.m, self.quorum, self.nodes.len()] {
@@ -790,7 +793,7 @@ impl ClusterConfig {
                 }
             }
         }
-        for v in [self.value_bytes_max, self.store_keys, self.log_slots] {
+        for v in [self.value_bytes_max, self.store_bytes, self.log_slots] {
             ctx.update(&(v as u64).to_le_bytes());
         }
         ctx.update(&[self.invalidation.code()]);
@@ -895,7 +898,7 @@ mod tests {
             (c.invalidation, c.predictive, c.durability),
             (Invalidation::Speculative, true, Durability::Process)
         );
-        assert_eq!((c.value_bytes_max, c.store_keys, c.log_slots, c.outcome_entries), (8192, 65536, 256, 65536));
+        assert_eq!((c.value_bytes_max, c.store_bytes, c.log_slots, c.outcome_entries), (8192, 1 << 30, 256, 65536));
         assert_eq!((c.heartbeat_us, c.lease_us, c.dead_after_us, c.write_timeout_us), (1000, 20000, 50000, 2000000));
         assert!(!c.allow_unsafe_no_invalidation);
         assert_eq!(c.nodes.len(), 5);
@@ -1067,8 +1070,12 @@ mod tests {
         let cases: [(&str, &str, &[&str]); 10] = [
             ("value_bytes_max = 8192", "value_bytes_max = 0", &["cluster.value_bytes_max = 0", "64 MiB"]),
             ("value_bytes_max = 8192", "value_bytes_max = 67108865", &["cluster.value_bytes_max = 67108865"]),
-            ("store_keys = 65536", "store_keys = 0", &["cluster.store_keys = 0", "2^24"]),
-            ("store_keys = 65536", "store_keys = 16777217", &["cluster.store_keys = 16777217"]),
+            ("store_bytes = 1073741824", "store_bytes = 16383", &["cluster.store_bytes = 16383", "16 KiB"]),
+            (
+                "store_bytes = 1073741824",
+                "store_bytes = 1099511627777",
+                &["cluster.store_bytes = 1099511627777", "1 TiB"],
+            ),
             ("log_slots = 256", "log_slots = 4", &["cluster.log_slots = 4", "power of two from 8 to 65536"]),
             ("log_slots = 256", "log_slots = 300", &["cluster.log_slots = 300"]),
             ("log_slots = 256", "log_slots = 131072", &["cluster.log_slots = 131072"]),
@@ -1082,7 +1089,7 @@ mod tests {
         // The edges are allowed.
         let text = EXAMPLE
             .replace("value_bytes_max = 8192", "value_bytes_max = 67108864")
-            .replace("store_keys = 65536", "store_keys = 16777216")
+            .replace("store_bytes = 1073741824", "store_bytes = 16384")
             .replace("log_slots = 256", "log_slots = 8")
             .replace("outcome_entries = 65536", "outcome_entries = 1048576");
         fx.parse(&text).unwrap();
@@ -1164,7 +1171,7 @@ mod tests {
         let base = fx.parse(EXAMPLE).unwrap();
         // Pinned: computed from the documented encoding by an independent script; a
         // change here means nodes of two builds would refuse each other.
-        assert_eq!(base.cluster_hash(), 0xfa17_101b_7290_4c7e);
+        assert_eq!(base.cluster_hash(), 0xb8da_9018_88bb_9271);
         let hash = |f: &dyn Fn(&mut ClusterConfig)| {
             let mut c = base.clone();
             f(&mut c);
@@ -1191,7 +1198,7 @@ mod tests {
             &|c| c.nodes[0].control = "[::1]:7200".parse().unwrap(),
             &|c| c.nodes.truncate(4),
             &|c| c.value_bytes_max = 4096,
-            &|c| c.store_keys = 1,
+            &|c| c.store_bytes = 1 << 14,
             &|c| c.log_slots = 512,
             &|c| c.invalidation = Invalidation::AfterCommit,
             &|c| c.heartbeat_us = 999,

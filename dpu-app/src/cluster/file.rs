@@ -240,7 +240,7 @@ fn create_at(tmp: &Path, page: &[u8], file_bytes: u64) -> Result<File, FileIoErr
             e.kind(),
             format!(
                 "{e}: the file needs {file_bytes} bytes and its filesystem has {free} free; free space there, \
-                 point the node's data_dir elsewhere, or lower store_keys, log_slots or outcome_entries in the cluster file"
+                 point the node's data_dir elsewhere, or lower store_bytes, log_slots or outcome_entries in the cluster file"
             ),
         )
     });

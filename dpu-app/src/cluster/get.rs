@@ -1,7 +1,12 @@
 //! GET and recovery: the committed value of a key, rebuilt from any k fragments.
 //!
-//! The reader copies the key's store set from its own store and READs the same set
-//! from every reachable peer (one RDMA READ each), then picks the newest version it
+//! The reader copies the key's home set from its own store and READs the same set
+//! from every reachable peer (one RDMA READ each). When some node's set head says the
+//! key may have records in its spill set, it gathers again, READing from every peer the
+//! spill set and then the home set on one queue pair (executed in that order, as RDMA
+//! READs of one queue pair are): a record the holder dropped from one set between the
+//! two READs was dropped for a newer committed one, which the other READ sees. It then
+//! picks the newest version it
 //! can prove committed: a version is committed if some holder's record says so - the
 //! writer completes a write only after m + 1 holders persisted that decision, so with
 //! at most m nodes unreachable a reader always meets one. A newer version with no
@@ -19,7 +24,7 @@ use prescient_shim::descriptor::Sla;
 use prescient_shim::Status;
 
 use super::node::{Node, Noisy, Now};
-use super::record::{RecordState, RecordView};
+use super::record::{key_may_have_spilled, KeySets, RecordState, RecordView};
 use super::store::StoreGeometry;
 use super::wr::{Kind, WrId};
 use crate::codec_config::FRAGMENTS_MAX;
@@ -39,20 +44,30 @@ pub struct Get {
     generation: u32,
     taken: Taken,
     key_hash: u64,
+    /// The key's home set.
     set: u32,
+    /// The key's spill set (None in a store of one set).
+    spill: Option<u32>,
+    /// Whether rounds READ the spill set too: some node's home set said so.
+    with_spill: bool,
     /// Gather rounds made.
     attempts: u32,
-    /// Peers whose READ is outstanding.
+    /// Peers whose READ of the home set is outstanding.
     pending: u32,
-    /// Nodes whose copy of the set has arrived (this node's included).
+    /// Peers whose READ of the spill set is outstanding.
+    pending_spill: u32,
+    /// Nodes whose copy of the home set has arrived (this node's included).
     arrived: u32,
+    /// Nodes whose copy of the spill set has arrived.
+    arrived_spill: u32,
     started_ns: u64,
     gathered_ns: u64,
     deadline_ns: u64,
     fresh: bool,
 }
 
-/// GETs in flight with their set copies and frame scratch, all allocated at start.
+/// GETs in flight with their set copies (per node, its home set then its spill set) and
+/// frame scratch, all allocated at start.
 #[derive(Debug)]
 pub struct GetTable {
     slots: Vec<Option<Get>>,
@@ -71,7 +86,7 @@ impl GetTable {
             slots: (0..capacity).map(|_| None).collect(),
             generations: vec![0; capacity as usize],
             free: (0..capacity).rev().collect(),
-            sets: (0..capacity).map(|_| vec![0u8; nodes * set_bytes]).collect(),
+            sets: (0..capacity).map(|_| vec![0u8; nodes * 2 * set_bytes]).collect(),
             frames: (0..capacity).map(|_| vec![0u8; frame_bytes]).collect(),
             set_bytes,
         }
@@ -138,9 +153,11 @@ struct Candidate {
 }
 
 /// Picks the version to return from the sets that arrived (`sets[node]`, `None` for
-/// a node that could not be reached). Pure, so the rules are tested on their own.
+/// a node that could not be reached); a fragment is named by (node, way), ways of the
+/// spill set following the home set's ([`KeySets::record`]). Pure, so the rules are
+/// tested on their own.
 pub fn choose(
-    sets: &[Option<&[u8]>],
+    sets: &[Option<KeySets<'_>>],
     geometry: &StoreGeometry,
     key_hash: u64,
     k: usize,
@@ -159,11 +176,10 @@ pub fn choose(
     }; CANDIDATES_MAX];
     let mut used = 0;
     let unreachable = sets.iter().filter(|s| s.is_none()).count();
-    let rb = geometry.record_bytes() as usize;
     for (node, set) in sets.iter().enumerate() {
         let Some(set) = set else { continue };
-        for way in 0..geometry.ways() as usize {
-            let Some(bytes) = set.get(way * rb..(way + 1) * rb) else { break };
+        for way in 0..set.ways(geometry) {
+            let Some(bytes) = set.record(geometry, way) else { break };
             // Other keys' records are skipped unchecked (a full check of every way of
             // every set was most of a GET's CPU).
             if RecordView::<&[u8]>::claimed_key_hash(bytes) != Some(key_hash) {
@@ -233,15 +249,19 @@ impl<F: Fabric> Node<F> {
         let mut key = [0u8; KEY_BYTES_MAX];
         let key = key_of(&self.region, &t.accepted, &mut key);
         let key_hash = key_hash(key);
-        let set = self.store.set_of(key_hash);
+        let (set, spill) = (self.store.home_of(key_hash), self.store.spill_of(key_hash));
         let slot = self.gets.free.pop().expect("take_requests checked room");
         self.gets.slots[slot as usize] = Some(Get {
             generation: 0,
             taken: t,
             key_hash,
             set,
+            spill,
+            with_spill: false,
             pending: 0,
+            pending_spill: 0,
             arrived: 0,
+            arrived_spill: 0,
             attempts: 0,
             started_ns: now.mono_ns,
             gathered_ns: 0,
@@ -251,26 +271,36 @@ impl<F: Fabric> Node<F> {
         self.gather(slot);
     }
 
-    /// READs the key's set from every reachable peer (a new round: answers to an
-    /// earlier one are ignored).
+    /// READs the key's home set (after its spill set, once some node said so) from every
+    /// reachable peer (a new round: answers to an earlier one are ignored).
     fn gather(&mut self, slot: u32) {
         let gen = &mut self.gets.generations[slot as usize];
         *gen = gen.wrapping_add(1) & 0xff_ffff;
         let generation = *gen;
         let set_bytes = self.gets.set_bytes;
         let Some(g) = self.gets.slots[slot as usize].as_mut() else { return };
-        let set = g.set;
+        let (set, spill) = (g.set, g.spill.filter(|_| g.with_spill));
         g.generation = generation;
         g.attempts += 1;
         g.arrived = 0;
+        g.arrived_spill = 0;
         g.pending = 0;
-        let mut pending = 0u32;
+        g.pending_spill = 0;
+        let (mut pending, mut pending_spill) = (0u32, 0u32);
         for j in 0..self.n as u8 {
             if j == self.me {
                 continue;
             }
             let Some(remote) = self.peer(j).filter(|p| p.is_up()).and_then(|p| p.remote) else { continue };
             let staging = slot * self.n as u32 + u32::from(j);
+            if let Some(spill) = spill {
+                // Posted first on the same queue pair: READ before the home set.
+                let buf = self.pools.sets.buf(self.spill_staging(staging), set_bytes);
+                let at = self.store.set_offset(spill) as u64;
+                pending_spill |= 1 << j;
+                let id = WrId::new(Kind::GetSpillRead, j, slot, generation);
+                self.post(j, id, Op::Read { remote: remote.store.at(at) }, buf);
+            }
             let buf = self.pools.sets.buf(staging, set_bytes);
             let at = self.store.set_offset(set) as u64;
             pending |= 1 << j;
@@ -278,23 +308,27 @@ impl<F: Fabric> Node<F> {
         }
         if let Some(g) = self.gets.slots[slot as usize].as_mut() {
             g.pending |= pending;
+            g.pending_spill |= pending_spill;
         }
     }
 
-    /// A set READ for a GET came back.
-    pub(super) fn on_get_read(&mut self, id: WrId, ok: bool, _now: Now) {
+    /// A set READ for a GET came back (`spill`: the READ of the spill set).
+    pub(super) fn on_get_read(&mut self, id: WrId, ok: bool, spill: bool) {
         let set_bytes = self.gets.set_bytes;
-        let n = self.n as u32;
+        let staging = id.a * self.n as u32 + u32::from(id.peer);
+        let staging = if spill { self.spill_staging(staging) } else { staging };
         let Some(g) = self.gets.slots.get_mut(id.a as usize).and_then(Option::as_mut) else { return };
         if g.generation != id.b {
             return;
         }
-        g.pending &= !(1 << id.peer);
+        let bit = 1 << id.peer;
+        let (pending, arrived) =
+            if spill { (&mut g.pending_spill, &mut g.arrived_spill) } else { (&mut g.pending, &mut g.arrived) };
+        *pending &= !bit;
         if ok {
-            g.arrived |= 1 << id.peer;
-            let j = id.peer as usize;
-            let into = &mut self.gets.sets[id.a as usize][j * set_bytes..(j + 1) * set_bytes];
-            self.pools.sets.read(id.a * n + u32::from(id.peer), into);
+            *arrived |= bit;
+            let at = (2 * id.peer as usize + usize::from(spill)) * set_bytes;
+            self.pools.sets.read(staging, &mut self.gets.sets[id.a as usize][at..at + set_bytes]);
         }
     }
 
@@ -302,7 +336,9 @@ impl<F: Fabric> Node<F> {
     pub(super) fn advance_gets(&mut self, now: Now) -> bool {
         let mut busy = false;
         for slot in 0..self.gets.slots.len() {
-            let ready = self.gets.slots[slot].as_ref().is_some_and(|g| g.pending == 0 || now.mono_ns >= g.deadline_ns);
+            let ready = self.gets.slots[slot]
+                .as_ref()
+                .is_some_and(|g| g.pending | g.pending_spill == 0 || now.mono_ns >= g.deadline_ns);
             if ready {
                 busy = true;
                 self.finish_get(slot as u32, now);
@@ -312,16 +348,37 @@ impl<F: Fabric> Node<F> {
     }
 
     fn finish_get(&mut self, slot: u32, now: Now) {
-        // Our own set last, so it is no older than the peers' (records are dropped as
-        // newer writes commit: sets of different ages can disagree on what is there).
+        // Our own sets last, so they are no older than the peers' (records are dropped as
+        // newer writes commit: sets of different ages can disagree on what is there);
+        // the spill set before the home set, as from the peers.
         let set_bytes = self.gets.set_bytes;
         let me = self.me as usize;
         let g = self.gets.slots[slot as usize].as_mut().expect("ready GET");
-        match self.store.read_set(g.set, &mut self.gets.sets[slot as usize][me * set_bytes..(me + 1) * set_bytes]) {
+        let sets = &mut self.gets.sets[slot as usize];
+        if let Some(spill) = g.spill.filter(|_| g.with_spill) {
+            match self.store.read_set(spill, &mut sets[(2 * me + 1) * set_bytes..(2 * me + 2) * set_bytes]) {
+                Ok(()) => g.arrived_spill |= 1 << me,
+                Err(e) => tracing::error!(node = self.me, error = %e, "cannot read the local store set"),
+            }
+        }
+        match self.store.read_set(g.set, &mut sets[2 * me * set_bytes..(2 * me + 1) * set_bytes]) {
             Ok(()) => g.arrived |= 1 << me,
             Err(e) => tracing::error!(node = self.me, error = %e, "cannot read the local store set"),
         }
         g.gathered_ns = now.mono_ns;
+        // Some node's home set counts records of this key's slot in the spill set: gather
+        // again with the spill sets (once; later rounds keep reading them).
+        if !g.with_spill && g.spill.is_some() && now.mono_ns < g.deadline_ns {
+            let spilled = (0..self.n)
+                .any(|j| g.arrived & (1 << j) != 0 && key_may_have_spilled(&sets[2 * j * set_bytes..], g.key_hash));
+            if spilled {
+                g.with_spill = true;
+                g.attempts -= 1;
+                self.stats.get_spill_rounds += 1;
+                self.gather(slot);
+                return;
+            }
+        }
         let g = self.gets.slots[slot as usize].take().expect("ready GET");
         let outcome = self.rebuild(slot, &g);
         // Sets READ at different moments may straddle a commit that dropped the older
@@ -345,18 +402,26 @@ impl<F: Fabric> Node<F> {
         let mut frame = std::mem::take(&mut self.gets.frames[slot as usize]);
         let mut skip = [(u8::MAX, u8::MAX); FRAGMENTS_MAX];
         let mut skipped = 0;
+        let with_spill = g.with_spill && g.spill.is_some();
         let outcome = loop {
-            let sets: [Option<&[u8]>; super::control::NODES_MAX] = std::array::from_fn(|j| {
-                (j < self.n && g.arrived & (1 << j) != 0).then(|| &sets_buf[j * set_bytes..(j + 1) * set_bytes])
+            // A node counts once what this round READ of it arrived: its home set, and its
+            // spill set when the round READ that too.
+            let sets: [Option<KeySets<'_>>; super::control::NODES_MAX] = std::array::from_fn(|j| {
+                let home_in = j < self.n && g.arrived & (1 << j) != 0;
+                let spill_in = !with_spill || g.arrived_spill & (1 << j) != 0;
+                (home_in && spill_in).then(|| KeySets {
+                    home: &sets_buf[2 * j * set_bytes..(2 * j + 1) * set_bytes],
+                    spill: with_spill.then(|| &sets_buf[(2 * j + 1) * set_bytes..(2 * j + 2) * set_bytes]),
+                })
             });
             let choice = choose(&sets[..self.n], &geometry, g.key_hash, self.k, self.m, &skip[..skipped], g.fresh);
             tracing::trace!(node = self.me, key_hash = g.key_hash, arrived = g.arrived, ?choice, skipped, "GET choice");
             if tracing::enabled!(tracing::Level::TRACE) && matches!(choice, Choice::Unavailable { .. }) {
-                let rb = geometry.record_bytes() as usize;
                 for (j, set) in sets[..self.n].iter().enumerate() {
                     let Some(set) = set else { continue };
-                    for way in 0..geometry.ways() as usize {
-                        if let Ok(r) = RecordView::new_checked(&set[way * rb..(way + 1) * rb], geometry.payload_max()) {
+                    for way in 0..set.ways(&geometry) {
+                        let Some(bytes) = set.record(&geometry, way) else { break };
+                        if let Ok(r) = RecordView::new_checked(bytes, geometry.payload_max()) {
                             if r.key_hash() == g.key_hash {
                                 tracing::trace!(holder = j, way, stamp = r.stamp(), state = ?r.state(), index = r.fragment_index(), write_seq = r.write_seq(), "record");
                             }
@@ -381,8 +446,7 @@ impl<F: Fabric> Node<F> {
             let mut used = 0;
             for &(node, way) in &fragments[..count] {
                 let Some(set) = sets[node as usize] else { continue };
-                let rb = geometry.record_bytes() as usize;
-                let record = &set[way as usize * rb..(way as usize + 1) * rb];
+                let Some(record) = set.record(&geometry, way as usize) else { continue };
                 let Ok(view) = RecordView::new_checked(record, geometry.payload_max()) else { continue };
                 let len = view.fragment_len() as usize;
                 let (header, payload) = (&record[64..104], &record[104..104 + len]);

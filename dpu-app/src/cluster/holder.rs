@@ -150,7 +150,7 @@ impl<F: Fabric> Node<F> {
                         ACK_OK
                     }
                     Ok(Inserted::Duplicate { .. } | Inserted::Superseded) => ACK_OK,
-                    Err(e @ (StoreError::SetFull { .. } | StoreError::KeyFull { .. })) => {
+                    Err(e @ (StoreError::Full { .. } | StoreError::KeyFull { .. })) => {
                         self.stats.store_full += 1;
                         if let Some(left_out) = self.admit_log(Noisy::StoreFull) {
                             tracing::warn!(node = me, peer = w, error = %e, left_out, "fragment refused for room");

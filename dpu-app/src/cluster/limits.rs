@@ -33,20 +33,24 @@ pub const OUTCOMES_PER_ENTRY_MAX: usize = 128;
 /// Bytes of a store record before its fragment payload: 64 bytes of record header and the
 /// 40-byte fragment header.
 pub const RECORD_HEADER_BYTES: usize = 64 + FRAGMENT_HEADER_BYTES;
-/// Most sets one fragment store may have (a power of two).
+/// Most sets one fragment store may have.
 pub const STORE_SETS_MAX: u32 = 1 << 24;
+/// Bytes of a store set's head, before its first record: the count of the set's keys'
+/// records that lie in their spill sets.
+pub const SET_HEAD_BYTES: usize = 64;
 /// Most ways (records) per set.
 pub const STORE_WAYS_MAX: u32 = 16;
 /// Largest fragment payload one store record holds: a fragment reaches the store through
 /// one log slot, so it fits one after its fragment header.
 pub const STORE_PAYLOAD_BYTES_MAX: u32 = LOG_PAYLOAD_BYTES_MAX - FRAGMENT_HEADER_BYTES as u32;
-/// Largest set (all its ways): peers fetch a set with one RDMA READ, so a store with many
+/// Largest set (its head and all its ways): peers fetch a set with one RDMA READ, so a store with many
 /// ways holds smaller fragments.
 pub const STORE_SET_BYTES_MAX: usize = MESSAGE_BYTES_MAX;
 /// Largest fragment store file (header page and sets).
 pub const STORE_FILE_BYTES_MAX: u64 = 1 << 40;
-/// Most records one key may have in its set: the newest committed version and writes in
-/// flight after it. A fourth needs a superseded one of the key to go first.
+/// Most records one key may have in its home and spill sets: the newest committed
+/// version and writes in flight after it. One more needs a superseded one of the key to
+/// go first.
 pub const VERSIONS_PER_KEY_MAX: usize = 6;
 /// Locks that serialise changes to the store, each covering the sets equal to its index
 /// modulo this (a power of two).

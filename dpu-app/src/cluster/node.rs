@@ -279,12 +279,40 @@ pub fn files_bytes(config: &ClusterConfig) -> Result<u64, NodeError> {
     let (k, m) = (config.k, config.m);
     let stripe_max =
         StripeLayout::new(k, m, config.value_bytes_max + crate::seal::FRAME_OVERHEAD).map_err(NodeError::Stripe)?;
-    let store = StoreGeometry::for_keys(config.store_keys as u32, STORE_WAYS, stripe_max.fragment_len() as u32)
-        .map_err(|e| NodeError::Store(e.into()))?;
+    let store = store_geometry(config)?;
     let payload_max = ((crate::stripe::HEADER_LEN + stripe_max.fragment_len()) as u32).max(NOTICE_PAYLOAD_BYTES as u32);
     let log = super::log::LogGeometry::new(config.log_slots as u32, payload_max).map_err(NodeError::Log)?;
     let outcomes = HEADER_PAGE_BYTES as u64 + config.outcome_entries as u64 * super::outcome::ENTRY_LEN as u64;
     Ok(store.file_bytes() + (config.nodes.len() as u64 - 1) * log.file_bytes() + outcomes)
+}
+
+/// Most fragment bytes a store record of a node of `config` holds: one fragment of the
+/// largest value.
+fn store_payload_max(config: &ClusterConfig) -> Result<u32, NodeError> {
+    let stripe_max = StripeLayout::new(config.k, config.m, config.value_bytes_max + crate::seal::FRAME_OVERHEAD)
+        .map_err(NodeError::Stripe)?;
+    Ok(stripe_max.fragment_len() as u32)
+}
+
+/// The fragment store of a node of `config`: as many sets as fit in `store_bytes`, each
+/// record holding one fragment of the largest value.
+pub fn store_geometry(config: &ClusterConfig) -> Result<StoreGeometry, NodeError> {
+    StoreGeometry::for_bytes(config.store_bytes as u64, STORE_WAYS, store_payload_max(config)?)
+        .map_err(|e| NodeError::Store(e.into()))
+}
+
+/// Records a store keeps per key it is sized for: one key's newest value and room
+/// around it, so the store stays at half load, well below where it refuses writes (the
+/// fill command measures that at about 80 %).
+pub const STORE_RECORDS_PER_KEY: u64 = 2;
+
+/// `store_bytes` for a node of `config` (its k, m and value_bytes_max) to hold `keys`
+/// keys at half load (at least [`super::config::STORE_BYTES_MIN`]).
+pub fn store_bytes_for_keys(config: &ClusterConfig, keys: u64) -> Result<usize, NodeError> {
+    let one = StoreGeometry::new(1, STORE_WAYS, store_payload_max(config)?).map_err(|e| NodeError::Store(e.into()))?;
+    let sets = (keys * STORE_RECORDS_PER_KEY).div_ceil(u64::from(one.ways())).max(1);
+    let bytes = HEADER_PAGE_BYTES as u64 + sets * one.set_bytes() as u64;
+    Ok((bytes as usize).clamp(super::config::STORE_BYTES_MIN, super::config::STORE_BYTES_LIMIT))
 }
 
 /// Moves a resync cursor back to `write_seq`, or starts it there: the walk of the
@@ -382,8 +410,7 @@ impl<F: Fabric> Node<F> {
         let control = ControlBlock::new(&*fabric, me, incarnation).map_err(fab)?;
 
         let payload_max = (crate::stripe::HEADER_LEN + stripe_max.fragment_len()) as u32;
-        let geometry = StoreGeometry::for_keys(config.store_keys as u32, STORE_WAYS, stripe_max.fragment_len() as u32)
-            .map_err(|e| NodeError::Store(e.into()))?;
+        let geometry = store_geometry(&config)?;
         let store = Store::open(&data_dir.join("store.prstore"), me, geometry).map_err(NodeError::Store)?;
         let store_mr = fabric.register(Arc::clone(store.memory()), Access::REMOTE_READ).map_err(fab)?;
         let mut logs = Vec::with_capacity(n);
@@ -432,7 +459,8 @@ impl<F: Fabric> Node<F> {
             cas: Pool::new(&*fabric, 2 * jobs_max as u32, 8).map_err(fab)?,
             control: Pool::new(&*fabric, n as u32, CONTROL_BYTES).map_err(fab)?,
             zero: Pool::new(&*fabric, 1, 8).map_err(fab)?,
-            sets: Pool::new(&*fabric, (gets_max + REPAIRS_MAX) * n as u32, store.set_bytes()).map_err(fab)?,
+            // Per GET or repair and peer, a home set and a spill set ([`Self::spill_staging`]).
+            sets: Pool::new(&*fabric, 2 * (gets_max + REPAIRS_MAX) * n as u32, store.set_bytes()).map_err(fab)?,
             notices: Pool::new(&*fabric, NOTICES_MAX * n as u32, ENTRY_HEADER_LEN + NOTICE_PAYLOAD_BYTES)
                 .map_err(fab)?,
         };
@@ -701,8 +729,10 @@ impl<F: Fabric> Node<F> {
             Kind::Notice => self.on_notice_sent(id, ok),
             Kind::Ack => {}
             Kind::Heartbeat => self.on_heartbeat(id.peer, ok, now),
-            Kind::GetRead => self.on_get_read(id, ok, now),
-            Kind::RepairRead => self.on_repair_read(id, ok),
+            Kind::GetRead => self.on_get_read(id, ok, false),
+            Kind::GetSpillRead => self.on_get_read(id, ok, true),
+            Kind::RepairRead => self.on_repair_read(id, ok, false),
+            Kind::RepairSpillRead => self.on_repair_read(id, ok, true),
             Kind::RepairWrite => self.on_repair_write(id, ok),
         }
     }
@@ -759,6 +789,12 @@ impl<F: Fabric> Node<F> {
             let reserve = self.config.log_slots as u32 + 8;
             p.sends + count + reserve <= self.qp_options.send_depth as u32
         })
+    }
+
+    /// The sets-pool slot of the spill-set READ beside home-set slot `staging` (the pool's
+    /// second half).
+    pub(super) fn spill_staging(&self, staging: u32) -> u32 {
+        staging + self.pools.sets.slots() / 2
     }
 
     pub(super) fn zero_buf(&self) -> LocalBuf {

@@ -23,8 +23,8 @@
 
 use super::file::{le32, le64, round_up};
 use super::limits::{
-    HEADER_PAGE_BYTES, LINE_BYTES, RECORD_HEADER_BYTES, STORE_FILE_BYTES_MAX, STORE_PAYLOAD_BYTES_MAX, STORE_SETS_MAX,
-    STORE_SET_BYTES_MAX, STORE_WAYS_MAX,
+    HEADER_PAGE_BYTES, LINE_BYTES, RECORD_HEADER_BYTES, SET_HEAD_BYTES, STORE_FILE_BYTES_MAX, STORE_PAYLOAD_BYTES_MAX,
+    STORE_SETS_MAX, STORE_SET_BYTES_MAX, STORE_WAYS_MAX,
 };
 use crate::stripe::HEADER_LEN as FRAGMENT_HEADER_LEN;
 
@@ -100,8 +100,13 @@ impl RecordState {
     }
 }
 
-/// Shape of a fragment store: `sets` sets (a power of two) of `ways` records, each record
-/// holding up to `payload_max` fragment bytes.
+/// Shape of a fragment store: `sets` sets of `ways` records, each record holding up to
+/// `payload_max` fragment bytes, each set led by a [`SET_HEAD_BYTES`]-byte set head.
+///
+/// A key has a home set ([`Self::home_of`]) and a spill set ([`Self::spill_of`]): its
+/// records go home while the home set has room, else to the spill set, and the home
+/// set's head counts how many of its keys' records lie in spill sets, so a reader knows
+/// when one READ of the home set is not enough.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StoreGeometry {
     sets: u32,
@@ -112,7 +117,7 @@ pub struct StoreGeometry {
 
 /// A store geometry parameter out of range.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("fragment store {field} = {value} is out of range: must be {limit}; fix store_keys, store_ways or the payload size in the cluster config")]
+#[error("fragment store {field} = {value} is out of range: must be {limit}; fix store_bytes or the payload size (value_bytes_max, k) in the cluster config")]
 pub struct GeometryError {
     /// The parameter.
     pub field: &'static str,
@@ -127,8 +132,8 @@ impl StoreGeometry {
     /// checked against the limits in [`super::limits`].
     pub fn new(sets: u32, ways: u32, payload_max: u32) -> Result<Self, GeometryError> {
         let bad = |field, value: u64, limit: String| GeometryError { field, value, limit };
-        if !sets.is_power_of_two() || sets > STORE_SETS_MAX {
-            return Err(bad("sets", sets.into(), format!("a power of two up to {STORE_SETS_MAX}")));
+        if sets == 0 || sets > STORE_SETS_MAX {
+            return Err(bad("sets", sets.into(), format!("1 to {STORE_SETS_MAX}")));
         }
         if ways == 0 || ways > STORE_WAYS_MAX {
             return Err(bad("ways", ways.into(), format!("1 to {STORE_WAYS_MAX}")));
@@ -150,19 +155,43 @@ impl StoreGeometry {
         Ok(geometry)
     }
 
-    /// A store sized for `keys` keys at half load: sets is the next power of two at or
-    /// above `ceil(2 * keys / ways)`.
-    pub fn for_keys(keys: u32, ways: u32, payload_max: u32) -> Result<Self, GeometryError> {
-        if ways == 0 {
-            return Err(GeometryError { field: "ways", value: 0, limit: format!("1 to {STORE_WAYS_MAX}") });
+    /// The largest store whose file fits in `store_bytes`: as many sets of `ways` records
+    /// as fit after the header page.
+    pub fn for_bytes(store_bytes: u64, ways: u32, payload_max: u32) -> Result<Self, GeometryError> {
+        let one = Self::new(1, ways, payload_max)?;
+        let sets = store_bytes.saturating_sub(HEADER_PAGE_BYTES as u64) / one.set_bytes() as u64;
+        if sets == 0 {
+            let limit = format!("at least {} bytes (one set of {ways} records)", one.file_bytes());
+            return Err(GeometryError { field: "store_bytes", value: store_bytes, limit });
         }
-        let sets = (2 * u64::from(keys)).div_ceil(u64::from(ways)).max(1).next_power_of_two();
-        let sets = u32::try_from(sets).map_err(|_| GeometryError {
-            field: "sets",
-            value: sets,
-            limit: format!("a power of two up to {STORE_SETS_MAX}: lower store_keys"),
+        let max = STORE_SETS_MAX as u64 * one.set_bytes() as u64 + HEADER_PAGE_BYTES as u64;
+        let sets = u32::try_from(sets).ok().filter(|&s| s <= STORE_SETS_MAX).ok_or_else(|| GeometryError {
+            field: "store_bytes",
+            value: store_bytes,
+            limit: format!("at most {max} bytes ({STORE_SETS_MAX} sets) for this payload size"),
         })?;
         Self::new(sets, ways, payload_max)
+    }
+
+    /// The home set of a key: `key_hash % sets`. Key hashes are SHA-256 prefixes, uniform
+    /// in every bit, so the remainder picks sets as well as any mixer would.
+    pub fn home_of(&self, key_hash: u64) -> u32 {
+        (key_hash % u64::from(self.sets)) as u32
+    }
+
+    /// The spill set of a key: another set, picked by the hash's high half (independent of
+    /// the low bits that pick the home set). None in a store of one set.
+    pub fn spill_of(&self, key_hash: u64) -> Option<u32> {
+        let sets = u64::from(self.sets);
+        (sets > 1).then(|| {
+            let home = key_hash % sets;
+            ((home + 1 + (key_hash >> 32) % (sets - 1)) % sets) as u32
+        })
+    }
+
+    /// Offset of way `way`'s record within a set's bytes (after the set head).
+    pub fn record_in_set(&self, way: usize) -> usize {
+        SET_HEAD_BYTES + way * self.record_bytes as usize
     }
 
     /// Number of sets.
@@ -185,9 +214,9 @@ impl StoreGeometry {
         self.payload_max
     }
 
-    /// Bytes per set: what a peer READs to fetch a key's records.
+    /// Bytes per set, its head included: what a peer READs to fetch a key's records.
     pub fn set_bytes(&self) -> usize {
-        self.ways as usize * self.record_bytes as usize
+        SET_HEAD_BYTES + self.ways as usize * self.record_bytes as usize
     }
 
     /// Bytes of all sets.
@@ -481,6 +510,30 @@ impl RecordRepr {
     }
 }
 
+/// Per-key counters in a set head (bytes `4..64`).
+pub const SPILL_SLOTS: usize = SET_HEAD_BYTES - 4;
+
+/// The set-head counter a key's spilled records are counted in: bits the home and spill
+/// choices hardly use, so keys of one set spread over the counters.
+pub fn spill_slot(key_hash: u64) -> usize {
+    ((key_hash >> 48) % SPILL_SLOTS as u64) as usize
+}
+
+/// Records of the set's keys that lie in their spill sets, as the set head says: bytes
+/// `0..4` of a set are that count (little-endian u32), bytes `4..64` the same records
+/// counted per [`spill_slot`] (u8 each; one that reached 255 stays there until the store
+/// is reopened).
+pub fn set_spilled(set: &[u8]) -> u32 {
+    set.get(..4).map_or(0, le32)
+}
+
+/// Whether a reader must READ the key's spill set too: the home set's counter for the
+/// key's slot is not zero. From a peer these are hostile bytes: a wrong counter only
+/// costs a reader a second READ, or hides records that the lying peer holds anyway.
+pub fn key_may_have_spilled(set: &[u8], key_hash: u64) -> bool {
+    set.get(4 + spill_slot(key_hash)).is_some_and(|&c| c != 0)
+}
+
 /// The records of one set, copied from the local store or READ from a peer (`bytes` should
 /// be `geometry.set_bytes()` long): each non-empty way as a checked view or an error. Empty
 /// ways (state byte 0) are skipped; a damaged, torn or missing way is an error, never data,
@@ -491,8 +544,9 @@ pub fn parse_set<'a>(
 ) -> impl Iterator<Item = Result<RecordView<&'a [u8]>, RecordError>> + 'a {
     let record_bytes = geometry.record_bytes() as usize;
     let payload_max = geometry.payload_max();
+    let g = *geometry;
     (0..geometry.ways() as usize).filter_map(move |way| {
-        let start = way * record_bytes;
+        let start = g.record_in_set(way);
         let Some(record) = bytes.get(start..start + record_bytes) else {
             return Some(Err(RecordError::Truncated { len: bytes.len().saturating_sub(start), need: record_bytes }));
         };
@@ -501,6 +555,34 @@ pub fn parse_set<'a>(
         }
         Some(RecordView::new_checked(record, payload_max))
     })
+}
+
+/// Where a reader finds a key's records on one node: the copy of its home set and, when
+/// that set's head said some of its keys spilled, the copy of its spill set (READ before
+/// the home set, so a record the holder dropped from one was replaced by a newer one the
+/// reader sees in the other).
+#[derive(Clone, Copy, Debug)]
+pub struct KeySets<'a> {
+    /// The home set's bytes.
+    pub home: &'a [u8],
+    /// The spill set's bytes, when they were read.
+    pub spill: Option<&'a [u8]>,
+}
+
+impl<'a> KeySets<'a> {
+    /// Way indices to visit: the home set's, then the spill set's (`ways..2 * ways`).
+    pub fn ways(&self, geometry: &StoreGeometry) -> usize {
+        geometry.ways() as usize * if self.spill.is_some() { 2 } else { 1 }
+    }
+
+    /// The bytes of way `way` (home set below `ways`, spill set above), or None past the
+    /// end of what was read.
+    pub fn record(&self, geometry: &StoreGeometry, way: usize) -> Option<&'a [u8]> {
+        let ways = geometry.ways() as usize;
+        let (set, way) = if way < ways { (self.home, way) } else { (self.spill?, way - ways) };
+        let start = geometry.record_in_set(way);
+        set.get(start..start + geometry.record_bytes() as usize)
+    }
 }
 
 #[cfg(test)]
@@ -630,46 +712,72 @@ mod tests {
     }
 
     #[test]
-    fn geometry_is_sized_for_keys_at_half_load_and_checked() {
+    fn geometry_is_sized_by_bytes_and_checked() {
         let g = StoreGeometry::new(1024, 4, 4096).unwrap();
-        assert_eq!((g.record_bytes(), g.set_bytes()), (4224, 4 * 4224));
-        assert_eq!(g.file_bytes(), 4096 + 1024 * 4 * 4224);
+        assert_eq!((g.record_bytes(), g.set_bytes()), (4224, 64 + 4 * 4224));
+        assert_eq!(g.file_bytes(), 4096 + 1024 * (64 + 4 * 4224));
         assert_eq!(StoreGeometry::new(1, 1, 0).unwrap().record_bytes(), 128);
-        assert_eq!(StoreGeometry::for_keys(1000, 4, 64).unwrap().sets(), 512);
-        assert_eq!(StoreGeometry::for_keys(1024, 4, 64).unwrap().sets(), 512);
-        assert_eq!(StoreGeometry::for_keys(1025, 4, 64).unwrap().sets(), 1024);
-        assert_eq!(StoreGeometry::for_keys(3, 16, 64).unwrap().sets(), 1);
-        assert_eq!(StoreGeometry::for_keys(0, 16, 64).unwrap().sets(), 1);
+        // As many sets as fit, any count.
+        let set = 64 + 4 * 192;
+        assert_eq!(StoreGeometry::for_bytes(4096 + 1000 * set, 4, 64).unwrap().sets(), 1000);
+        assert_eq!(StoreGeometry::for_bytes(4096 + 1000 * set + set - 1, 4, 64).unwrap().sets(), 1000);
+        assert_eq!(StoreGeometry::for_bytes(4096 + set, 4, 64).unwrap().sets(), 1);
         let field = |r: Result<StoreGeometry, GeometryError>| r.unwrap_err().field;
-        assert_eq!(field(StoreGeometry::new(3, 4, 64)), "sets");
+        assert_eq!(field(StoreGeometry::for_bytes(4096 + set - 1, 4, 64)), "store_bytes");
+        assert_eq!(field(StoreGeometry::for_bytes(u64::MAX, 4, 64)), "store_bytes");
         assert_eq!(field(StoreGeometry::new(0, 4, 64)), "sets");
-        assert_eq!(field(StoreGeometry::new(STORE_SETS_MAX * 2, 4, 64)), "sets");
+        assert_eq!(field(StoreGeometry::new(STORE_SETS_MAX + 1, 4, 64)), "sets");
         assert_eq!(field(StoreGeometry::new(1, 0, 64)), "ways");
         assert_eq!(field(StoreGeometry::new(1, 17, 64)), "ways");
         assert_eq!(field(StoreGeometry::new(1, 1, STORE_PAYLOAD_BYTES_MAX + 1)), "payload_max");
         assert_eq!(field(StoreGeometry::new(1, 2, STORE_PAYLOAD_BYTES_MAX)), "ways x record_bytes");
         assert_eq!(field(StoreGeometry::new(STORE_SETS_MAX, 16, 1 << 16)), "file bytes");
-        assert_eq!(field(StoreGeometry::for_keys(u32::MAX, 1, 64)), "sets");
-        assert_eq!(field(StoreGeometry::for_keys(10, 0, 64)), "ways");
-        assert!(StoreGeometry::new(1, 1, STORE_PAYLOAD_BYTES_MAX).is_ok(), "one way holds the largest fragment");
+        assert_eq!(field(StoreGeometry::for_bytes(1 << 30, 0, 64)), "ways");
+        assert!(StoreGeometry::new(1, 1, STORE_PAYLOAD_BYTES_MAX - 64).is_ok(), "one way holds a large fragment");
+    }
+
+    #[test]
+    fn a_key_spills_to_another_set_picked_by_the_high_half_of_its_hash() {
+        let g = StoreGeometry::new(1000, 4, 64).unwrap();
+        assert_eq!(StoreGeometry::new(1, 4, 64).unwrap().spill_of(12345), None);
+        let mut spills = vec![0u32; 1000];
+        for i in 0..100_000u64 {
+            let key_hash = i.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            let (home, spill) = (g.home_of(key_hash), g.spill_of(key_hash).unwrap());
+            assert!(home < 1000 && spill < 1000 && spill != home);
+            spills[spill as usize] += 1;
+        }
+        // Spread over every set (100 a set on average).
+        assert!(spills.iter().all(|&n| (40..200).contains(&n)), "{:?}", spills.iter().min());
+        // The set head: a count, and per-slot counters a reader checks.
+        let mut set = vec![0u8; g.set_bytes()];
+        assert_eq!(set_spilled(&set), 0);
+        assert!(!key_may_have_spilled(&set, 7 << 48));
+        set[..4].copy_from_slice(&3u32.to_le_bytes());
+        set[4 + spill_slot(7 << 48)] = 3;
+        assert_eq!(set_spilled(&set), 3);
+        assert!(key_may_have_spilled(&set, 7 << 48));
+        assert!(!key_may_have_spilled(&set, 8 << 48));
+        assert!(!key_may_have_spilled(&set[..3], 7 << 48), "a short READ says nothing");
     }
 
     #[test]
     fn parse_set_skips_empty_ways_and_reports_bad_ones() {
         let g = geometry();
-        let rb = g.record_bytes() as usize;
         let mut set = vec![0u8; g.set_bytes()];
-        set[..168].copy_from_slice(&golden_record());
-        set[2 * rb..2 * rb + 168].copy_from_slice(&golden_record());
-        set[2 * rb + 110] ^= 1; // torn payload
-        set[3 * rb + field::STATE] = 1; // a state byte on a way never written
+        let way = |w: usize| g.record_in_set(w);
+        set[way(0)..way(0) + 168].copy_from_slice(&golden_record());
+        set[way(2)..way(2) + 168].copy_from_slice(&golden_record());
+        set[way(2) + 110] ^= 1; // torn payload
+        set[way(3) + field::STATE] = 1; // a state byte on a way never written
+        set[..8].fill(0xff); // the set head is not a record
         let results: Vec<_> = parse_set(&set, &g).collect();
         assert_eq!(results.len(), 3, "way 1 is empty");
         assert_eq!(results[0].as_ref().unwrap().key_hash(), repr().key_hash);
         assert!(matches!(results[1], Err(RecordError::Checksum { .. })));
         assert!(matches!(results[2], Err(RecordError::Magic { .. })));
         // A short read: the missing ways are errors, not data.
-        let results: Vec<_> = parse_set(&set[..rb + 10], &g).collect();
+        let results: Vec<_> = parse_set(&set[..way(1) + 10], &g).collect();
         assert!(results[0].is_ok());
         assert_eq!(results.len(), 4);
         assert!(results[1..].iter().all(|r| matches!(r, Err(RecordError::Truncated { .. }))));
@@ -685,9 +793,9 @@ mod tests {
             let mut bytes = bytes;
             if stamp_magic {
                 // Make ways look like records so the checks past the magic run too.
-                let rb = g.record_bytes() as usize;
                 for way in 0..g.ways() as usize {
-                    if let Some(b) = bytes.get_mut(way * rb..way * rb + 5) {
+                    let at = g.record_in_set(way);
+                    if let Some(b) = bytes.get_mut(at..at + 5) {
                         b.copy_from_slice(&[b'P', b'R', b'S', b'R', 1]);
                     }
                 }

@@ -16,7 +16,7 @@ use super::entry::{EntryKind, EntryRepr, Outcome as Decision, OutcomeRecordRepr}
 use super::limits::REPAIRS_MAX;
 use super::node::{rewind, Node, Now};
 use super::peer::Sent;
-use super::record::{RecordRepr, RecordState, RecordView};
+use super::record::{KeySets, RecordRepr, RecordState, RecordView};
 use super::wr::{Kind, WrId};
 use crate::codec_config::FRAGMENTS_MAX;
 use crate::fabric::{Fabric, Op};
@@ -31,10 +31,14 @@ pub struct Repair {
     stamp: u64,
     tombstone: bool,
     target: u8,
-    /// Peers whose set READ is outstanding.
+    /// Peers whose home-set READ is outstanding.
     pending: u32,
-    /// Nodes whose set arrived.
+    /// Peers whose spill-set READ is outstanding.
+    pending_spill: u32,
+    /// Nodes whose home set arrived.
     arrived: u32,
+    /// Nodes whose spill set arrived.
+    arrived_spill: u32,
     /// Work requests carrying its buffers, not completed.
     wrs: u32,
     /// The fragment went out; waiting for its acknowledgement.
@@ -47,7 +51,8 @@ pub struct Repair {
     deadline_ns: u64,
 }
 
-/// Repairs in flight, with their set copies, allocated at start.
+/// Repairs in flight, with their set copies (per node, the key's home set then its spill
+/// set), allocated at start.
 #[derive(Debug)]
 pub struct RepairTable {
     slots: Vec<Option<Repair>>,
@@ -62,7 +67,7 @@ impl RepairTable {
         Self {
             slots: (0..REPAIRS_MAX).map(|_| None).collect(),
             generations: vec![0; REPAIRS_MAX as usize],
-            sets: (0..REPAIRS_MAX).map(|_| vec![0u8; nodes * set_bytes]).collect(),
+            sets: (0..REPAIRS_MAX).map(|_| vec![0u8; nodes * 2 * set_bytes]).collect(),
         }
     }
 
@@ -116,7 +121,9 @@ impl<F: Fabric> Node<F> {
             tombstone,
             target,
             pending: 0,
+            pending_spill: 0,
             arrived: 0,
+            arrived_spill: 0,
             wrs: 0,
             sent: false,
             over: false,
@@ -126,29 +133,37 @@ impl<F: Fabric> Node<F> {
         });
         let slot = slot as u32;
         let set_bytes = self.gets.set_bytes();
-        let set = self.store.set_of(key_hash);
-        let mut pending = 0;
+        // Repairs are background work: they READ the key's spill set (first, on the same
+        // queue pair, as a GET's second round does) whether or not it holds anything.
+        let (set, spill) = (self.store.home_of(key_hash), self.store.spill_of(key_hash));
+        let (mut pending, mut pending_spill) = (0, 0);
         for j in 0..self.n as u8 {
             if j == self.me {
                 continue;
             }
             let Some(remote) = self.peer(j).filter(|p| p.is_up()).and_then(|p| p.remote) else { continue };
             let staging = self.repair_staging(slot, j);
-            let buf = self.pools.sets.buf(staging, set_bytes);
-            let at = self.store.set_offset(set) as u64;
-            pending |= 1 << j;
-            if let Some(r) = self.repairs.slots[slot as usize].as_mut() {
-                r.wrs += 1;
+            let reads = [
+                spill.map(|s| (s, self.spill_staging(staging), Kind::RepairSpillRead)),
+                Some((set, staging, Kind::RepairRead)),
+            ];
+            for (set, staging, kind) in reads.into_iter().flatten() {
+                let buf = self.pools.sets.buf(staging, set_bytes);
+                let at = self.store.set_offset(set) as u64;
+                if kind == Kind::RepairRead {
+                    pending |= 1 << j;
+                } else {
+                    pending_spill |= 1 << j;
+                }
+                if let Some(r) = self.repairs.slots[slot as usize].as_mut() {
+                    r.wrs += 1;
+                }
+                self.post(j, WrId::new(kind, j, slot, generation), Op::Read { remote: remote.store.at(at) }, buf);
             }
-            self.post(
-                j,
-                WrId::new(Kind::RepairRead, j, slot, generation),
-                Op::Read { remote: remote.store.at(at) },
-                buf,
-            );
         }
         if let Some(r) = self.repairs.slots[slot as usize].as_mut() {
             r.pending = pending;
+            r.pending_spill = pending_spill;
         }
         self.stats.repairs_started += 1;
         tracing::debug!(node = self.me, write_seq, stamp, target, "repair started");
@@ -160,20 +175,24 @@ impl<F: Fabric> Node<F> {
         (self.gets.capacity() + slot) * self.n as u32 + u32::from(j)
     }
 
-    /// A repair's set READ came back.
-    pub(super) fn on_repair_read(&mut self, id: WrId, ok: bool) {
+    /// A repair's set READ came back (`spill`: of the spill set).
+    pub(super) fn on_repair_read(&mut self, id: WrId, ok: bool, spill: bool) {
         let set_bytes = self.gets.set_bytes();
         let staging = self.repair_staging(id.a, id.peer);
+        let staging = if spill { self.spill_staging(staging) } else { staging };
         let Some(r) = self.repairs.slots.get_mut(id.a as usize).and_then(Option::as_mut) else { return };
         if r.generation != id.b {
             return;
         }
         r.wrs = r.wrs.saturating_sub(1);
-        r.pending &= !(1 << id.peer);
+        let bit = 1 << id.peer;
+        let (pending, arrived) =
+            if spill { (&mut r.pending_spill, &mut r.arrived_spill) } else { (&mut r.pending, &mut r.arrived) };
+        *pending &= !bit;
         if ok && !r.over {
-            r.arrived |= 1 << id.peer;
-            let j = id.peer as usize;
-            self.pools.sets.read(staging, &mut self.repairs.sets[id.a as usize][j * set_bytes..(j + 1) * set_bytes]);
+            *arrived |= bit;
+            let at = (2 * id.peer as usize + usize::from(spill)) * set_bytes;
+            self.pools.sets.read(staging, &mut self.repairs.sets[id.a as usize][at..at + set_bytes]);
         }
     }
 
@@ -223,7 +242,7 @@ impl<F: Fabric> Node<F> {
                 }
                 continue;
             }
-            if !r.sent && r.pending == 0 {
+            if !r.sent && r.pending | r.pending_spill == 0 {
                 busy = true;
                 self.rebuild_and_send(slot);
             }
@@ -237,20 +256,28 @@ impl<F: Fabric> Node<F> {
         let geometry = self.store.geometry();
         let mut sets = std::mem::take(&mut self.repairs.sets[slot as usize]);
         let mut r = self.repairs.slots[slot as usize].expect("running repair");
-        let set = self.store.set_of(r.key_hash);
-        if self.store.read_set(set, &mut sets[me as usize * set_bytes..(me as usize + 1) * set_bytes]).is_ok() {
+        let (set, spill) = (self.store.home_of(r.key_hash), self.store.spill_of(r.key_hash));
+        let at = me as usize * 2 * set_bytes;
+        if let Some(spill) = spill {
+            if self.store.read_set(spill, &mut sets[at + set_bytes..at + 2 * set_bytes]).is_ok() {
+                r.arrived_spill |= 1 << me;
+            }
+        }
+        if self.store.read_set(set, &mut sets[at..at + set_bytes]).is_ok() {
             r.arrived |= 1 << me;
         }
-        let rb = geometry.record_bytes() as usize;
         let mut frags = [Fragment { header: &[], payload: &[] }; FRAGMENTS_MAX];
         let (mut used, mut have, mut superseded, mut present) = (0, 0u32, false, false);
         for j in 0..self.n {
-            if r.arrived & (1 << j) == 0 {
+            if r.arrived & (1 << j) == 0 || (spill.is_some() && r.arrived_spill & (1 << j) == 0) {
                 continue;
             }
-            let chunk = &sets[j * set_bytes..(j + 1) * set_bytes];
-            for way in 0..geometry.ways() as usize {
-                let record = &chunk[way * rb..(way + 1) * rb];
+            let key_sets = KeySets {
+                home: &sets[2 * j * set_bytes..(2 * j + 1) * set_bytes],
+                spill: spill.map(|_| &sets[(2 * j + 1) * set_bytes..(2 * j + 2) * set_bytes]),
+            };
+            for way in 0..key_sets.ways(&geometry) {
+                let Some(record) = key_sets.record(&geometry, way) else { break };
                 if RecordView::<&[u8]>::claimed_key_hash(record) != Some(r.key_hash) {
                     continue;
                 }

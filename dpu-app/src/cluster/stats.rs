@@ -43,6 +43,9 @@ pub struct NodeStats {
     pub gets_failed: u64,
     /// GET gather rounds repeated (sets of different ages disagreed).
     pub get_retries: u64,
+    /// GETs that READ their key's spill sets too (a home set said the key may have
+    /// records there).
+    pub get_spill_rounds: u64,
     /// Arrival to every mark settled (the speculative invalidation).
     pub invalidated_after: Histogram,
     /// Predictor hits (a write found its key leased).
@@ -112,6 +115,7 @@ impl NodeStats {
             gets_not_found: 0,
             gets_failed: 0,
             get_retries: 0,
+            get_spill_rounds: 0,
             invalidated_after: Histogram::new(),
             predictor_hits: 0,
             leases_opened: 0,

@@ -30,6 +30,10 @@ pub enum Kind {
     RepairRead = 9,
     /// A rebuilt fragment's WRITE (bytes or header): a = repair slot, b = generation.
     RepairWrite = 10,
+    /// A READ of a peer's spill set for a GET: a = get slot.
+    GetSpillRead = 11,
+    /// A READ of a peer's spill set for a repair: a = repair slot, b = generation.
+    RepairSpillRead = 12,
 }
 
 impl Kind {
@@ -45,6 +49,8 @@ impl Kind {
             8 => Self::GetRead,
             9 => Self::RepairRead,
             10 => Self::RepairWrite,
+            11 => Self::GetSpillRead,
+            12 => Self::RepairSpillRead,
             _ => return None,
         })
     }

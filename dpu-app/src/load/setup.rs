@@ -18,36 +18,24 @@ pub const QUEUE_PAIRS: u32 = 2;
 /// invalidated by each other's writes; a larger directory makes that rarer but every
 /// whole-directory sweep (a revocation, clearing a dead writer's marks) slower.
 pub const DIRECTORY_SLOTS: u32 = 1 << 16;
-/// Keys each node's fragment store is sized for at least in a full run (every node
-/// holds a fragment of every key with 5 nodes and k + m = 5); a run that can write more
-/// distinct keys gets room for twice as many ([`store_keys_for`]). A node's start allocates its whole store, so a larger one
-/// costs start-up time and memory (about 200 MB a node at this size).
-pub const STORE_KEYS: usize = 1 << 17;
-/// Keys each store is sized for in a short run (`bench --quick`, a demo of a few
-/// seconds): an eighth of the memory and start-up time.
-pub const STORE_KEYS_SHORT: usize = 1 << 14;
-/// Seconds of load (warm-up included) up to which a run sizes its stores for
-/// [`STORE_KEYS_SHORT`].
-pub const SHORT_RUN_SECONDS: f64 = 3.0;
+/// Fewest keys a node's fragment store is sized for (at half load: see
+/// [`crate::cluster::node::store_bytes_for_keys`]).
+pub const STORE_KEYS_MIN: usize = 1 << 14;
 
 /// PUTs per second a run is sized for: about what the in-process cluster does on the
-/// 2-core machines measured (15-19 K/s). A faster machine writes more keys in a short
-/// run than its stores were sized for; at worst some fragments are refused for room
-/// (counted, and the writes fail cleanly).
+/// 2-core machines measured (15-19 K/s). A faster machine writes more keys than its
+/// stores were sized for; sized at half load, a store has room for about 1.6 times as
+/// many before it refuses a write (at about 80 % of its records in use).
 pub const SIZING_PUTS_PER_SECOND: f64 = 15_000.0;
 
-/// The store size for a run of `seconds` of load over a stream of `distinct` keys:
-/// room for twice the keys it can write (at most every distinct one). A key lives in
-/// one 16-way set, so a store has to be roomy: with the OLTP trace's 186,880 keys in
-/// stores sized for 2^18 keys (32,768 sets, 5.7 keys a set) about three sets overflow
-/// once every key is written, and those keys' writes are refused everywhere; sized for
-/// 2^19 the expected number of full sets is below 0.001.
+/// The keys to size stores for in a run of `seconds` of load over a stream of
+/// `distinct` keys: every key it can write (at most every distinct one), at least
+/// [`STORE_KEYS_MIN`]. With 5 nodes and k + m = 5 every node holds a fragment of every
+/// key; a node's start allocates its whole store (preallocated file, an index of 64
+/// bytes a record), so a run sizes it for what it will write.
 pub fn store_keys_for(seconds: f64, distinct: usize) -> usize {
-    if seconds <= SHORT_RUN_SECONDS {
-        return STORE_KEYS_SHORT;
-    }
-    let reachable = distinct.min((seconds * SIZING_PUTS_PER_SECOND) as usize);
-    STORE_KEYS.max((2 * reachable).next_power_of_two()).min(crate::cluster::config::STORE_KEYS_LIMIT)
+    let reachable = distinct.min((seconds * SIZING_PUTS_PER_SECOND).ceil() as usize);
+    reachable.max(STORE_KEYS_MIN)
 }
 
 /// Free space kept on `/dev/shm` beyond a run's files before the run goes there: the
@@ -251,8 +239,7 @@ pub struct ClusterSpec {
     pub value_bytes: usize,
     /// The fabric model's seed.
     pub seed: u64,
-    /// Keys each node's store is sized for ([`STORE_KEYS`], or [`STORE_KEYS_SHORT`]
-    /// for a short run).
+    /// Keys each node's store is sized for ([`store_keys_for`]), at half load.
     pub store_keys: usize,
 }
 
@@ -275,7 +262,8 @@ impl ClusterSpec {
         c.quorum = self.quorum().max(usize::from(self.k)).max(usize::from(self.m) + 1);
         c.key_dir = dir.join("keys");
         c.value_bytes_max = self.value_bytes;
-        c.store_keys = self.store_keys;
+        c.store_bytes = crate::cluster::node::store_bytes_for_keys(&c, self.store_keys as u64)
+            .unwrap_or(crate::cluster::config::STORE_BYTES_LIMIT);
         c.invalidation = self.policy.invalidation();
         c.predictive = self.policy.predictive();
         c.allow_unsafe_no_invalidation = self.policy == Policy::None;
@@ -408,13 +396,17 @@ mod tests {
     }
 
     #[test]
-    fn stores_have_room_for_twice_the_keys_a_run_can_write() {
-        assert_eq!(store_keys_for(2.0, 186_880), STORE_KEYS_SHORT);
+    fn stores_have_room_for_the_keys_a_run_can_write() {
+        assert_eq!(store_keys_for(0.5, 186_880), STORE_KEYS_MIN);
         // A LAN bench cell: 3.5 s writes at most 52,500 of the trace's keys.
-        assert_eq!(store_keys_for(3.5, 186_880), STORE_KEYS);
+        assert_eq!(store_keys_for(3.5, 186_880), 52_500);
         // A long demo writes every key.
-        assert_eq!(store_keys_for(600.0, 186_880), 1 << 19);
-        assert_eq!(store_keys_for(1e6, usize::MAX / 4), crate::cluster::config::STORE_KEYS_LIMIT);
+        assert_eq!(store_keys_for(600.0, 186_880), 186_880);
+        // At half load: 2 records a key, 16 ways a set.
+        let spec = spec(5, (3, 2), Network::Lan, Policy::Speculative, 52_500);
+        let config = spec.config_unchecked(Path::new("/nonexistent"));
+        let store = crate::cluster::node::store_geometry(&config).unwrap();
+        assert_eq!(u64::from(store.sets()), (2 * 52_500u64).div_ceil(16));
     }
 
     #[test]
@@ -422,13 +414,13 @@ mod tests {
         let dir = RunDir::create("setup-test", 0).unwrap();
         for network in Network::ALL {
             for policy in Policy::ALL {
-                let spec = spec(5, (3, 2), network, policy, STORE_KEYS);
+                let spec = spec(5, (3, 2), network, policy, 1 << 17);
                 let c = spec.config(dir.path()).unwrap_or_else(|e| panic!("{network:?} {policy:?}: {e}"));
                 assert_eq!((c.quorum, c.invalidation, c.predictive), (4, policy.invalidation(), policy.predictive()));
                 assert_eq!(Policy::parse(policy.name()), Some(policy));
             }
         }
-        let spec = spec(5, (4, 1), Network::Lan, Policy::Speculative, STORE_KEYS_SHORT);
+        let spec = spec(5, (4, 1), Network::Lan, Policy::Speculative, STORE_KEYS_MIN);
         assert_eq!(spec.config(dir.path()).unwrap().quorum, 4);
         assert_eq!(Policy::parse("eager"), None);
         assert_eq!(

@@ -110,6 +110,9 @@ pub struct SimReport {
     pub sim_ns: u64,
     /// Predictor leases marked, and writes that found their key leased.
     pub leases: (u64, u64),
+    /// GETs that READ their key's spill sets too, and fragments refused for room, by the
+    /// nodes' last incarnations.
+    pub store: (u64, u64),
 }
 
 impl SimReport {
@@ -129,13 +132,15 @@ impl SimReport {
         self.sim_ns += other.sim_ns;
         self.leases.0 += other.leases.0;
         self.leases.1 += other.leases.1;
+        self.store.0 += other.store.0;
+        self.store.1 += other.store.1;
     }
 
     /// One line of counts.
     pub fn line(&self) -> String {
         format!(
             "{} steps, {} simulated; writes {} issued / {} committed / {} rolled back / {} undetermined; \
-             {} reads checked ({} from caches, {} GETs, {} unavailable); {} crashes, {} partitions; {} leases, {} lease hits",
+             {} reads checked ({} from caches, {} GETs, {} unavailable); {} crashes, {} partitions; {} leases, {} lease hits; {} GETs read spill sets, {} fragments refused for room",
             self.steps,
             if self.sim_ns >= 1_000_000_000 {
                 format!("{:.2} s", self.sim_ns as f64 / 1e9)
@@ -153,7 +158,9 @@ impl SimReport {
             self.crashes,
             self.partitions,
             self.leases.0,
-            self.leases.1
+            self.leases.1,
+            self.store.0,
+            self.store.1
         )
     }
 }
@@ -197,7 +204,9 @@ fn config(opts: &SimOptions, dir: &std::path::Path) -> Result<ClusterConfig, Str
     c.quorum = opts.quorum.into();
     c.key_dir = keys;
     c.value_bytes_max = 1024;
-    c.store_keys = 1024;
+    // A store of two sets (32 records) for the dozen keys, so that hot keys' versions
+    // spill into other sets and superseded records are reused many times over.
+    c.store_bytes = crate::cluster::node::store_bytes_for_keys(&c, 16).map_err(|e| e.to_string())?;
     // Small tables, so that long runs wrap them many times: 64 log slots, and the
     // smallest outcome table (each node's wraps every 1024 of its writes).
     c.log_slots = 64;
@@ -440,6 +449,8 @@ pub fn run(opts: &SimOptions) -> Result<SimReport, Violation> {
     for node in cluster.nodes() {
         report.leases.0 += node.stats().leases_opened;
         report.leases.1 += node.stats().predictor_hits;
+        report.store.0 += node.stats().get_spill_rounds;
+        report.store.1 += node.stats().store_full;
     }
     drop(clients);
     drop(cluster);

@@ -60,12 +60,18 @@ impl ProcessCluster {
         std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600))
             .map_err(|e| io("chmod", &key, e))?;
         let ports = free_ports(2 * n)?;
-        // Every node holds a fragment of every key: room for each at half load, and
-        // versions in flight.
-        let store_keys = (4 * opts.keys as usize * n).max(16_384);
+        // Every node holds a fragment of every key: room for twice the keys at half load
+        // (versions in flight).
+        let (k, m) = (n - opts.m as usize, opts.m as usize);
+        let sizing = crate::cluster::config::ClusterConfig {
+            value_bytes_max: 4096,
+            ..crate::cluster::config::ClusterConfig::in_process(n, k, m, &dir)
+        };
+        let store_bytes = crate::cluster::node::store_bytes_for_keys(&sizing, 2 * u64::from(opts.keys))
+            .map_err(|e| format!("cannot size the stores: {e}"))?;
         let mut toml = format!(
             "[cluster]\nname = \"soak\"\nk = {k}\nm = {m}\nquorum = {q}\nkey_dir = \"keys\"\n\
-             invalidation = \"speculative\"\npredictive = false\nvalue_bytes_max = 4096\nstore_keys = {store_keys}\n\
+             invalidation = \"speculative\"\npredictive = false\nvalue_bytes_max = 4096\nstore_bytes = {store_bytes}\n\
              log_slots = 128\noutcome_entries = 65536\nheartbeat_us = 1000\nlease_us = 20000\n\
              dead_after_us = 500000\nwrite_timeout_us = 3000000\ntransport_timeout_us = 50000\n",
             k = n - opts.m as usize,
