@@ -38,6 +38,22 @@ pub struct FillOptions {
 
 /// Share of the free disk space a store sized by the fill may take.
 const DISK_SHARE: f64 = 0.8;
+/// Share of the available memory it may take: a node registers its whole store for
+/// RDMA READ, which pins it on a real NIC, and even the emulated fabric's page-cache
+/// mapping slows down by orders of magnitude once the store outgrows memory (every
+/// insert a random page).
+const MEMORY_SHARE: f64 = 0.6;
+
+/// Bytes of memory available (`MemAvailable` of `/proc/meminfo`).
+fn available_memory() -> Result<u64, String> {
+    let text = std::fs::read_to_string("/proc/meminfo").map_err(|e| format!("cannot read /proc/meminfo: {e}"))?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))
+        .and_then(|v| v.trim().strip_suffix("kB"))
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(|kb| kb * 1024)
+        .ok_or_else(|| "/proc/meminfo has no MemAvailable line".to_owned())
+}
 /// Progress lines per fill.
 const REPORTS: u64 = 20;
 
@@ -51,21 +67,27 @@ pub fn run(opts: &FillOptions) -> Result<(), String> {
     let wanted = store_bytes_for_keys(&config, opts.keys).map_err(|e| e.to_string())? as u64;
     let free = crate::cluster::preallocate::free_bytes(&opts.dir)
         .map_err(|e| format!("cannot read the free space of {}: {e}", opts.dir.display()))?;
-    let allowed = (free as f64 * DISK_SHARE) as u64;
+    let memory = available_memory()?;
+    let (disk_cap, memory_cap) = ((free as f64 * DISK_SHARE) as u64, (memory as f64 * MEMORY_SHARE) as u64);
     let store_bytes = match opts.store_bytes {
         Some(b) => b,
-        None if wanted <= allowed => wanted,
+        None if wanted <= disk_cap.min(memory_cap) => wanted,
         None => {
+            let (cap, what, share, have) = if memory_cap < disk_cap {
+                (memory_cap, "memory available", MEMORY_SHARE, memory)
+            } else {
+                (disk_cap, "disk space free", DISK_SHARE, free)
+            };
             println!(
-                "the disk has {:.1} GB free: the store gets {:.1} GB ({:.0} % of it), not the {:.1} GB that \
-                 {} keys at half load need; the fill goes on until the store refuses",
-                free as f64 / 1e9,
-                allowed as f64 / 1e9,
-                DISK_SHARE * 100.0,
+                "{:.1} GB of {what}: the store gets {:.1} GB ({:.0} % of it), not the {:.1} GB that {} keys at \
+                 half load need; the fill goes on until the store refuses (--store-bytes sets the size)",
+                have as f64 / 1e9,
+                cap as f64 / 1e9,
+                share * 100.0,
                 wanted as f64 / 1e9,
                 opts.keys
             );
-            allowed
+            cap
         }
     };
     config.store_bytes = usize::try_from(store_bytes).map_err(|_| "store_bytes does not fit usize".to_owned())?;

@@ -193,7 +193,7 @@ enum Command {
         #[arg(long, default_value = "target/prescient-fill")]
         dir: PathBuf,
         /// Store file size in bytes (default: --keys at half load, at most 80 % of the
-        /// free disk space).
+        /// free disk space and 60 % of the available memory).
         #[arg(long)]
         store_bytes: Option<u64>,
         /// Keep the store file.

@@ -213,3 +213,70 @@ fn aborted_writes_settle_and_the_outcome_table_never_wedges() {
     drop(c);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A cluster whose stores hold 32 records a node (two sets of 16): a few dozen keys fill
+/// them.
+fn tiny_store_cluster(name: &str) -> (InProcess, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("prescient-inproc-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("keys")).unwrap();
+    let key = dir.join("keys/1.key");
+    std::fs::write(&key, [3u8; 32]).unwrap();
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let mut config = ClusterConfig::in_process(5, 3, 2, &dir);
+    config.key_dir = dir.join("keys");
+    config.value_bytes_max = 1024;
+    config.store_bytes = prescient_dpu::cluster::node::store_bytes_for_keys(&config, 16).unwrap();
+    config.log_slots = 64;
+    config.outcome_entries = 1024;
+    config.validate().unwrap();
+    assert_eq!(prescient_dpu::cluster::node::store_geometry(&config).unwrap().sets(), 2);
+    let region = region_config_for(&config, 1, 64);
+    let c = InProcess::start(Arc::new(config), ClusterClock::Real, ModelConfig::ideal(), region, &dir.join("regions"))
+        .unwrap();
+    (c, dir)
+}
+
+#[test]
+fn a_full_store_refuses_writes_cleanly_and_keeps_every_acknowledged_one() {
+    let (mut c, dir) = tiny_store_cluster("store-full");
+    until(&mut c, |c| (0..5).all(|i| (0..5).all(|j| i == j || c.node(i).is_some_and(|n| n.peer_up(j)))));
+    let host = Arc::clone(c.host(0));
+    let mut qp = host.queue_pair(0).unwrap();
+    let value = |k: u32| -> Vec<u8> { (0..500u32).map(|i| (i ^ k.wrapping_mul(31)) as u8).collect() };
+    // Distinct keys, one at a time, until the stores have refused a few.
+    let (mut acked, mut refused) = (Vec::new(), 0);
+    for k in 0..60u32 {
+        let mut buf = host.take_buffer().unwrap();
+        buf.value_mut()[..500].copy_from_slice(&value(k));
+        qp.put(format!("full{k}").as_bytes(), buf, 500, Sla::Fresh, u64::from(k)).map_err(|(e, _)| e).unwrap();
+        let done = wait_one(&mut c, 0, &mut qp);
+        match done.status {
+            Status::Ok => acked.push((k, done.version)),
+            // Holders refused the fragment for room: the write never reached its quorum.
+            Status::NotDurable => refused += 1,
+            other => panic!("key {k}: {other:?} ({done:?})"),
+        }
+    }
+    assert!(refused > 0, "60 keys fit 32 records a node");
+    // Near full before the first refusal (32 records, one a key at every node).
+    assert!(acked.len() >= 20, "only {} keys fit before the first refusal", acked.len());
+    let full: u64 = c.nodes().map(|n| n.stats().store_full).sum();
+    assert!(full > 0);
+    // Every acknowledged write reads back, from another node, with two nodes stopped.
+    c.pause(3, true);
+    c.pause(4, true);
+    let reader = Arc::clone(c.host(1));
+    let mut rq = reader.queue_pair(0).unwrap();
+    for &(k, version) in &acked {
+        rq.get(format!("full{k}").as_bytes(), reader.take_buffer().unwrap(), Sla::Stale, u64::from(k))
+            .map_err(|(e, _)| e)
+            .unwrap();
+        let got = wait_one(&mut c, 1, &mut rq);
+        assert_eq!((got.status, got.version), (Status::Ok, version), "key {k}: {got:?}");
+        let buf = rq.take_value(&got).unwrap();
+        assert_eq!(&buf.value()[..got.detail as usize], &value(k)[..], "key {k}");
+    }
+    drop(c);
+    let _ = std::fs::remove_dir_all(dir);
+}
