@@ -48,7 +48,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use super::entry::Outcome;
 use super::file::{self, FileHeader, HeaderError, Opened};
-use super::limits::{HEADER_PAGE_BYTES, SET_HEAD_BYTES, STORE_LOCKS, STORE_WAYS_MAX, VERSIONS_PER_KEY_MAX};
+use super::limits::{
+    HEADER_PAGE_BYTES, HOME_WAYS_FIRST, SET_HEAD_BYTES, STORE_LOCKS, STORE_WAYS_MAX, VERSIONS_PER_KEY_MAX,
+};
 use super::record::{field, set_spilled, spill_slot, RecordError, RecordRepr, RecordState, RecordView, HEAD_LEN};
 pub use super::record::{GeometryError, StoreGeometry};
 use crate::fabric::{FabricError, Memory};
@@ -335,12 +337,6 @@ pub struct Store {
 const HEAD_WORDS: usize = HEAD_LEN / 8;
 /// Words of one set head.
 const SET_HEAD_WORDS: usize = SET_HEAD_BYTES / 8;
-/// A key's record goes to its home set while fewer than this many of its ways are in
-/// use; past that, to whichever of its home and spill sets has fewer in use. Measured
-/// (a fill of 2^16 sets x 16 ways, uniform hashes): the first refusal comes at 82 % of
-/// all records in use with 12 % of them spilled, against 49 % when spilling only from a
-/// full home set and 30 % without spill sets.
-const HOME_WAYS_FIRST: usize = STORE_WAYS_MAX as usize * 3 / 4;
 
 impl fmt::Debug for Store {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
