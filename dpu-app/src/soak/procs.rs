@@ -60,14 +60,15 @@ impl ProcessCluster {
         std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600))
             .map_err(|e| io("chmod", &key, e))?;
         let ports = free_ports(2 * n)?;
-        // Every node holds a fragment of every key: room for twice the keys at half load
+        // Every node holds a fragment of every key of every writer: room for twice them
+        // at half load
         // (versions in flight).
         let (k, m) = (n - opts.m as usize, opts.m as usize);
         let sizing = crate::cluster::config::ClusterConfig {
             value_bytes_max: 4096,
             ..crate::cluster::config::ClusterConfig::in_process(n, k, m, &dir)
         };
-        let store_bytes = crate::cluster::node::store_bytes_for_keys(&sizing, 2 * u64::from(opts.keys))
+        let store_bytes = crate::cluster::node::store_bytes_for_keys(&sizing, 2 * u64::from(opts.keys) * n as u64)
             .map_err(|e| format!("cannot size the stores: {e}"))?;
         let mut toml = format!(
             "[cluster]\nname = \"soak\"\nk = {k}\nm = {m}\nquorum = {q}\nkey_dir = \"keys\"\n\
