@@ -241,6 +241,7 @@ pub fn run(demo: &ClusterDemo) -> Result<String, LoadError> {
             w.no_valid_slot, w.never
         );
     }
+    let _ = writeln!(s, "{}", tally::stores_line(&cluster));
     let _ = write!(s, "bytes moved (log entries out / in, whole run):");
     for (node, out, inn) in tally::bytes_per_node(&cluster) {
         let _ = write!(s, " node {node} {:.1} / {:.1} MB;", out as f64 / 1e6, inn as f64 / 1e6);

@@ -578,6 +578,11 @@ impl<F: Fabric> Node<F> {
         &self.stats
     }
 
+    /// How full this node's fragment store is, and its file's size.
+    pub fn store_usage(&self) -> (super::store::StoreUsage, u64) {
+        (self.store.usage(), self.store.geometry().file_bytes())
+    }
+
     /// The serving counters (completions by status, host deaths).
     pub fn metrics(&self) -> &Metrics {
         &self.metrics

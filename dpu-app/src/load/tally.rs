@@ -136,6 +136,31 @@ pub fn bytes_per_node(cluster: &InProcess) -> Vec<(u8, u64, u64)> {
         .collect()
 }
 
+/// One line on the nodes' fragment stores: size, the fullest one's records in use, the
+/// share in spill sets, GETs that READ spill sets and fragments refused for room.
+pub fn stores_line(cluster: &InProcess) -> String {
+    let (mut fullest, mut bytes, mut spill_reads, mut refused) = (None, 0, 0, 0);
+    for n in cluster.nodes() {
+        let (usage, file_bytes) = n.store_usage();
+        bytes = file_bytes;
+        spill_reads += n.stats().get_spill_rounds;
+        refused += n.stats().store_full;
+        let share = usage.live as f64 / usage.records.max(1) as f64;
+        if fullest.is_none_or(|(s, _, _)| share > s) {
+            fullest = Some((share, n.id(), usage));
+        }
+    }
+    let Some((share, node, usage)) = fullest else { return "stores: no node up".to_owned() };
+    format!(
+        "stores: {:.0} MB a node; fullest node {node}: {:.1} % of {} records in use, {:.2} % of them in spill sets; \
+         {spill_reads} GETs READ spill sets, {refused} fragments refused for room",
+        bytes as f64 / 1e6,
+        100.0 * share,
+        usage.records,
+        100.0 * usage.spilled as f64 / usage.live.max(1) as f64
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
