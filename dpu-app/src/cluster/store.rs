@@ -271,14 +271,25 @@ pub enum Resolved {
     Unknown,
 }
 
-/// The heads (first 64 bytes) of a set's ways, copied out of the store.
-type Heads = [[u8; HEAD_LEN]; STORE_WAYS_MAX as usize];
+/// Bytes of a record's head kept in memory: its first word (state, fragment index),
+/// key hash and stamp - all that `insert` and `resolve` decide on.
+const CACHED_HEAD_LEN: usize = 24;
+const _: () = assert!(
+    field::STATE < 8
+        && field::FRAGMENT_INDEX < 8
+        && field::KEY_HASH.end <= CACHED_HEAD_LEN
+        && field::STAMP.end <= CACHED_HEAD_LEN
+        && CACHED_HEAD_LEN <= HEAD_LEN
+);
 
-fn head_state(head: &[u8; HEAD_LEN]) -> RecordState {
+/// The cached heads of a set's ways, copied out of the cache.
+type Heads = [[u8; CACHED_HEAD_LEN]; STORE_WAYS_MAX as usize];
+
+fn head_state(head: &[u8; CACHED_HEAD_LEN]) -> RecordState {
     RecordState::from_u8(head[field::STATE]).unwrap_or(RecordState::Empty)
 }
 
-fn head_u64(head: &[u8; HEAD_LEN], range: std::ops::Range<usize>) -> u64 {
+fn head_u64(head: &[u8; CACHED_HEAD_LEN], range: std::ops::Range<usize>) -> u64 {
     file::le64(&head[range])
 }
 
@@ -304,8 +315,8 @@ pub struct StoreUsage {
     pub records: u64,
     /// Records that lie in their key's spill set.
     pub spilled: u64,
-    /// Bytes of memory the store keeps beside the file: the cached record heads and the
-    /// spill counters (its index).
+    /// Bytes of memory the store keeps beside the file: the cached record heads (24 bytes
+    /// a record) and set heads (64 bytes a set): its index.
     pub index_bytes: u64,
 }
 
@@ -319,9 +330,10 @@ pub struct Store {
     /// Changes to set `s` hold `locks[s % STORE_LOCKS]`; a change to a key holds the locks
     /// of its home and spill sets, the lower index first.
     locks: Box<[Mutex<()>]>,
-    /// A copy of every record's 64-byte head, ways of a set side by side: what
-    /// `insert` and `resolve` scan (16 heads 1.5 KB apart in the file were 16 cache and
-    /// TLB misses per scan, 11 % of a loaded node's CPU). Written with the file, under
+    /// A copy of the first 24 bytes of every record's head (state, fragment index, key
+    /// hash, stamp), ways of a set side by side: what `insert` and `resolve` scan (16
+    /// heads 1.5 KB apart in the file were 16 cache and TLB misses per scan, 11 % of a
+    /// loaded node's CPU). Written with the file, under
     /// the set lock; only this process writes the store (peers only READ it).
     heads: Box<[AtomicU64]>,
     /// Per set, a copy of its 64-byte set head (the counts of its keys' records in spill
@@ -334,7 +346,7 @@ pub struct Store {
 }
 
 /// Words of one cached head.
-const HEAD_WORDS: usize = HEAD_LEN / 8;
+const HEAD_WORDS: usize = CACHED_HEAD_LEN / 8;
 /// Words of one set head.
 const SET_HEAD_WORDS: usize = SET_HEAD_BYTES / 8;
 
@@ -572,7 +584,7 @@ impl Store {
 
     /// The heads of set `set`, from the cache (call with the set's lock held).
     fn heads(&self, set: u32) -> Heads {
-        let mut heads = [[0u8; HEAD_LEN]; STORE_WAYS_MAX as usize];
+        let mut heads = [[0u8; CACHED_HEAD_LEN]; STORE_WAYS_MAX as usize];
         let ways = self.geometry.ways() as usize;
         let first = set as usize * ways * HEAD_WORDS;
         for (way, head) in heads.iter_mut().enumerate().take(ways) {
@@ -595,7 +607,7 @@ impl Store {
 
     /// Fills the head cache from the file (an existing store, after recovery).
     fn load_heads(&self) -> Result<(), StoreError> {
-        let mut head = [0u8; HEAD_LEN];
+        let mut head = [0u8; CACHED_HEAD_LEN];
         for set in 0..self.geometry.sets() {
             let _guard = self.lock(set);
             for way in 0..self.geometry.ways() {
@@ -731,7 +743,7 @@ impl Store {
             all()
                 .filter(|(_, _, h)| head_state(h) != RecordState::Empty && head_u64(h, field::KEY_HASH) == rec.key_hash)
         };
-        let stamp = |h: &[u8; HEAD_LEN]| head_u64(h, field::STAMP);
+        let stamp = |h: &[u8; CACHED_HEAD_LEN]| head_u64(h, field::STAMP);
 
         if let Some((set, way, _)) =
             of_key().find(|(_, _, h)| stamp(h) == rec.stamp && h[field::FRAGMENT_INDEX] == rec.fragment_index)
@@ -815,14 +827,15 @@ impl Store {
         if records == 0 {
             return Ok(Resolved::Unknown);
         }
-        let drop_all = |records: &mut dyn Iterator<Item = (u32, u32, &[u8; HEAD_LEN])>| -> Result<usize, StoreError> {
-            let mut n = 0;
-            for (set, way, _) in records {
-                self.drop_record(set, way, home, key_hash)?;
-                n += 1;
-            }
-            Ok(n)
-        };
+        let drop_all =
+            |records: &mut dyn Iterator<Item = (u32, u32, &[u8; CACHED_HEAD_LEN])>| -> Result<usize, StoreError> {
+                let mut n = 0;
+                for (set, way, _) in records {
+                    self.drop_record(set, way, home, key_hash)?;
+                    n += 1;
+                }
+                Ok(n)
+            };
         match outcome {
             Outcome::Committed => {
                 let newest = of_key()
