@@ -174,8 +174,8 @@ fn a_get_is_unsupported_and_its_buffer_comes_back() {
     let buf = host.take_buffer().unwrap();
     let (index, generation) = (buf.index(), buf.generation());
     qp.get(b"some-key", buf, Sla::Fresh, 7).map_err(|(e, _)| e).unwrap();
-    // In flight, the buffer is not the host's to free.
-    assert!(matches!(host.free_raw(index, generation), Err(ShimError::BufferState { .. })));
+    // (Whether the host may free it now depends on whether the DPU app has already
+    // answered: a race, so not checked here; the arena's tests check the states.)
     let got = complete_all(&mut qp);
     assert_eq!(got.len(), 1);
     let c = got[0];
