@@ -41,7 +41,8 @@ pub mod field {
     pub const VALUE_LEN: Range<usize> = 16..20;
     /// Buffer generation.
     pub const BUFFER_GEN: Range<usize> = 20..24;
-    /// Caller's tag, echoed in the completion.
+    /// Caller's tag. The host keeps its own copy and hands that to the caller with the
+    /// completion; the DPU app only logs this one.
     pub const USER_DATA: Range<usize> = 24..32;
     /// Longest wait a `Fresh` read accepts, in microseconds.
     pub const WAIT_US: Range<usize> = 32..36;
