@@ -29,7 +29,7 @@ use crate::directory::{self, ReadCheck, ReadGuard, ReadSla, RefillToken, SlotWor
 use crate::error::ShimError;
 use crate::get_table::{GetBuffer, GetTable};
 use crate::layout::{header, RegionConfig};
-use crate::liveness::{Beater, Watch};
+use crate::liveness::{Beater, Coarse, Watch};
 use crate::queue::{Completions, FenceReason, QueueWords, Submissions};
 use crate::region::Region;
 use crate::ring::{Consumer, Producer};
@@ -176,14 +176,14 @@ impl Host {
             return Err(ShimError::NoQueuePair { qp, count });
         }
         let words = QueueWords::new(self.region.clone(), qp);
-        let now = Instant::now();
         Ok(QueuePair {
             sq: Producer::new(words.submissions()),
             cq: Consumer::new(words.completions()),
-            dpu: Watch::new(self.region.u64_at(header::DPU_HEARTBEAT), self.options.dpu_timeout, now),
+            dpu: Watch::new(self.region.u64_at(header::DPU_HEARTBEAT), self.options.dpu_timeout, Coarse::now()),
             gets: GetTable::new(self.config().ring_entries),
             submitted: Submitted::new(self.config().ring_entries),
             run: None,
+            entries: self.config().ring_entries,
             host: self.clone(),
             words,
             in_flight: 0,
@@ -433,8 +433,10 @@ pub struct QueuePair {
     words: QueueWords,
     sq: Producer<Submissions>,
     cq: Consumer<Completions>,
-    dpu: Watch,
+    dpu: Watch<Coarse>,
     in_flight: u32,
+    /// Entries per ring (the region's, kept here: every push checks it).
+    entries: u32,
     /// The buffers of GETs whose value the host has not taken.
     gets: GetTable,
     /// The tag and op of every request in flight, by submission index.
@@ -477,7 +479,7 @@ impl QueuePair {
 
     fn check_dpu(&mut self) -> Result<(), ShimError> {
         let counter = self.host.region.u64_at(header::DPU_HEARTBEAT);
-        self.dpu.check(counter, Instant::now()).map_err(|silent| ShimError::DpuNotResponding {
+        self.dpu.check(counter, Coarse::now()).map_err(|silent| ShimError::DpuNotResponding {
             silent_ms: silent.as_millis() as u64,
             timeout_ms: self.dpu.timeout().as_millis() as u64,
         })
@@ -486,7 +488,7 @@ impl QueuePair {
     fn room(&mut self) -> Result<(), ShimError> {
         // One completion slot per request in flight: never more in flight than the
         // completion ring holds, so the DPU app can always complete what it takes.
-        let entries = self.host.config().ring_entries;
+        let entries = self.entries;
         if self.in_flight() >= entries || self.sq.free() == 0 {
             self.sq.refresh().map_err(|e| ShimError::BadCompletion(format!("submission head: {e}")))?;
             if self.in_flight() >= entries || self.sq.free() == 0 {
