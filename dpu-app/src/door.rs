@@ -16,7 +16,7 @@ use prescient_shim::arena::{self, BufferState};
 use prescient_shim::descriptor::{ArenaShape, Checked, Descriptor, OpCode};
 use prescient_shim::layout::RegionConfig;
 use prescient_shim::region::Region;
-use prescient_shim::{sys, Completion, Status};
+use prescient_shim::{sys, CompletionEntry, Status};
 
 use crate::inflight::InFlight;
 use crate::log_limit::LogLimits;
@@ -131,7 +131,7 @@ impl Door {
         qp: u32,
         sq_index: u32,
         bytes: &[u8; 64],
-    ) -> Result<Option<(Descriptor, u32)>, Completion> {
+    ) -> Result<Option<(Descriptor, u32)>, CompletionEntry> {
         let refused = match self.check(region, bytes) {
             Ok(accepted) => return Ok(accepted),
             Err(refused) => refused,
@@ -150,20 +150,15 @@ impl Door {
                 sq_index,
                 status = %refused.status,
                 detail = refused.detail,
+                user_data = refused.user_data,
                 put_value_max = self.put_value_max,
                 left_out,
                 "refused descriptor"
             );
         }
-        Err(Completion {
-            user_data: refused.user_data,
-            status: refused.status,
-            op: bytes[0],
-            flags: 0,
-            sq_index,
-            version: 0,
+        Err(CompletionEntry {
             detail: refused.detail.min(u32::MAX.into()) as u32,
-            cq_index: 0,
+            ..CompletionEntry::one(sq_index, refused.status, bytes[0])
         })
     }
 
@@ -243,7 +238,10 @@ mod tests {
         };
         let (big, fits) = (put(1001), put(1000));
         let refused = door.accept(&region, 0, 0, &big).unwrap_err();
-        assert_eq!((refused.status, refused.detail, refused.user_data), (Status::BadValueLength, 1001, 5));
+        assert_eq!(
+            (refused.status, refused.detail, refused.sq_index, refused.count),
+            (Status::BadValueLength, 1001, 0, 1)
+        );
         assert_eq!(door.refused().get(Status::BadValueLength), 1);
         // The one that fits passes the size check and stops at the ownership word
         // (nobody submitted the buffer): the size is checked before anything is taken.

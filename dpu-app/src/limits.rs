@@ -16,6 +16,10 @@ pub const REGION_TURN_DESCRIPTORS: u32 = 2 * BATCH_MAX;
 /// per this many descriptors served, and once per round when a round serves none.
 pub const CLOCK_CHECK_DESCRIPTORS: u32 = 256;
 
+/// The serving loop reads the clock at least once per this many rounds, busy or idle
+/// (a power of two). An idle round looks at every queue pair once.
+pub const CLOCK_CHECK_ROUNDS: u32 = 64;
+
 /// How often the DPU app looks at each host's liveness and generation, in ms.
 pub const HOST_CHECK_PERIOD_MS: u64 = 10;
 
@@ -26,5 +30,6 @@ pub const TAKE_OVER_INTERVAL_MS: u64 = 100;
 
 const _: () = assert!(REGION_TURN_DESCRIPTORS >= BATCH_MAX, "a turn serves at least one full batch");
 const _: () = assert!(CLOCK_CHECK_DESCRIPTORS >= REGION_TURN_DESCRIPTORS);
+const _: () = assert!(CLOCK_CHECK_ROUNDS.is_power_of_two() && (CLOCK_CHECK_ROUNDS as u64) < HEARTBEAT_PERIOD_US);
 const _: () = assert!(HOST_CHECK_PERIOD_MS * 1000 >= HEARTBEAT_PERIOD_US);
 const _: () = assert!(TAKE_OVER_INTERVAL_MS >= HOST_CHECK_PERIOD_MS);

@@ -12,16 +12,23 @@
 //! dead can still read every request it took and did not complete (see
 //! `region_server::recover`). A completion slot is reserved for every accepted request
 //! when it is taken, so completing never waits for the host.
+//!
+//! Completions are coalesced before they are published: a completion that follows the
+//! last one posted (the next submission index, the same outcome) widens that entry
+//! instead of taking a slot of its own, so a batch of NOPs, or of requests refused for
+//! one reason, is one entry. The entry being widened is kept here and written to the
+//! ring only when the next one cannot join it or the batch is published; the host never
+//! sees a slot change under it.
 
 use std::sync::atomic::{fence, Ordering};
 
 use prescient_shim::arena::{self, BufferState};
-use prescient_shim::config::{BATCH_MAX, KEY_BYTES_MAX, VALUE_OFFSET};
+use prescient_shim::config::{BATCH_MAX, DESCRIPTOR_BYTES, KEY_BYTES_MAX, VALUE_OFFSET};
 use prescient_shim::descriptor::{Descriptor, OpCode};
 use prescient_shim::queue::{Completions, FenceReason, QueueWords, Submissions};
 use prescient_shim::region::Region;
 use prescient_shim::ring::{Consumer, Producer, RingMemory};
-use prescient_shim::{sys, Completion, Status};
+use prescient_shim::{sys, CompletionEntry, Status};
 
 use crate::door::{Door, Line};
 use crate::metrics::Metrics;
@@ -89,8 +96,11 @@ pub struct QueueServer {
     open: Vec<bool>,
     /// Accepted requests not completed yet (each holds a reserved completion slot).
     outstanding: u32,
-    /// Completions posted and not published.
+    /// Completion entries posted and not published (the open run included).
     posted: u32,
+    /// The entry being widened, not written to the ring yet: its slot is the next one
+    /// (the room for it is kept free, see [`QueueServer::completion_room`]).
+    run: Option<CompletionEntry>,
     /// The completion doorbell's value as this server last bumped it: the word is the
     /// host's to scribble, so it is only ever stored, never read back.
     doorbell: u32,
@@ -132,6 +142,7 @@ impl QueueServer {
             open: vec![false; entries as usize],
             outstanding: 0,
             posted: 0,
+            run: None,
         }
     }
 
@@ -182,18 +193,34 @@ impl QueueServer {
         !self.fenced && self.words.sq_tail().load(Ordering::Relaxed) != self.sq.head()
     }
 
-    /// Posts `completion` (the caller checked there is room) without publishing.
-    pub fn post(&mut self, completion: &Completion) {
-        let mut bytes = [0u8; prescient_shim::config::COMPLETION_BYTES];
-        Completion { cq_index: self.cq.tail(), ..*completion }.emit(&mut bytes);
-        assert!(self.cq.push(&bytes), "caller checked completion room");
+    /// Posts the completion of one request (`entry.count` is 1; the caller checked there
+    /// is room) without publishing: it joins the open run if it extends it.
+    pub fn post(&mut self, entry: CompletionEntry) {
+        debug_assert_eq!(entry.count, 1);
+        if let Some(run) = &mut self.run {
+            if run.extends_to(&entry) {
+                run.count += 1;
+                return;
+            }
+            let run = *run;
+            self.write(run);
+        }
+        self.run = Some(entry);
         self.posted += 1;
     }
 
-    /// Free completion slots (rereads the host's head). A head out of bounds fences.
+    /// Writes `entry` into the next completion slot (room was checked for it).
+    fn write(&mut self, entry: CompletionEntry) {
+        let mut bytes = [0u8; prescient_shim::config::COMPLETION_BYTES];
+        CompletionEntry { cq_index: self.cq.tail(), ..entry }.emit(&mut bytes);
+        assert!(self.cq.push(&bytes), "caller checked completion room");
+    }
+
+    /// Completion slots free for new entries (rereads the host's head): the open
+    /// run's slot is not among them. A head out of bounds fences.
     pub fn completion_room(&mut self, door: &mut Door, metrics: &mut Metrics) -> u32 {
         match self.cq.refresh() {
-            Ok(free) => free,
+            Ok(free) => free.saturating_sub(u32::from(self.run.is_some())),
             Err(e) => {
                 self.fence(FenceReason::CompletionHead, e.index().into(), door, metrics);
                 0
@@ -203,6 +230,9 @@ impl QueueServer {
 
     /// Publishes posted completions and wakes the host if it sleeps.
     pub fn publish_completions(&mut self) {
+        if let Some(run) = self.run.take() {
+            self.write(run);
+        }
         self.cq.publish();
         self.posted = 0;
         // SeqCst: the completion tail is visible before we read the host's waiting flag;
@@ -249,7 +279,7 @@ impl QueueServer {
         // Reread the host's completion head only when the room last seen is short:
         // it is a line the host writes, so every read may be a cache miss. Every
         // accepted request keeps a completion slot reserved until it completes.
-        let free = |q: &Self| q.cq.free().saturating_sub(q.outstanding + q.posted);
+        let free = |q: &Self| q.cq.free().saturating_sub(q.outstanding + u32::from(q.run.is_some()));
         let room = if free(self) >= want {
             free(self)
         } else {
@@ -263,9 +293,17 @@ impl QueueServer {
         // Journal first: a successor that finds these taken but not completed fails them.
         self.words.sq_taken().store(self.sq.head().wrapping_add(batch), Ordering::Release);
         let qp = self.words.index();
-        for _ in 0..batch {
-            let (sq_index, bytes) = self.sq.pop().expect("batch <= ready");
-            match door.accept(region, qp, sq_index, &bytes) {
+        // Copy the whole batch out first, then check each copy: the copies are
+        // independent loads of lines the host just wrote, so they miss in parallel
+        // instead of one per turn of the checking loop.
+        let first = self.sq.head();
+        let mut copies = [[0u8; DESCRIPTOR_BYTES]; BATCH_MAX as usize];
+        for copy in &mut copies[..batch as usize] {
+            *copy = self.sq.pop().expect("batch <= ready").1;
+        }
+        for (i, bytes) in copies[..batch as usize].iter().enumerate() {
+            let sq_index = first.wrapping_add(i as u32);
+            match door.accept(region, qp, sq_index, bytes) {
                 Ok(Some((desc, buffer))) => {
                     let slot = self.slot(sq_index);
                     self.open[slot] = true;
@@ -274,11 +312,11 @@ impl QueueServer {
                 }
                 Ok(None) => {
                     metrics.count(Status::Ok);
-                    self.post(&nop_completion(&bytes, sq_index));
+                    self.post(CompletionEntry::one(sq_index, Status::Ok, bytes[0]));
                 }
                 Err(refused) => {
                     metrics.count(refused.status);
-                    self.post(&refused);
+                    self.post(refused);
                 }
             }
         }
@@ -310,18 +348,14 @@ impl QueueServer {
         door.inflight_mut().remove(accepted.buffer);
         self.open[slot] = false;
         self.outstanding -= 1;
-        let completion = Completion {
-            user_data: accepted.desc.user_data,
-            status: outcome.status,
-            op: accepted.desc.op as u8,
+        let completion = CompletionEntry {
             flags: outcome.flags,
-            sq_index: accepted.sq_index,
             version: outcome.version,
             detail: outcome.detail,
-            cq_index: 0,
+            ..CompletionEntry::one(accepted.sq_index, outcome.status, accepted.desc.op as u8)
         };
         metrics.count(outcome.status);
-        self.post(&completion);
+        self.post(completion);
     }
 
     /// Publishes posted completions and releases the submission ring up to the oldest
@@ -364,20 +398,6 @@ impl QueueServer {
         }
         self.flush();
         taken
-    }
-}
-
-/// The completion of a NOP: Ok at once.
-fn nop_completion(bytes: &[u8; 64], sq_index: u32) -> Completion {
-    Completion {
-        user_data: u64::from_le_bytes(bytes[24..32].try_into().expect("8 bytes")),
-        status: Status::Ok,
-        op: bytes[0],
-        flags: 0,
-        sq_index,
-        version: 0,
-        detail: 0,
-        cq_index: 0,
     }
 }
 
@@ -440,5 +460,60 @@ fn run_pipeline(
             }
             Outcome::failed(Status::StageFailed, 0)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prescient_shim::{Host, HostOptions, RegionConfig};
+    use std::sync::Arc;
+
+    #[test]
+    fn consecutive_equal_outcomes_share_one_entry_and_the_host_sees_each_request() {
+        let path = std::env::temp_dir().join(format!("prescient-queue-runs-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let config = RegionConfig {
+            queue_pairs: 1,
+            ring_entries: 64,
+            host_buffers: 4,
+            dpu_buffers: 0,
+            buffer_bytes: 4096,
+            directory_slots: 0,
+        };
+        let host = Host::create(&path, config, HostOptions { pin: false, ..HostOptions::default() }).unwrap();
+        let mut qp = host.queue_pair(0).unwrap();
+        // 10 NOPs, 2 descriptors with a bad op, 5 NOPs: three runs.
+        for tag in 0..10 {
+            qp.push_nop(tag).unwrap();
+        }
+        for tag in 10..12u64 {
+            let mut bad = [0u8; 64];
+            bad[0] = 9;
+            bad[24..32].copy_from_slice(&tag.to_le_bytes());
+            qp.push_raw(&bad).unwrap();
+        }
+        for tag in 12..17 {
+            qp.push_nop(tag).unwrap();
+        }
+        qp.flush().unwrap();
+        let region = Arc::clone(host.region());
+        let mut server = QueueServer::new(QueueWords::new(region.clone(), 0));
+        let mut door = Door::new(&config);
+        let mut metrics = Metrics::default();
+        let mut out = Vec::with_capacity(BATCH_MAX as usize);
+        assert_eq!(server.take(&region, &mut door, BATCH_MAX, &mut out, &mut metrics), 17);
+        assert!(out.is_empty(), "NOPs and refusals complete at once");
+        assert_eq!(server.words().cq_tail().load(Ordering::Acquire), 3, "one entry per run");
+        let mut got = Vec::new();
+        assert_eq!(qp.poll(|c| got.push((c.user_data, c.sq_index, c.status))).unwrap(), 17);
+        let expected: Vec<_> = (0..17u32)
+            .map(|i| (u64::from(i), i, if (10..12).contains(&i) { Status::BadOp } else { Status::Ok }))
+            .collect();
+        assert_eq!(got, expected);
+        assert_eq!(qp.in_flight(), 0);
+        drop(qp);
+        drop(host);
+        let _ = std::fs::remove_file(&path);
     }
 }

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use prescient_shim::arena::{self, BufferState};
-use prescient_shim::completion::Completion;
+use prescient_shim::completion::CompletionEntry;
 use prescient_shim::config::COMPLETION_BYTES;
 use prescient_shim::descriptor::{Checked, Descriptor, OpCode};
 use prescient_shim::host::process_alive;
@@ -125,8 +125,10 @@ impl RegionServer {
     /// region; the region's other queue pairs, and other regions, are served.
     fn recover(&mut self, path: &Path, metrics: &mut Metrics) {
         let entries = self.region.layout().config.ring_entries;
-        // Scratch, allocated once per attach: which slots of [head, taken) completed.
-        let mut done = vec![false; entries as usize];
+        // Scratch, allocated once per attach: how many of the predecessor's completion
+        // entries start (+1) and end (-1) at each offset from the head, whose running
+        // sum says whether the request at that offset of [head, taken) completed.
+        let mut edges = vec![0i32; entries as usize + 1];
         for q in &mut self.queues {
             if q.fenced() {
                 continue;
@@ -155,26 +157,32 @@ impl RegionServer {
             let completions = words.completions();
             let cq_tail = words.cq_tail().load(Ordering::Acquire);
             // Completions the predecessor published: the last `entries` slots, each
-            // counted only if it was written at the index its position implies and
-            // completes a request in [head, taken). O(entries), not O(entries^2).
-            done.fill(false);
+            // counted only if it was written at the index its position implies, for the
+            // requests of its run that fall in [head, taken). O(entries), whatever runs
+            // a hostile host wrote over the ring: each entry is two edges, not a walk.
+            edges.fill(0);
             for back in 1..=entries {
                 let at = cq_tail.wrapping_sub(back);
                 let bytes: [u8; COMPLETION_BYTES] = completions.read_slot(at & (entries - 1));
-                let c = Completion::parse(&bytes);
-                if c.cq_index == at && c.sq_index.wrapping_sub(head) < pending {
-                    done[(c.sq_index & (entries - 1)) as usize] = true;
+                let Ok(c) = CompletionEntry::parse_checked(&bytes) else { continue };
+                // Signed distance from the head (a run cannot span 2^31 indices).
+                let start = i64::from(c.sq_index.wrapping_sub(head) as i32);
+                let (lo, hi) = (start.max(0), (start + i64::from(c.count)).min(pending.into()));
+                if c.cq_index == at && lo < hi {
+                    edges[lo as usize] += 1;
+                    edges[hi as usize] -= 1;
                 }
             }
             let submissions = words.submissions();
             let mut failed = 0;
             let mut no_room = false;
-            for index in (0..pending).map(|i| head.wrapping_add(i)) {
-                if done[(index & (entries - 1)) as usize] {
+            let mut covered = 0i32;
+            for (offset, index) in (0..pending).map(|i| (i, head.wrapping_add(i))) {
+                covered += edges[offset as usize];
+                if covered > 0 {
                     continue;
                 }
                 let bytes = submissions.read_slot(index & (entries - 1));
-                let user_data = u64::from_le_bytes(bytes[24..32].try_into().expect("8 bytes"));
                 // Its buffer goes back, whether the predecessor had accepted it (Dpu)
                 // or not yet (Submitted): a GET's to the host, which takes it back with
                 // the completion, any other to the arena.
@@ -192,16 +200,7 @@ impl RegionServer {
                     no_room = true;
                     break;
                 }
-                q.post(&Completion {
-                    user_data,
-                    status: Status::DpuRestarted,
-                    op: bytes[0],
-                    flags: 0,
-                    sq_index: index,
-                    version: 0,
-                    detail: 0,
-                    cq_index: 0,
-                });
+                q.post(CompletionEntry::one(index, Status::DpuRestarted, bytes[0]));
                 failed += 1;
             }
             q.publish_completions();

@@ -18,7 +18,7 @@ use prescient_shim::layout::header;
 use prescient_shim::sys;
 
 use crate::error::DpuError;
-use crate::limits::CLOCK_CHECK_DESCRIPTORS;
+use crate::limits::{CLOCK_CHECK_DESCRIPTORS, CLOCK_CHECK_ROUNDS};
 use crate::metrics::Metrics;
 use crate::pipeline::Pipeline;
 use crate::region_server::RegionServer;
@@ -144,10 +144,12 @@ impl Server {
             }
             idle_rounds = if done == 0 { idle_rounds.saturating_add(1) } else { 0 };
             since_clock = since_clock.saturating_add(done);
-            // Clock reads cost tens of nanoseconds: only when idle, every 64 rounds, or
-            // every CLOCK_CHECK_DESCRIPTORS descriptors (a round's work is bounded by the
-            // regions' turns, so a busy DPU app still beats on time).
-            if idle_rounds > 0 || rounds % 64 == 0 || since_clock >= CLOCK_CHECK_DESCRIPTORS {
+            // Clock reads cost tens of nanoseconds: only every CLOCK_CHECK_ROUNDS rounds
+            // or CLOCK_CHECK_DESCRIPTORS descriptors (a round's work is bounded by the
+            // regions' turns, so a busy DPU app still beats on time). Not every idle
+            // round: an idle round is a look at every ring, and a clock read in each
+            // would double the time a new descriptor waits to be seen.
+            if rounds % CLOCK_CHECK_ROUNDS == 0 || since_clock >= CLOCK_CHECK_DESCRIPTORS {
                 since_clock = 0;
                 let now = Instant::now();
                 if now.duration_since(last_beat) >= period {

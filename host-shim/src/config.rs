@@ -44,6 +44,10 @@ pub const TAILROOM_BYTES: usize = 64;
 
 /// Completions a DPU app posts to one completion ring before publishing them.
 pub const BATCH_MAX: u32 = 64;
+/// Most requests one completion entry completes (see [`crate::completion`]): a batch
+/// of NOPs is one entry. Bounds the host's check of an entry and a restarted DPU
+/// app's walk over its predecessor's entries.
+pub const COMPLETION_RUN_MAX: u32 = 64;
 
 /// Spins a waiter makes before it sleeps on the futex.
 pub const SPIN_ROUNDS: u32 = 2_000;
@@ -70,6 +74,7 @@ pub const HOST_TIMEOUT_MS_DEFAULT: u64 = 1_000;
 const _: () = assert!(HEADER_BYTES % LINE_BYTES == 0);
 const _: () = assert!(RING_ENTRIES_MAX.is_power_of_two() && RING_ENTRIES_MIN.is_power_of_two());
 const _: () = assert!(BATCH_MAX <= RING_ENTRIES_MAX);
+const _: () = assert!(COMPLETION_RUN_MAX >= 1 && COMPLETION_RUN_MAX <= u16::MAX as u32, "a run's count is a u16");
 const _: () = assert!(VALUE_OFFSET % 64 == 0, "values start 64-byte aligned");
 const _: () =
     assert!((VALUE_OFFSET + TAILROOM_BYTES) < BUFFER_BYTES_MIN as usize, "the smallest buffer still holds a value");

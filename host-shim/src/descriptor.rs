@@ -41,7 +41,8 @@ pub mod field {
     pub const VALUE_LEN: Range<usize> = 16..20;
     /// Buffer generation.
     pub const BUFFER_GEN: Range<usize> = 20..24;
-    /// Caller's tag, echoed in the completion.
+    /// Caller's tag. The host keeps its own copy and hands that to the caller with the
+    /// completion; the DPU app only logs this one.
     pub const USER_DATA: Range<usize> = 24..32;
     /// Longest wait a `Fresh` read accepts, in microseconds.
     pub const WAIT_US: Range<usize> = 32..36;
@@ -182,7 +183,15 @@ impl Descriptor {
             other => return refuse(Status::BadSla, other.into()),
         };
         let flags = u16_at(b, field::FLAGS);
-        if flags != 0 || b[field::RESERVED0].iter().chain(&b[field::RESERVED1]).any(|&x| x != 0) {
+        // The reserved bytes as words (RESERVED1 is 28 bytes: 36..40, then 40..64 as
+        // three u64s), one branch for all of them: this runs for every descriptor.
+        let reserved = u64::from(u16_at(b, field::RESERVED0))
+            | u64::from(u32_at(b, 36..40))
+            | u64_at(b, 40..48)
+            | u64_at(b, 48..56)
+            | u64_at(b, 56..64);
+        const _: () = assert!(field::RESERVED1.start == 36 && field::RESERVED1.end == 64);
+        if flags != 0 || reserved != 0 {
             return refuse(Status::ReservedNotZero, flags.into());
         }
         let desc = Descriptor {

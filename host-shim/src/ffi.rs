@@ -496,7 +496,8 @@ pub unsafe extern "C" fn prescient_wait(
         };
         count += 1;
     };
-    // `wait_max` never hands over more than `max`: the rest stay on the ring.
+    // `wait_max` never hands over more than `max`: the rest stay queued (on the ring,
+    // or in the entry the queue pair is part-way through).
     let result = qp.wait_max(Duration::from_millis(timeout_ms.into()), max, take);
     // SAFETY: valid for a write per the contract.
     unsafe { *got = count };

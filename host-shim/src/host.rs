@@ -22,17 +22,18 @@ use std::time::{Duration, Instant};
 
 use crate::arena::{self, BufferState};
 use crate::buffer::Buffer;
-use crate::completion::Completion;
+use crate::completion::{Completion, CompletionEntry};
 use crate::config::*;
 use crate::descriptor::{ArenaShape, Descriptor, OpCode, Sla};
 use crate::directory::{self, ReadCheck, ReadGuard, ReadSla, RefillToken, SlotWord};
 use crate::error::ShimError;
 use crate::get_table::{GetBuffer, GetTable};
 use crate::layout::{header, RegionConfig};
-use crate::liveness::{Beater, Watch};
+use crate::liveness::{Beater, Coarse, Watch};
 use crate::queue::{Completions, FenceReason, QueueWords, Submissions};
 use crate::region::Region;
 use crate::ring::{Consumer, Producer};
+use crate::submitted::Submitted;
 use crate::sys as futex;
 use crate::sys::monotonic_ns;
 
@@ -175,12 +176,14 @@ impl Host {
             return Err(ShimError::NoQueuePair { qp, count });
         }
         let words = QueueWords::new(self.region.clone(), qp);
-        let now = Instant::now();
         Ok(QueuePair {
             sq: Producer::new(words.submissions()),
             cq: Consumer::new(words.completions()),
-            dpu: Watch::new(self.region.u64_at(header::DPU_HEARTBEAT), self.options.dpu_timeout, now),
+            dpu: Watch::new(self.region.u64_at(header::DPU_HEARTBEAT), self.options.dpu_timeout, Coarse::now()),
             gets: GetTable::new(self.config().ring_entries),
+            submitted: Submitted::new(self.config().ring_entries),
+            run: None,
+            entries: self.config().ring_entries,
             host: self.clone(),
             words,
             in_flight: 0,
@@ -430,10 +433,17 @@ pub struct QueuePair {
     words: QueueWords,
     sq: Producer<Submissions>,
     cq: Consumer<Completions>,
-    dpu: Watch,
+    dpu: Watch<Coarse>,
     in_flight: u32,
+    /// Entries per ring (the region's, kept here: every push checks it).
+    entries: u32,
     /// The buffers of GETs whose value the host has not taken.
     gets: GetTable,
+    /// The tag and op of every request in flight, by submission index.
+    submitted: Submitted,
+    /// A completion entry checked and taken off the ring whose requests are not all
+    /// handed to the caller yet (a `poll_max` that stopped inside it), and how many are.
+    run: Option<(CompletionEntry, u16)>,
 }
 
 impl std::fmt::Debug for QueuePair {
@@ -469,7 +479,7 @@ impl QueuePair {
 
     fn check_dpu(&mut self) -> Result<(), ShimError> {
         let counter = self.host.region.u64_at(header::DPU_HEARTBEAT);
-        self.dpu.check(counter, Instant::now()).map_err(|silent| ShimError::DpuNotResponding {
+        self.dpu.check(counter, Coarse::now()).map_err(|silent| ShimError::DpuNotResponding {
             silent_ms: silent.as_millis() as u64,
             timeout_ms: self.dpu.timeout().as_millis() as u64,
         })
@@ -478,7 +488,7 @@ impl QueuePair {
     fn room(&mut self) -> Result<(), ShimError> {
         // One completion slot per request in flight: never more in flight than the
         // completion ring holds, so the DPU app can always complete what it takes.
-        let entries = self.host.config().ring_entries;
+        let entries = self.entries;
         if self.in_flight() >= entries || self.sq.free() == 0 {
             self.sq.refresh().map_err(|e| ShimError::BadCompletion(format!("submission head: {e}")))?;
             if self.in_flight() >= entries || self.sq.free() == 0 {
@@ -610,7 +620,14 @@ impl QueuePair {
     fn push_checked(&mut self, desc: &Descriptor) {
         let mut bytes = [0u8; DESCRIPTOR_BYTES];
         desc.emit(&mut bytes);
-        assert!(self.sq.push(&bytes), "room() checked a free slot");
+        self.push_bytes(&bytes, desc.user_data, desc.op as u8);
+    }
+
+    /// Writes `bytes` into the next slot and records the request; the caller checked
+    /// room.
+    fn push_bytes(&mut self, bytes: &[u8; DESCRIPTOR_BYTES], user_data: u64, op: u8) {
+        self.submitted.open(self.sq.tail(), user_data, op);
+        assert!(self.sq.push(bytes), "room() checked a free slot");
         self.in_flight += 1;
     }
 
@@ -636,8 +653,8 @@ impl QueuePair {
     /// injection: this is how a buggy or hostile host looks to the DPU app.
     pub fn push_raw(&mut self, bytes: &[u8; DESCRIPTOR_BYTES]) -> Result<(), ShimError> {
         self.room()?;
-        assert!(self.sq.push(bytes), "room() checked a free slot");
-        self.in_flight += 1;
+        let user_data = u64::from_le_bytes(bytes[crate::descriptor::field::USER_DATA].try_into().expect("8 bytes"));
+        self.push_bytes(bytes, user_data, bytes[crate::descriptor::field::OP]);
         Ok(())
     }
 
@@ -714,27 +731,76 @@ impl QueuePair {
     }
 
     /// Hands at most `max` completions ready now to `on`; returns how many.
+    ///
+    /// Each completion entry is checked before any request it names is handed over:
+    /// its bytes, and that every request it names is one this queue pair submitted and
+    /// has not seen completed. An entry that fails is dropped with
+    /// [`ShimError::BadCompletion`] (the DPU app broke the protocol); the requests it
+    /// named stay in flight.
     pub fn poll_max(&mut self, max: usize, mut on: impl FnMut(Completion)) -> Result<usize, ShimError> {
+        let mut count = self.deliver_run(max, &mut on);
+        if count == max {
+            return Ok(count);
+        }
         let ready = self.cq.refresh().map_err(|e| ShimError::BadCompletion(format!("completion tail: {e}")))?;
         if ready > self.in_flight() {
             return Err(ShimError::BadCompletion(format!(
-                "{ready} completions ready but only {} requests in flight",
+                "{ready} completion entries ready but only {} requests in flight",
                 self.in_flight()
             )));
         }
-        let mut count = 0;
+        let mut result = Ok(());
         while count < max {
-            let Some((_, bytes)) = self.cq.pop() else { break };
-            self.in_flight -= 1;
-            let completion = Completion::parse(&bytes);
-            self.gets.complete(completion.sq_index);
-            on(completion);
-            count += 1;
+            let Some((cq_index, bytes)) = self.cq.pop() else { break };
+            // The entry is a private copy now: its slot goes back to the DPU app below.
+            let entry = match CompletionEntry::parse_checked(&bytes) {
+                Ok(entry) => entry,
+                Err(e) => {
+                    result = Err(ShimError::BadCompletion(format!("entry {cq_index}: {e}")));
+                    break;
+                }
+            };
+            if let Err(not_open) = self.submitted.close(&entry) {
+                result = Err(ShimError::BadCompletion(format!(
+                    "entry {cq_index} completes {} requests from submission {}, but submission {} is not in flight",
+                    entry.count, entry.sq_index, not_open.sq_index
+                )));
+                break;
+            }
+            self.run = Some((CompletionEntry { cq_index, ..entry }, 0));
+            count += self.deliver_run(max - count, &mut on);
         }
-        if count > 0 {
+        if self.cq.head() != self.cq.released() {
             self.cq.release();
         }
-        Ok(count)
+        result.map(|()| count)
+    }
+
+    /// Hands at most `max` requests of the entry being delivered to `on`.
+    fn deliver_run(&mut self, max: usize, on: &mut impl FnMut(Completion)) -> usize {
+        let Some((entry, done)) = &mut self.run else { return 0 };
+        let take = usize::from(entry.count - *done).min(max);
+        for _ in 0..take {
+            let sq_index = entry.sq_index.wrapping_add((*done).into());
+            let (user_data, op) = self.submitted.tag(sq_index);
+            self.gets.complete(sq_index);
+            self.in_flight -= 1;
+            *done += 1;
+            on(Completion {
+                user_data,
+                status: entry.status,
+                op,
+                flags: entry.flags,
+                sq_index,
+                version: entry.version,
+                detail: entry.detail,
+                cq_index: entry.cq_index,
+            });
+        }
+        if *done == entry.count {
+            self.run = None;
+        }
+        take
     }
 
     /// Waits up to `timeout` for at least one completion: spins briefly, then sleeps
@@ -1032,15 +1098,11 @@ mod tests {
         }
 
         fn complete(&mut self, sq_index: u32, desc: &Descriptor, status: Status, detail: u32) {
-            let c = Completion {
-                user_data: desc.user_data,
-                status,
-                op: desc.op as u8,
-                flags: 0,
-                sq_index,
+            let c = CompletionEntry {
                 version: 77,
                 detail,
                 cq_index: self.cq.tail(),
+                ..CompletionEntry::one(sq_index, status, desc.op as u8)
             };
             let mut bytes = [0u8; COMPLETION_BYTES];
             c.emit(&mut bytes);
@@ -1057,6 +1119,78 @@ mod tests {
             self.complete(sq_index, &desc, Status::Ok, value.len() as u32);
             sq_index
         }
+    }
+
+    impl FakeDpu {
+        /// Publishes one raw entry, whatever it says.
+        fn publish_entry(&mut self, entry: CompletionEntry) {
+            let mut bytes = [0u8; COMPLETION_BYTES];
+            CompletionEntry { cq_index: self.cq.tail(), ..entry }.emit(&mut bytes);
+            self.cq.refresh().unwrap();
+            assert!(self.cq.push(&bytes));
+            self.cq.publish();
+        }
+    }
+
+    #[test]
+    fn a_run_completes_each_request_with_the_hosts_own_tag_and_max_is_kept() {
+        let f = fixture("runs", 0);
+        let mut qp = f.host.queue_pair(0).unwrap();
+        let mut dpu = FakeDpu::new(&f.host);
+        for tag in 0..5u64 {
+            qp.push_nop(100 + tag).unwrap();
+        }
+        qp.flush().unwrap();
+        assert_eq!(dpu.sq.refresh(), Ok(5));
+        dpu.publish_entry(CompletionEntry { count: 4, ..CompletionEntry::one(0, Status::Ok, 0) });
+        dpu.publish_entry(CompletionEntry { detail: 7, ..CompletionEntry::one(4, Status::BadOp, 0) });
+        // Three at a time: the run of four is handed over across two polls.
+        let mut got = Vec::new();
+        assert_eq!(qp.poll_max(3, |c| got.push(c)).unwrap(), 3);
+        assert_eq!(qp.in_flight(), 2);
+        assert_eq!(qp.poll_max(3, |c| got.push(c)).unwrap(), 2);
+        let seen: Vec<(u64, u32, Status, u32)> =
+            got.iter().map(|c| (c.user_data, c.sq_index, c.status, c.detail)).collect();
+        assert_eq!(
+            seen,
+            vec![
+                (100, 0, Status::Ok, 0),
+                (101, 1, Status::Ok, 0),
+                (102, 2, Status::Ok, 0),
+                (103, 3, Status::Ok, 0),
+                (104, 4, Status::BadOp, 7)
+            ]
+        );
+        assert_eq!((qp.in_flight(), completions(&mut qp).len()), (0, 0));
+    }
+
+    #[test]
+    fn a_hostile_entry_is_refused_and_delivers_nothing() {
+        let f = fixture("hostile-entries", 0);
+        let mut qp = f.host.queue_pair(0).unwrap();
+        let mut dpu = FakeDpu::new(&f.host);
+        for tag in 0..3u64 {
+            qp.push_nop(tag).unwrap();
+        }
+        qp.flush().unwrap();
+        let ok = |sq_index, count| CompletionEntry { count, ..CompletionEntry::one(sq_index, Status::Ok, 0) };
+        // A run past what was submitted, one a ring's worth ahead, a count of 0.
+        for bad in [ok(1, 3), ok(8, 1), ok(0, 0)] {
+            dpu.publish_entry(bad);
+            let mut got = Vec::new();
+            let err = qp.poll(|c| got.push(c)).unwrap_err();
+            assert!(matches!(err, ShimError::BadCompletion(_)), "{bad:?}: {err}");
+            assert!(got.is_empty(), "{bad:?} delivered {got:?}");
+            assert_eq!(qp.in_flight(), 3, "{bad:?}");
+        }
+        dpu.publish_entry(ok(0, 2));
+        assert_eq!(completions(&mut qp).len(), 2);
+        // The same requests again: refused, nothing delivered twice.
+        dpu.publish_entry(ok(1, 1));
+        assert!(qp.poll(|_| panic!("delivered twice")).is_err());
+        dpu.publish_entry(ok(2, 1));
+        assert_eq!(completions(&mut qp).iter().map(|c| c.user_data).collect::<Vec<_>>(), vec![2]);
+        assert_eq!(qp.in_flight(), 0);
     }
 
     fn completions(qp: &mut QueuePair) -> Vec<Completion> {

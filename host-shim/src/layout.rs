@@ -19,6 +19,10 @@
 //! no lease, no cluster. Version 2 also fixed the directory's key identity and slot
 //! choice ([`crate::directory::key_id`], [`crate::directory::slot_of`]).
 //!
+//! Version 3 changed the completion entry ([`crate::completion`]): one entry completes
+//! a run of consecutive requests with one outcome (`count`), and carries no
+//! `user_data` (the host keeps its own).
+//!
 //! The layout is a pure function of [`RegionConfig`]; an attaching side recomputes it
 //! from the sizes in the header and refuses a header whose offsets disagree, so a
 //! corrupt or hostile header can never point outside the mapping.
@@ -29,7 +33,7 @@ use crate::error::ShimError;
 /// Magic at offset 0 of every region: `PRESCNT` and a NUL.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"PRESCNT\0");
 /// Version of this layout. Both sides refuse any other.
-pub const LAYOUT_VERSION: u32 = 2;
+pub const LAYOUT_VERSION: u32 = 3;
 /// Feature bits this build understands (none yet).
 pub const FEATURES_KNOWN: u64 = 0;
 
@@ -377,7 +381,7 @@ mod tests {
         let mut bytes = vec![0u8; HEADER_BYTES];
         layout.emit_header(&mut bytes);
         assert_eq!(&bytes[0..8], b"PRESCNT\0");
-        assert_eq!(&bytes[8..12], &[2, 0, 0, 0]);
+        assert_eq!(&bytes[8..12], &[3, 0, 0, 0]);
         // The cluster line is the DPU's to write: a fresh header leaves it zero (no
         // lease, not in a cluster).
         assert!(bytes[header::CLUSTER_LINE..header::CLUSTER_LINE + LINE_BYTES].iter().all(|&b| b == 0));
@@ -396,13 +400,15 @@ mod tests {
         layout.emit_header(&mut bytes);
         let size = layout.region_bytes as u64;
 
-        for version in [1u8, 3] {
+        // 2: the completion entry before runs (a DPU app or host of the previous
+        // release must not read version 3 entries as version 2 ones).
+        for version in [1u8, 2, 4] {
             let mut other = bytes.clone();
             other[header::LAYOUT_VERSION] = version;
             assert!(
                 matches!(
                     Layout::parse_header(&other, size),
-                    Err(ShimError::LayoutVersion { found, expected: 2 }) if found == u32::from(version)
+                    Err(ShimError::LayoutVersion { found, expected: 3 }) if found == u32::from(version)
                 ),
                 "version {version}"
             );

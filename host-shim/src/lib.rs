@@ -32,10 +32,11 @@ pub mod queue;
 pub mod region;
 pub mod ring;
 pub mod status;
+mod submitted;
 pub mod sys;
 
 pub use buffer::Buffer;
-pub use completion::Completion;
+pub use completion::{Completion, CompletionEntry};
 pub use descriptor::{OpCode, Sla};
 pub use directory::{ReadCheck, ReadGuard, ReadSla, RefillToken, SlotState, SlotWord};
 pub use error::ShimError;

@@ -7,30 +7,62 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// A point in time a [`Watch`] measures silence with.
+pub trait Moment: Copy {
+    /// Time from `earlier` to `self`, 0 if `earlier` is later.
+    fn since(self, earlier: Self) -> Duration;
+}
+
+impl Moment for Instant {
+    fn since(self, earlier: Self) -> Duration {
+        self.saturating_duration_since(earlier)
+    }
+}
+
+/// `CLOCK_MONOTONIC_COARSE` ([`crate::sys::coarse_ns`]): the kernel's last tick, read
+/// without the time stamp counter. A few milliseconds of resolution are plenty for
+/// timeouts of hundreds, and a queue pair checks its DPU app on every flush, where a
+/// precise clock read was the largest cost after the descriptor copies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Coarse(pub u64);
+
+impl Coarse {
+    /// Now.
+    pub fn now() -> Self {
+        Self(crate::sys::coarse_ns())
+    }
+}
+
+impl Moment for Coarse {
+    fn since(self, earlier: Self) -> Duration {
+        Duration::from_nanos(self.0.saturating_sub(earlier.0))
+    }
+}
+
 /// Watches a peer's heartbeat counter.
 #[derive(Clone, Copy, Debug)]
-pub struct Watch {
+pub struct Watch<T: Moment = Instant> {
     seen: u64,
-    changed_at: Instant,
+    changed_at: T,
     timeout: Duration,
 }
 
-impl Watch {
+impl<T: Moment> Watch<T> {
     /// Starts watching at `now`, giving the peer a full timeout to show life.
-    pub fn new(counter: &AtomicU64, timeout: Duration, now: Instant) -> Self {
+    pub fn new(counter: &AtomicU64, timeout: Duration, now: T) -> Self {
         Self { seen: counter.load(Ordering::Acquire), changed_at: now, timeout }
     }
 
     /// Looks at the counter at `now`; returns how long it has been silent if that
     /// exceeds the timeout.
-    pub fn check(&mut self, counter: &AtomicU64, now: Instant) -> Result<(), Duration> {
+    pub fn check(&mut self, counter: &AtomicU64, now: T) -> Result<(), Duration> {
         let value = counter.load(Ordering::Acquire);
         if value != self.seen {
             self.seen = value;
             self.changed_at = now;
             return Ok(());
         }
-        let silent = now.saturating_duration_since(self.changed_at);
+        let silent = now.since(self.changed_at);
         if silent > self.timeout {
             Err(silent)
         } else {
@@ -94,5 +126,17 @@ mod tests {
         counter.fetch_add(1, Ordering::Relaxed);
         assert!(watch.check(&counter, t0 + Duration::from_millis(200)).is_ok());
         assert!(watch.check(&counter, t0 + Duration::from_millis(250)).is_ok());
+    }
+
+    #[test]
+    fn a_coarse_watch_measures_the_same_silence() {
+        let counter = AtomicU64::new(0);
+        let ms = |ms: u64| Coarse(ms * 1_000_000);
+        let mut watch = Watch::new(&counter, Duration::from_millis(100), ms(1000));
+        assert!(watch.check(&counter, ms(1100)).is_ok());
+        assert_eq!(watch.check(&counter, ms(1150)), Err(Duration::from_millis(150)));
+        assert!(watch.check(&counter, ms(900)).is_ok(), "an earlier reading is no silence");
+        let now = Coarse::now();
+        assert!(Coarse::now() >= now);
     }
 }

@@ -130,73 +130,94 @@ impl QueueWords {
 
     /// The submission ring's memory.
     pub fn submissions(&self) -> Submissions {
-        Submissions(self.clone())
+        let layout = self.region.layout();
+        let entries = layout.config.ring_entries;
+        Submissions(Slots { words: self.clone(), first: layout.sq_entry(self.qp, 0), entries })
     }
 
     /// The completion ring's memory.
     pub fn completions(&self) -> Completions {
-        Completions(self.clone())
+        let layout = self.region.layout();
+        let entries = layout.config.ring_entries;
+        Completions(Slots { words: self.clone(), first: layout.cq_entry(self.qp, 0), entries })
+    }
+}
+
+/// One ring's slots: where the first is and how many there are, worked out once from
+/// the layout (every slot access is on the data path). The region still checks each
+/// access against the mapping.
+#[derive(Clone, Debug)]
+struct Slots {
+    words: QueueWords,
+    first: usize,
+    entries: u32,
+}
+
+impl Slots {
+    fn offset(&self, slot: u32, bytes: usize) -> usize {
+        assert!(slot < self.entries, "slot {slot} of a ring of {}", self.entries);
+        self.first + slot as usize * bytes
     }
 }
 
 /// A queue pair's submission ring in the region.
 #[derive(Clone, Debug)]
-pub struct Submissions(QueueWords);
+pub struct Submissions(Slots);
 
 impl RingMemory for Submissions {
     type Slot = [u8; DESCRIPTOR_BYTES];
     fn entries(&self) -> u32 {
-        self.0.region.layout().config.ring_entries
+        self.0.entries
     }
     fn load_tail(&self, order: Ordering) -> u32 {
-        self.0.sq_tail().load(order)
+        self.0.words.sq_tail().load(order)
     }
     fn store_tail(&self, value: u32, order: Ordering) {
-        self.0.sq_tail().store(value, order)
+        self.0.words.sq_tail().store(value, order)
     }
     fn load_head(&self, order: Ordering) -> u32 {
-        self.0.sq_head().load(order)
+        self.0.words.sq_head().load(order)
     }
     fn store_head(&self, value: u32, order: Ordering) {
-        self.0.sq_head().store(value, order)
+        self.0.words.sq_head().store(value, order)
     }
     fn write_slot(&self, slot: u32, bytes: &[u8; DESCRIPTOR_BYTES]) {
-        self.0.region.write_bytes(self.0.region.layout().sq_entry(self.0.qp, slot), bytes)
+        self.0.words.region.write_bytes(self.0.offset(slot, DESCRIPTOR_BYTES), bytes)
     }
     fn read_slot(&self, slot: u32) -> [u8; DESCRIPTOR_BYTES] {
         let mut out = [0u8; DESCRIPTOR_BYTES];
-        self.0.region.read_bytes(self.0.region.layout().sq_entry(self.0.qp, slot), &mut out);
+        self.0.words.region.read_bytes(self.0.offset(slot, DESCRIPTOR_BYTES), &mut out);
         out
     }
 }
 
 /// A queue pair's completion ring in the region.
 #[derive(Clone, Debug)]
-pub struct Completions(QueueWords);
+pub struct Completions(Slots);
 
 impl RingMemory for Completions {
     type Slot = [u8; COMPLETION_BYTES];
     fn entries(&self) -> u32 {
-        self.0.region.layout().config.ring_entries
+        self.0.entries
     }
     fn load_tail(&self, order: Ordering) -> u32 {
-        self.0.cq_tail().load(order)
+        self.0.words.cq_tail().load(order)
     }
     fn store_tail(&self, value: u32, order: Ordering) {
-        self.0.cq_tail().store(value, order)
+        self.0.words.cq_tail().store(value, order)
     }
     fn load_head(&self, order: Ordering) -> u32 {
-        self.0.cq_head().load(order)
+        self.0.words.cq_head().load(order)
     }
     fn store_head(&self, value: u32, order: Ordering) {
-        self.0.cq_head().store(value, order)
+        self.0.words.cq_head().store(value, order)
     }
     fn write_slot(&self, slot: u32, bytes: &[u8; COMPLETION_BYTES]) {
-        self.0.region.write_bytes(self.0.region.layout().cq_entry(self.0.qp, slot), bytes)
+        self.0.words.region.write_bytes(self.0.offset(slot, COMPLETION_BYTES), bytes)
     }
     fn read_slot(&self, slot: u32) -> [u8; COMPLETION_BYTES] {
         let mut out = [0u8; COMPLETION_BYTES];
-        self.0.region.read_bytes(self.0.region.layout().cq_entry(self.0.qp, slot), &mut out);
+        self.0.words.region.read_bytes(self.0.offset(slot, COMPLETION_BYTES), &mut out);
         out
     }
 }

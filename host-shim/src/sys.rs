@@ -65,6 +65,17 @@ pub fn monotonic_ns() -> u64 {
     (ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64)
 }
 
+/// `CLOCK_MONOTONIC_COARSE` in nanoseconds: the monotonic clock as of the kernel's last
+/// tick (a few ms of resolution), read from the vDSO without the time stamp counter.
+pub fn coarse_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a live timespec that clock_gettime only writes;
+    // CLOCK_MONOTONIC_COARSE exists on every Linux kernel since 2.6.32.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    debug_assert_eq!(rc, 0, "clock_gettime(CLOCK_MONOTONIC_COARSE)");
+    (ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

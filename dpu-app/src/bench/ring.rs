@@ -4,6 +4,12 @@
 //! Every message is 64 bytes, the size of a descriptor. The DPU side is a real
 //! `prescient-dpu serve` child process; requests are NOPs, so the figures are the
 //! ring's: publish, poll, check each descriptor, complete, reap.
+//!
+//! With two CPUs or more allowed, every producer (our host, the references' sending
+//! threads) runs on the first allowed CPU and every consumer (the DPU app, the
+//! receiving threads) on the second, so both sides of each figure always spin on
+//! cores of their own. With one CPU allowed the two sides share it and the figures
+//! measure time slices, not the ring.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -13,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use prescient_shim::{Host, HostOptions, QueuePair, RegionConfig, ShimError};
 
+use super::affinity;
 use super::report::{table, Percentiles, Row};
 
 /// Bytes per message, the descriptor size.
@@ -41,6 +48,31 @@ pub struct RingBench {
 pub struct RingReport {
     /// Rows of the table.
     pub rows: Vec<Row>,
+    /// Where the two sides ran.
+    pub placement: String,
+}
+
+/// The CPU of the producing and of the consuming side, if two are allowed.
+#[derive(Clone, Copy, Debug)]
+struct Cores {
+    producer: usize,
+    consumer: usize,
+}
+
+impl Cores {
+    fn pick() -> Option<Self> {
+        match affinity::allowed()[..] {
+            [producer, consumer, ..] => Some(Self { producer, consumer }),
+            _ => None,
+        }
+    }
+}
+
+/// Pins the calling thread to the consumer's CPU (no CPU: left to the scheduler).
+fn consumer_side(cores: Option<Cores>) {
+    if let Some(c) = cores {
+        let _ = affinity::pin(0, c.consumer);
+    }
 }
 
 struct DpuChild {
@@ -56,7 +88,7 @@ impl Drop for DpuChild {
     }
 }
 
-fn start_dpu(bench: &RingBench) -> Result<(Arc<Host>, DpuChild), String> {
+fn start_dpu(bench: &RingBench, cores: Option<Cores>) -> Result<(Arc<Host>, DpuChild), String> {
     let path = PathBuf::from(format!("/dev/shm/prescient-bench-{}", std::process::id()));
     let _ = std::fs::remove_file(&path);
     let config = RegionConfig {
@@ -77,6 +109,10 @@ fn start_dpu(bench: &RingBench) -> Result<(Arc<Host>, DpuChild), String> {
         .spawn()
         .map_err(|e| format!("cannot start {}: {e}", bench.dpu_binary.display()))?;
     let child = DpuChild { child, path };
+    if let Some(c) = cores {
+        affinity::pin(child.child.id(), c.consumer)
+            .map_err(|e| format!("cannot pin the DPU app to CPU {}: {e}", c.consumer))?;
+    }
     host.wait_for_dpu(Duration::from_secs(10)).map_err(|e| format!("the DPU app did not start: {e}"))?;
     Ok((host, child))
 }
@@ -125,11 +161,12 @@ fn ours_round_trip(qp: &mut QueuePair, round_trips: usize) -> Result<Percentiles
     Ok(Percentiles::of(&mut samples))
 }
 
-fn rtrb_throughput(seconds: f64) -> f64 {
+fn rtrb_throughput(seconds: f64, cores: Option<Cores>) -> f64 {
     let (mut tx, mut rx) = rtrb::RingBuffer::<Message>::new(1024);
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
     let consumer = std::thread::spawn(move || {
+        consumer_side(cores);
         let mut received = 0u64;
         let mut sink = 0u64;
         while !flag.load(Ordering::Relaxed) {
@@ -172,10 +209,11 @@ fn rtrb_throughput(seconds: f64) -> f64 {
     consumer.join().expect("consumer thread") as f64 / elapsed
 }
 
-fn rtrb_round_trip(round_trips: usize) -> Percentiles {
+fn rtrb_round_trip(round_trips: usize, cores: Option<Cores>) -> Percentiles {
     let (mut ping_tx, mut ping_rx) = rtrb::RingBuffer::<Message>::new(16);
     let (mut pong_tx, mut pong_rx) = rtrb::RingBuffer::<Message>::new(16);
     let echo = std::thread::spawn(move || {
+        consumer_side(cores);
         for _ in 0..round_trips {
             let m = loop {
                 if let Ok(m) = ping_rx.pop() {
@@ -208,9 +246,10 @@ fn rtrb_round_trip(round_trips: usize) -> Percentiles {
     Percentiles::of(&mut samples)
 }
 
-fn crossbeam_throughput(seconds: f64) -> f64 {
+fn crossbeam_throughput(seconds: f64, cores: Option<Cores>) -> f64 {
     let (tx, rx) = crossbeam_channel::bounded::<Message>(1024);
     let consumer = std::thread::spawn(move || {
+        consumer_side(cores);
         let mut received = 0u64;
         let mut sink = 0u64;
         while let Ok(m) = rx.recv() {
@@ -233,10 +272,11 @@ fn crossbeam_throughput(seconds: f64) -> f64 {
     consumer.join().expect("consumer thread") as f64 / elapsed
 }
 
-fn crossbeam_round_trip(round_trips: usize) -> Percentiles {
+fn crossbeam_round_trip(round_trips: usize, cores: Option<Cores>) -> Percentiles {
     let (ping_tx, ping_rx) = crossbeam_channel::bounded::<Message>(1);
     let (pong_tx, pong_rx) = crossbeam_channel::bounded::<Message>(1);
     let echo = std::thread::spawn(move || {
+        consumer_side(cores);
         while let Ok(m) = ping_rx.recv() {
             if pong_tx.send(m).is_err() {
                 break;
@@ -257,7 +297,15 @@ fn crossbeam_round_trip(round_trips: usize) -> Percentiles {
 
 /// Runs every measurement.
 pub fn run(bench: &RingBench) -> Result<RingReport, String> {
-    let (host, _child) = start_dpu(bench)?;
+    let cores = Cores::pick();
+    let placement = match cores {
+        Some(c) => {
+            affinity::pin(0, c.producer).map_err(|e| format!("cannot pin to CPU {}: {e}", c.producer))?;
+            format!("producers on CPU {}, consumers on CPU {}", c.producer, c.consumer)
+        }
+        None => "one CPU allowed: both sides share it (time slices, not the ring)".to_string(),
+    };
+    let (host, _child) = start_dpu(bench, cores)?;
     let mut qps: Vec<QueuePair> =
         (0..QUEUE_PAIRS).map(|i| host.queue_pair(i)).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
     // Warm up both processes' caches and the DPU's spin loop.
@@ -265,10 +313,10 @@ pub fn run(bench: &RingBench) -> Result<RingReport, String> {
     let one = ours_throughput(&mut qps[..1], bench.seconds).map_err(|e| e.to_string())?;
     let several = ours_throughput(&mut qps, bench.seconds).map_err(|e| e.to_string())?;
     let ours_rtt = ours_round_trip(&mut qps[0], bench.round_trips).map_err(|e| e.to_string())?;
-    let rtrb_rate = rtrb_throughput(bench.seconds);
-    let rtrb_rtt = rtrb_round_trip(bench.round_trips);
-    let cb_rate = crossbeam_throughput(bench.seconds);
-    let cb_rtt = crossbeam_round_trip(bench.round_trips);
+    let rtrb_rate = rtrb_throughput(bench.seconds, cores);
+    let rtrb_rtt = rtrb_round_trip(bench.round_trips, cores);
+    let cb_rate = crossbeam_throughput(bench.seconds, cores);
+    let cb_rtt = crossbeam_round_trip(bench.round_trips, cores);
     let row = |what: &str, ours: f64, reference: &str, theirs: f64, unit, higher_is_better| Row {
         what: what.into(),
         ours,
@@ -302,12 +350,12 @@ pub fn run(bench: &RingBench) -> Result<RingReport, String> {
         row("round trip p99", ours_rtt.p99 as f64, "crossbeam ping-pong p99", cb_rtt.p99 as f64, "ns", false),
         row("round trip p99.9", ours_rtt.p999 as f64, "crossbeam ping-pong p99.9", cb_rtt.p999 as f64, "ns", false),
     ];
-    Ok(RingReport { rows })
+    Ok(RingReport { rows, placement })
 }
 
 impl RingReport {
     /// The table.
     pub fn render(&self) -> String {
-        table(&self.rows)
+        format!("{}\n{}", self.placement, table(&self.rows))
     }
 }
