@@ -245,7 +245,8 @@ pub(crate) struct NetInner {
 ///
 /// There is no NIC thread: the emulated NIC's DMA - a request acting on the peer's memory
 /// and receive queue - runs on the threads that post on a queue pair, poll or wait on a
-/// completion queue it reports to, post a receive at its peer, or call
+/// completion queue it reports to, post a receive at its peer that the request found
+/// missing (receiver not ready), or call
 /// [`Network::progress`]. With the ideal model a request acts at once when posted; with a
 /// timed model it acts once the clock has reached its delivery time, on the first of
 /// those calls after that.

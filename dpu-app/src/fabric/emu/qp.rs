@@ -10,9 +10,9 @@
 //! more delay later, when the response is back. A lost request fails with
 //! `RetryExceeded` at `post + retry budget`. Until they are due, requests wait on the
 //! send queue with the pending flag set; whoever polls or waits on a completion queue the
-//! queue pair reports to, posts on it, posts a receive at its peer or calls
-//! [`Network::progress`](super::Network::progress) performs the due ones: in process,
-//! the emulated NIC's DMA runs on those threads.
+//! queue pair reports to, posts on it, posts a receive at its peer after it found none
+//! there (receiver not ready) or calls [`Network::progress`](super::Network::progress)
+//! performs the due ones: in process, the emulated NIC's DMA runs on those threads.
 //!
 //! A request that cannot run yet (no receive posted at the peer, the peer not answering)
 //! waits at the head of the send queue, and everything behind it waits too (per-QP
