@@ -92,11 +92,12 @@ impl CqInner {
         Ok(())
     }
 
-    /// Forgets `qp` (destroyed by its owner).
+    /// Forgets `qp` (destroyed by its owner). The others keep their order: polls drive
+    /// them in attach order, which a simulation's replay depends on.
     pub(crate) fn detach(&self, qp: &QpInner) {
         let mut a = self.attached.lock();
         if let Some(at) = a.iter().position(|q| std::ptr::eq(&**q, qp)) {
-            a.swap_remove(at);
+            a.remove(at);
         }
     }
 
