@@ -14,6 +14,9 @@ pub const MESSAGE_BYTES_MAX: usize = 4 * 1024 * 1024;
 pub const REGION_BYTES_MAX: u64 = 1 << 40;
 /// Most memory regions one emulated node may have registered at once.
 pub const REGIONS_PER_NODE_MAX: usize = 4096;
+/// Regions of its peer one emulated queue pair keeps resolved (a cluster peer exposes
+/// four: log, control, directory, store).
+pub const REGION_CACHE_ENTRIES: usize = 8;
 /// Most queue pairs one emulated node may have at once.
 pub const QPS_PER_NODE_MAX: usize = 4096;
 /// Most nodes in one in-process emulated network.
@@ -24,6 +27,12 @@ pub const QPS_PER_CQ_MAX: usize = 256;
 pub const RETRY_COUNT_MAX: u8 = 7;
 /// Most receiver-not-ready retries (7 means "infinite" on IB hardware; we stop at 6).
 pub const RNR_RETRY_COUNT_MAX: u8 = 6;
+/// Spins (pause hints) of a contender for an emulated queue's lock before it yields.
+pub const SPIN_LOCK_SPINS: u32 = 64;
+/// Yields of a contender for an emulated queue's lock before it backs off in sleeps.
+pub const SPIN_LOCK_YIELDS: u32 = 256;
+/// One back-off sleep of a contender whose lock's holder takes long, microseconds.
+pub const SPIN_LOCK_BACKOFF_US: u64 = 20;
 /// Spins of a blocking completion wait before it parks the thread.
 pub const WAIT_SPINS: u32 = 2_000;
 /// Size of the atomic operand: RDMA atomics work on one aligned 64-bit word.
@@ -37,5 +46,6 @@ const _: () = assert!(MESSAGE_BYTES_MAX <= u32::MAX as usize);
 const _: () = assert!((MESSAGE_BYTES_MAX as u64) <= REGION_BYTES_MAX);
 const _: () = assert!(RNR_RETRY_COUNT_MAX < 7 && RETRY_COUNT_MAX <= 7);
 const _: () = assert!(REGIONS_PER_NODE_MAX <= 1 << 16 && QPS_PER_NODE_MAX <= 1 << 16);
+const _: () = assert!(REGION_CACHE_ENTRIES > 0 && REGION_CACHE_ENTRIES <= REGIONS_PER_NODE_MAX);
 // Atomic words are interpreted in the responder's byte order; the wire says little-endian.
 const _: () = assert!(cfg!(target_endian = "little"));

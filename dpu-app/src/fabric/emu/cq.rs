@@ -4,14 +4,22 @@
 //! pairs that are pending - requests due for delivery, receiver-not-ready retries,
 //! timeouts - as the NIC would on its own: in process, the NIC's work runs on the
 //! threads that poll.
+//!
+//! The entries sit behind a [`SpinLock`] (one atomic per push and per poll, where a
+//! `Mutex` costs two); a blocked waiter sleeps on a separate mutex and condition variable,
+//! which a push touches only when the waiter count (read under the entries' lock) says
+//! someone sleeps. The queue rewinds to the start of its buffer whenever it drains, so a
+//! queue that is polled as fast as it fills stays on a few hot cache lines instead of
+//! sweeping its whole depth.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use super::clock::Clock;
 use super::qp::QpInner;
+use super::spin::SpinLock;
 use crate::fabric::config::{CQ_DEPTH_MAX, QPS_PER_CQ_MAX, WAIT_SPINS};
 use crate::fabric::{Completion, CompletionQueue, FabricError, Result};
 
@@ -21,18 +29,25 @@ const WAIT_SLICE: Duration = Duration::from_micros(500);
 struct Entries {
     queue: VecDeque<(u64, Completion)>,
     overrun: bool,
+    /// Threads blocked in `wait` (changed under this lock, so a push sees every waiter
+    /// that looked at the queue before it).
+    waiters: u32,
 }
 
 pub(crate) struct CqInner {
-    entries: Mutex<Entries>,
+    entries: SpinLock<Entries>,
+    /// Where blocked waiters sleep; a push notifies under it, so a waiter that found the
+    /// queue empty cannot miss the wake-up between its look and its sleep.
+    sleep: Mutex<()>,
     ready: Condvar,
-    waiters: AtomicU32,
     depth: usize,
     clock: Arc<dyn Clock>,
     /// Queue pairs that report here, so that polling can drive their pending requests
     /// (deliveries that have come due, receiver-not-ready retries and timeouts), as the
-    /// NIC's timers would.
-    attached: Mutex<Vec<Weak<QpInner>>>,
+    /// NIC's timers would. Held strongly (no upgrade per poll): a queue pair detaches
+    /// itself when its owner destroys it, which breaks the cycle through its own `Arc`s
+    /// of this queue.
+    attached: SpinLock<Vec<Arc<QpInner>>>,
     any_pending: AtomicBool,
 }
 
@@ -55,12 +70,12 @@ impl EmuCq {
         }
         Ok(Self {
             inner: Arc::new(CqInner {
-                entries: Mutex::new(Entries { queue: VecDeque::with_capacity(depth), overrun: false }),
+                entries: SpinLock::new(Entries { queue: VecDeque::with_capacity(depth), overrun: false, waiters: 0 }),
+                sleep: Mutex::new(()),
                 ready: Condvar::new(),
-                waiters: AtomicU32::new(0),
                 depth,
                 clock,
-                attached: Mutex::new(Vec::with_capacity(QPS_PER_CQ_MAX)),
+                attached: SpinLock::new(Vec::with_capacity(QPS_PER_CQ_MAX)),
                 any_pending: AtomicBool::new(false),
             }),
         })
@@ -68,14 +83,22 @@ impl EmuCq {
 }
 
 impl CqInner {
-    pub(crate) fn attach(&self, qp: Weak<QpInner>) -> Result<()> {
-        let mut a = self.attached.lock().expect("cq lock");
-        a.retain(|w| w.strong_count() > 0);
+    pub(crate) fn attach(&self, qp: Arc<QpInner>) -> Result<()> {
+        let mut a = self.attached.lock();
         if a.len() >= QPS_PER_CQ_MAX {
             return Err(FabricError::Limit { what: "queue pairs per completion queue", limit: QPS_PER_CQ_MAX });
         }
         a.push(qp);
         Ok(())
+    }
+
+    /// Forgets `qp` (destroyed by its owner). The others keep their order: polls drive
+    /// them in attach order, which a simulation's replay depends on.
+    pub(crate) fn detach(&self, qp: &QpInner) {
+        let mut a = self.attached.lock();
+        if let Some(at) = a.iter().position(|q| std::ptr::eq(&**q, qp)) {
+            a.remove(at);
+        }
     }
 
     /// Marks that an attached queue pair has requests waiting for their delivery time or
@@ -86,15 +109,20 @@ impl CqInner {
 
     /// Adds a completion visible from clock time `ready_ns`.
     pub(crate) fn push(&self, ready_ns: u64, c: Completion) {
-        let mut e = self.entries.lock().expect("cq lock");
+        let mut e = self.entries.lock();
         if e.queue.len() >= self.depth {
-            // Hardware reports a CQ overrun as an asynchronous error; so do we, on the next poll.
+            // Hardware reports a CQ overrun as an asynchronous error; so do we, on the next
+            // poll. The completion (and the buffer it hands back) drops after the unlock.
             e.overrun = true;
+            drop(e);
+            drop(c);
             return;
         }
         e.queue.push_back((ready_ns, c));
+        let waiters = e.waiters;
         drop(e);
-        if self.waiters.load(Ordering::Acquire) > 0 {
+        if waiters > 0 {
+            let _sleep = self.sleep.lock().expect("cq sleep lock");
             self.ready.notify_all();
         }
     }
@@ -104,19 +132,17 @@ impl CqInner {
         if !self.any_pending.load(Ordering::Acquire) || !self.any_pending.swap(false, Ordering::AcqRel) {
             return;
         }
-        let attached = self.attached.lock().expect("cq lock");
+        let attached = self.attached.lock();
         for qp in attached.iter() {
-            if let Some(qp) = qp.upgrade() {
-                if qp.is_pending() && qp.progress() {
-                    self.any_pending.store(true, Ordering::Release);
-                }
+            if qp.is_pending() && qp.progress() {
+                self.any_pending.store(true, Ordering::Release);
             }
         }
     }
 
     fn take(&self, out: &mut Vec<Completion>, max: usize) -> Result<usize> {
         self.drive_pending();
-        let mut e = self.entries.lock().expect("cq lock");
+        let mut e = self.entries.lock();
         if e.overrun {
             return Err(FabricError::Limit { what: "completion queue depth (overrun)", limit: self.depth });
         }
@@ -132,6 +158,10 @@ impl CqInner {
             let (_, c) = e.queue.pop_front().expect("front exists");
             out.push(c);
             n += 1;
+        }
+        if e.queue.is_empty() {
+            // Back to the start of the buffer (no element moves: the queue is empty).
+            e.queue.clear();
         }
         Ok(n)
     }
@@ -161,13 +191,20 @@ impl CompletionQueue for EmuCq {
             if now >= deadline {
                 return Ok(0);
             }
-            inner.waiters.fetch_add(1, Ordering::AcqRel);
-            let guard = inner.entries.lock().expect("cq lock");
-            // Re-check under the lock: a push between `take` and here would be missed otherwise.
-            if guard.queue.is_empty() {
-                let _unused = inner.ready.wait_timeout(guard, WAIT_SLICE.min(deadline - now)).expect("cq lock");
+            let sleep = inner.sleep.lock().expect("cq sleep lock");
+            let empty = {
+                let mut e = inner.entries.lock();
+                e.waiters += 1;
+                e.queue.is_empty()
+            };
+            // Checked after counting ourselves, under `sleep`: a push after this look sees
+            // the count and notifies under `sleep`, which it gets only once we wait.
+            if empty {
+                let _unused = inner.ready.wait_timeout(sleep, WAIT_SLICE.min(deadline - now)).expect("cq sleep lock");
+            } else {
+                drop(sleep);
             }
-            inner.waiters.fetch_sub(1, Ordering::AcqRel);
+            inner.entries.lock().waiters -= 1;
         }
     }
 }

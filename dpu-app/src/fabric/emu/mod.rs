@@ -14,7 +14,9 @@ mod cq;
 mod model;
 mod node;
 mod qp;
+mod region_cache;
 mod responder;
+mod spin;
 mod tcp;
 pub mod wire;
 

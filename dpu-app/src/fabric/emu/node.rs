@@ -4,7 +4,7 @@
 //! over TCP (see `tcp`).
 
 use std::net::{SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 
 use super::clock::Clock;
@@ -37,6 +37,9 @@ pub(crate) struct NodeInner {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) attachment: Attachment,
     regions: RwLock<Vec<Option<RegionEntry>>>,
+    /// Bumped (Release) by every deregistration after its slot is cleared: requesters'
+    /// region caches compare it before each access (see `region_cache`).
+    pub(crate) region_epoch: AtomicU64,
     key_generation: AtomicU32,
     qps: RwLock<Vec<Option<Weak<QpInner>>>>,
     /// Accepted connections, shut down when the node dies.
@@ -52,6 +55,7 @@ impl NodeInner {
             clock,
             attachment,
             regions: RwLock::new(Vec::new()),
+            region_epoch: AtomicU64::new(0),
             key_generation: AtomicU32::new(0),
             qps: RwLock::new(Vec::new()),
             accepted: Mutex::new(Vec::new()),
@@ -66,6 +70,16 @@ impl NodeInner {
     /// cloning the entry).
     pub(crate) fn regions(&self) -> std::sync::RwLockReadGuard<'_, Vec<Option<RegionEntry>>> {
         self.regions.read().expect("regions lock")
+    }
+
+    /// The memory and rights of the region registered under `rkey`, if any (a
+    /// requester's region cache fills from here).
+    pub(crate) fn region(&self, rkey: u32) -> Option<(Arc<Memory>, Access)> {
+        let regions = self.regions();
+        match regions.get((rkey & 0xFFFF) as usize) {
+            Some(Some(e)) if e.key == rkey => Some((Arc::clone(&e.memory), e.access)),
+            _ => None,
+        }
     }
 
     /// This node's protection-domain identity (its address, unique while it lives).
@@ -96,6 +110,8 @@ impl NodeInner {
         if let Some(slot) = regions.get_mut((key & 0xFFFF) as usize) {
             if matches!(slot, Some(e) if e.key == key) {
                 *slot = None;
+                // Release: a requester that sees the new epoch sees the cleared slot.
+                self.region_epoch.fetch_add(1, Ordering::Release);
             }
         }
     }
@@ -229,7 +245,8 @@ pub(crate) struct NetInner {
 ///
 /// There is no NIC thread: the emulated NIC's DMA - a request acting on the peer's memory
 /// and receive queue - runs on the threads that post on a queue pair, poll or wait on a
-/// completion queue it reports to, post a receive at its peer, or call
+/// completion queue it reports to, post a receive at its peer that the request found
+/// missing (receiver not ready), or call
 /// [`Network::progress`]. With the ideal model a request acts at once when posted; with a
 /// timed model it acts once the clock has reached its delivery time, on the first of
 /// those calls after that.

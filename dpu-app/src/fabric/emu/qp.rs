@@ -10,9 +10,9 @@
 //! more delay later, when the response is back. A lost request fails with
 //! `RetryExceeded` at `post + retry budget`. Until they are due, requests wait on the
 //! send queue with the pending flag set; whoever polls or waits on a completion queue the
-//! queue pair reports to, posts on it, posts a receive at its peer or calls
-//! [`Network::progress`](super::Network::progress) performs the due ones: in process,
-//! the emulated NIC's DMA runs on those threads.
+//! queue pair reports to, posts on it, posts a receive at its peer after it found none
+//! there (receiver not ready) or calls [`Network::progress`](super::Network::progress)
+//! performs the due ones: in process, the emulated NIC's DMA runs on those threads.
 //!
 //! A request that cannot run yet (no receive posted at the peer, the peer not answering)
 //! waits at the head of the send queue, and everything behind it waits too (per-QP
@@ -26,14 +26,16 @@
 
 use std::collections::VecDeque;
 use std::net::TcpStream;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use super::cq::{CqInner, EmuCq};
 use super::model::{Fate, Message};
 use super::node::{in_process_gid, in_process_id, Attachment, NodeInner};
+use super::region_cache::RegionCache;
 use super::responder::{execute, Incoming, Nak, Payload, Sink};
+use super::spin::{SpinGuard, SpinLock};
 use super::tcp;
 use crate::fabric::config::{ATOMIC_BYTES, MESSAGE_BYTES_MAX};
 use crate::fabric::{
@@ -98,11 +100,16 @@ pub(crate) struct SendQueue {
     /// due before it, so requests of one queue pair reach the peer in post order.
     last_due_ns: u64,
     pub(crate) frame: Vec<u8>,
+    /// In process: the peer node's regions this queue pair has reached.
+    regions: RegionCache,
 }
 
 pub(crate) struct RecvQueue {
     inflight: InFlight,
     posted: VecDeque<u64>,
+    /// Threads in `wait_for_receive` (a post wakes sleepers only when there is one: the
+    /// in-process fabric never waits).
+    waiters: u32,
 }
 
 impl RecvQueue {
@@ -119,11 +126,15 @@ pub(crate) struct QpInner {
     pub(crate) options: QpOptions,
     state_mirror: AtomicU8,
     pub(crate) sq: Mutex<SendQueue>,
-    rq: Mutex<RecvQueue>,
+    rq: SpinLock<RecvQueue>,
+    /// Where `wait_for_receive` sleeps (the TCP responder's RNR retries); a post notifies
+    /// under it, so a waiter that found no receive cannot miss the wake-up.
+    recv_sleep: Mutex<()>,
     recv_posted: Condvar,
-    /// Threads in `wait_for_receive` (a post signals only when there is one: the
-    /// in-process fabric never waits, and a futex call per receive is its hottest cost).
-    recv_waiters: AtomicU32,
+    /// Set by a requester that found no receive posted here (under the receive queue's
+    /// lock): the next post of a receive lets that requester retry at once, and only then
+    /// does a post look at its peer.
+    rnr_waiting: AtomicBool,
     peer: Mutex<Option<Weak<QpInner>>>,
     pending: AtomicBool,
     /// Set when the owner destroys the queue pair; threads that still hold it briefly
@@ -192,21 +203,27 @@ impl QpInner {
                     last_ready_ns: 0,
                     last_due_ns: 0,
                     frame: Vec::new(),
+                    regions: RegionCache::default(),
                 }),
-                rq: Mutex::new(RecvQueue {
+                rq: SpinLock::new(RecvQueue {
                     inflight: InFlight::new(options.recv_depth),
                     posted: VecDeque::with_capacity(options.recv_depth),
+                    waiters: 0,
                 }),
+                recv_sleep: Mutex::new(()),
                 recv_posted: Condvar::new(),
-                recv_waiters: AtomicU32::new(0),
+                rnr_waiting: AtomicBool::new(false),
                 peer: Mutex::new(None),
                 pending: AtomicBool::new(false),
                 destroyed: AtomicBool::new(false),
             })
         })?;
-        send_cq.inner.attach(Arc::downgrade(&qp))?;
+        send_cq.inner.attach(Arc::clone(&qp))?;
         if !Arc::ptr_eq(&send_cq.inner, &recv_cq.inner) {
-            recv_cq.inner.attach(Arc::downgrade(&qp))?;
+            if let Err(e) = recv_cq.inner.attach(Arc::clone(&qp)) {
+                send_cq.inner.detach(&qp);
+                return Err(e);
+            }
         }
         Ok(qp)
     }
@@ -225,12 +242,17 @@ impl QpInner {
         Ok(())
     }
 
-    pub(crate) fn lock_sq(&self) -> MutexGuard<'_, SendQueue> {
+    pub(crate) fn lock_sq(&self) -> std::sync::MutexGuard<'_, SendQueue> {
         self.sq.lock().expect("send queue lock")
     }
 
-    pub(crate) fn lock_rq(&self) -> MutexGuard<'_, RecvQueue> {
-        self.rq.lock().expect("receive queue lock")
+    pub(crate) fn lock_rq(&self) -> SpinGuard<'_, RecvQueue> {
+        self.rq.lock()
+    }
+
+    /// A requester found no receive posted (called under the receive queue's lock).
+    pub(crate) fn note_receiver_not_ready(&self) {
+        self.rnr_waiting.store(true, Ordering::Release);
     }
 
     fn now_ns(&self) -> u64 {
@@ -346,7 +368,7 @@ impl QpInner {
     /// Drives the head of the send queue; true while requests still wait on a timer.
     pub(crate) fn progress(&self) -> bool {
         let mut sq = self.lock_sq();
-        self.run_waiting(&mut sq)
+        self.run_waiting(&mut sq, None)
     }
 
     /// True while requests wait on this queue pair for their delivery time or a timer.
@@ -365,14 +387,20 @@ impl QpInner {
         true
     }
 
-    fn run_waiting(&self, sq: &mut SendQueue) -> bool {
+    /// Performs what has come due at the head of the send queue at `now_ns` (read from
+    /// the clock when `None` and the model needs it).
+    fn run_waiting(&self, sq: &mut SendQueue, now_ns: Option<u64>) -> bool {
         if !matches!(sq.link, Link::InProcess { .. }) || sq.state.get() != QpState::Rts {
             self.pending.store(false, Ordering::Release);
             return false;
         }
         // An ideal model needs no time: skip the clock read on the fast path.
         let timed = self.node.model.needs_clock();
-        let now_ns = if timed { self.now_ns() } else { 0 };
+        let now_ns = match now_ns {
+            Some(now_ns) => now_ns,
+            None if timed => self.now_ns(),
+            None => 0,
+        };
         while let Some(head) = sq.waiting.front() {
             let (token, op, psn, deadline_ns, transit) =
                 (head.token, head.op, head.psn, head.deadline_ns, head.transit);
@@ -421,8 +449,7 @@ impl QpInner {
 
     /// On a timed model, draws the fate of request `token` at post time: when it reaches
     /// the peer (never before the request posted ahead of it), or when it fails.
-    fn transit(&self, sq: &mut SendQueue, token: u64, op: Op, psn: u32, peer_node: u32) -> Transit {
-        let now_ns = self.now_ns();
+    fn transit(&self, sq: &mut SendQueue, token: u64, op: Op, psn: u32, peer_node: u32, now_ns: u64) -> Transit {
         let entry = sq.inflight.get(token).expect("just inserted");
         let transit = if let Some(status) = self.local_check(entry, op) {
             Transit::Fail { status, at_ns: now_ns.max(sq.last_due_ns) }
@@ -448,7 +475,7 @@ impl QpInner {
 
     /// One attempt at an in-process request on the ideal model's fast path: checked,
     /// transmitted and performed now.
-    fn attempt(&self, sq: &SendQueue, token: u64, op: Op, psn: u32, now_ns: u64) -> Attempt {
+    fn attempt(&self, sq: &mut SendQueue, token: u64, op: Op, psn: u32, now_ns: u64) -> Attempt {
         let Link::InProcess { peer_node, .. } = &sq.link else { unreachable!("run_waiting checks the link") };
         let o = &self.options;
         let timeout_ns = u64::from(o.timeout_us) * 1_000;
@@ -467,10 +494,11 @@ impl QpInner {
 
     /// Performs request `token` at the peer as arriving at clock time `arrive_ns` (receive
     /// completions there become visible then); its response takes `back_ns`.
-    fn deliver(&self, sq: &SendQueue, token: u64, op: Op, arrive_ns: u64, back_ns: u64) -> Attempt {
-        let Link::InProcess { peer, .. } = &sq.link else { unreachable!("run_waiting checks the link") };
+    fn deliver(&self, sq: &mut SendQueue, token: u64, op: Op, arrive_ns: u64, back_ns: u64) -> Attempt {
+        let SendQueue { link, inflight, regions, .. } = sq;
+        let Link::InProcess { peer, .. } = link else { unreachable!("run_waiting checks the link") };
         let o = &self.options;
-        let entry = sq.inflight.get(token).expect("waiting requests are in flight");
+        let entry = inflight.get(token).expect("waiting requests are in flight");
         let local = entry.buf.region().memory();
         let offset = entry.buf.offset();
         let len = entry.buf.len();
@@ -484,7 +512,7 @@ impl QpInner {
             Op::Send => Incoming::Send { len, imm: None, payload: Payload::Memory { memory: local, offset } },
         };
         let ready_ns = arrive_ns + back_ns;
-        match execute(peer, incoming, arrive_ns, None) {
+        match execute(peer, Some(regions), incoming, arrive_ns, None) {
             Ok(value) => Attempt::Done { status: WcStatus::Success, value, ready_ns },
             Err(Nak::Silent) => Attempt::Wait {
                 status: WcStatus::RetryExceeded,
@@ -526,18 +554,29 @@ impl QpInner {
     /// Waits up to `timeout` for a receive to be posted (the TCP responder's RNR retries).
     pub(crate) fn wait_for_receive(&self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
-        let mut rq = self.lock_rq();
-        while !rq.has_receive() {
-            let now = Instant::now();
-            if now >= deadline || !self.node.is_alive() {
-                return false;
+        loop {
+            let sleep = self.recv_sleep.lock().expect("receive sleep lock");
+            {
+                let mut rq = self.lock_rq();
+                if rq.has_receive() {
+                    return true;
+                }
+                // Counted under the receive queue's lock, so a post that lands after our
+                // look sees us; it notifies under `sleep`, which it gets once we wait.
+                rq.waiters += 1;
             }
-            // Counted under the lock, so a post that lands after our look sees us.
-            self.recv_waiters.fetch_add(1, Ordering::SeqCst);
-            rq = self.recv_posted.wait_timeout(rq, deadline - now).expect("receive queue lock").0;
-            self.recv_waiters.fetch_sub(1, Ordering::SeqCst);
+            let now = Instant::now();
+            let woke = now < deadline && self.node.is_alive();
+            if woke {
+                let _unused = self.recv_posted.wait_timeout(sleep, deadline - now).expect("receive sleep lock");
+            } else {
+                drop(sleep);
+            }
+            self.lock_rq().waiters -= 1;
+            if !woke {
+                return self.lock_rq().has_receive();
+            }
         }
-        true
     }
 
     /// Waits up to `timeout` for the queue pair to reach RTR (a TCP peer may be faster).
@@ -587,11 +626,25 @@ impl QpInner {
         match sq.link {
             Link::InProcess { peer_node, .. } => {
                 if self.node.model.needs_clock() {
-                    let transit = self.transit(&mut sq, token, op, psn, peer_node);
+                    // One clock read for the post: its fate and what has come due by then.
+                    let now_ns = self.now_ns();
+                    let transit = self.transit(&mut sq, token, op, psn, peer_node, now_ns);
                     sq.waiting.push_back(Waiting { token, op, psn, deadline_ns: 0, doomed: None, transit });
                     // A post also performs what has come due on this queue pair.
-                    self.run_waiting(&mut sq);
+                    self.run_waiting(&mut sq, Some(now_ns));
                 } else {
+                    // Nothing ahead of it: perform it now, without queueing it. One that
+                    // cannot run yet (no receive at the peer, a silent peer) is queued as
+                    // the head below, where `run_waiting` tries again and starts its timer.
+                    if sq.waiting.is_empty() {
+                        if let Attempt::Done { status, value, ready_ns } = self.attempt(&mut sq, token, op, psn, 0) {
+                            self.complete_send(&mut sq, token, status, value, ready_ns);
+                            if status != WcStatus::Success {
+                                self.fail(&mut sq);
+                            }
+                            return Ok(());
+                        }
+                    }
                     sq.waiting.push_back(Waiting {
                         token,
                         op,
@@ -601,7 +654,7 @@ impl QpInner {
                         transit: Transit::Now,
                     });
                     if sq.waiting.len() == 1 {
-                        self.run_waiting(&mut sq);
+                        self.run_waiting(&mut sq, None);
                     }
                 }
             }
@@ -626,7 +679,7 @@ impl QpInner {
                 request: buf,
             });
         }
-        {
+        let waiters = {
             let mut rq = self.lock_rq();
             let token = match rq.inflight.insert(InFlightEntry { wr_id, opcode: WcOpcode::Recv, buf }) {
                 Ok(t) => t,
@@ -644,15 +697,21 @@ impl QpInner {
                 return Ok(());
             }
             rq.posted.push_back(token);
-        }
-        if self.recv_waiters.load(Ordering::SeqCst) > 0 {
+            rq.waiters
+        };
+        if waiters > 0 {
+            let _sleep = self.recv_sleep.lock().expect("receive sleep lock");
             self.recv_posted.notify_all();
         }
-        // The peer may be waiting for exactly this receive (RNR): let it retry now.
-        let peer = self.peer.lock().expect("peer lock").as_ref().and_then(Weak::upgrade);
-        if let Some(peer) = peer {
-            if peer.pending.load(Ordering::Acquire) {
-                peer.progress();
+        // The peer may be waiting for exactly this receive (RNR): let it retry now. The
+        // flag was set under the receive queue's lock before ours, so it is seen here.
+        if self.rnr_waiting.load(Ordering::Acquire) {
+            self.rnr_waiting.store(false, Ordering::Relaxed);
+            let peer = self.peer.lock().expect("peer lock").as_ref().and_then(Weak::upgrade);
+            if let Some(peer) = peer {
+                if peer.pending.load(Ordering::Acquire) {
+                    peer.progress();
+                }
             }
         }
         Ok(())
@@ -697,6 +756,10 @@ impl Drop for EmuQp {
             let _ = stream.shutdown(std::net::Shutdown::Both);
         }
         sq.link = Link::None;
+        sq.regions.clear();
+        drop(sq);
+        self.inner.send_cq.detach(&self.inner);
+        self.inner.recv_cq.detach(&self.inner);
     }
 }
 
@@ -783,6 +846,7 @@ impl RawQp for EmuQp {
         *inner.peer.lock().expect("peer lock") = None;
         sq.last_ready_ns = 0;
         sq.last_due_ns = 0;
+        sq.regions.clear();
         inner.apply(&mut sq, QpEvent::Reset, "modify to RESET")
     }
 

@@ -5,6 +5,7 @@
 //! (receiver not ready). The same code serves in-process peers and TCP connections.
 
 use super::qp::{Publish, QpInner};
+use super::region_cache::RegionCache;
 use crate::fabric::config::ATOMIC_BYTES;
 use crate::fabric::{Access, Completion, Memory, RemoteAddr, WcOpcode};
 
@@ -47,36 +48,56 @@ pub(crate) enum Nak {
     InvalidRequest,
 }
 
-/// Resolves `remote..remote+len` to (memory, offset) after the rkey, rights and bounds checks.
-fn resolve(qp: &QpInner, remote: RemoteAddr, len: usize, right: Access) -> Result<(Resolved<'_>, usize), Nak> {
-    let regions = qp.node.regions();
-    let index = (remote.rkey & 0xFFFF) as usize;
-    let region = match regions.get(index) {
-        Some(Some(e)) if e.key == remote.rkey => e,
-        _ => return Err(Nak::RemoteAccess),
+/// Resolves `remote..remote+len` to (memory, offset) after the rkey, rights and bounds
+/// checks, through the requester's region cache when it has one (in process) or the
+/// region table (over TCP).
+fn resolve<'a>(
+    qp: &'a QpInner,
+    cache: Option<&'a mut RegionCache>,
+    remote: RemoteAddr,
+    len: usize,
+    right: Access,
+) -> Result<(Resolved<'a>, usize), Nak> {
+    let resolved = match cache {
+        Some(cache) => {
+            let (memory, access) = cache.lookup(&qp.node, remote.rkey).ok_or(Nak::RemoteAccess)?;
+            if !access.contains(right) {
+                return Err(Nak::RemoteAccess);
+            }
+            Resolved::Cached(memory)
+        }
+        None => {
+            let regions = qp.node.regions();
+            let index = (remote.rkey & 0xFFFF) as usize;
+            match regions.get(index) {
+                Some(Some(e)) if e.key == remote.rkey && e.access.contains(right) => {}
+                _ => return Err(Nak::RemoteAccess),
+            }
+            Resolved::Table { regions, index }
+        }
     };
-    if !region.access.contains(right) {
-        return Err(Nak::RemoteAccess);
-    }
-    let offset = remote.addr.checked_sub(region.memory.addr()).ok_or(Nak::RemoteAccess)?;
+    let offset = remote.addr.checked_sub(resolved.addr()).ok_or(Nak::RemoteAccess)?;
     let end = offset.checked_add(len as u64).ok_or(Nak::RemoteAccess)?;
-    if end > region.memory.len() as u64 {
+    if end > resolved.len() as u64 {
         return Err(Nak::RemoteAccess);
     }
-    Ok((Resolved { regions, index }, offset as usize))
+    Ok((resolved, offset as usize))
 }
 
-/// A checked region, with the region table read-locked so it cannot be deregistered
-/// while the access runs.
-struct Resolved<'a> {
-    regions: std::sync::RwLockReadGuard<'a, Vec<Option<super::node::RegionEntry>>>,
-    index: usize,
+/// A checked region: from the requester's cache (which holds the memory alive), or with
+/// the region table read-locked so it cannot be deregistered while the access runs.
+enum Resolved<'a> {
+    Cached(&'a Memory),
+    Table { regions: std::sync::RwLockReadGuard<'a, Vec<Option<super::node::RegionEntry>>>, index: usize },
 }
 
 impl std::ops::Deref for Resolved<'_> {
     type Target = Memory;
     fn deref(&self) -> &Memory {
-        &self.regions[self.index].as_ref().expect("resolved entries exist").memory
+        match self {
+            Resolved::Cached(memory) => memory,
+            Resolved::Table { regions, index } => &regions[*index].as_ref().expect("resolved entries exist").memory,
+        }
     }
 }
 
@@ -92,12 +113,14 @@ fn publish(ready_ns: u64, defer: Option<&mut Option<Completion>>) -> Publish<'_>
     defer.map_or(Publish::At(ready_ns), Publish::Defer)
 }
 
-/// Executes `incoming` at `qp`; receive completions become visible at `ready_ns`, or,
+/// Executes `incoming` at `qp`, resolving remote keys through `cache` when the requester
+/// has one; receive completions become visible at `ready_ns`, or,
 /// with `defer`, are handed back to be published after the response is on its way (over
 /// TCP, so that a process that exits on seeing the receive has answered first, as a NIC
 /// would have). Returns the old value of an atomic (0 for other operations).
 pub(crate) fn execute(
     qp: &QpInner,
+    cache: Option<&mut RegionCache>,
     incoming: Incoming<'_>,
     ready_ns: u64,
     defer: Option<&mut Option<Completion>>,
@@ -109,7 +132,7 @@ pub(crate) fn execute(
         Incoming::Write { remote, len, imm: None, payload } => {
             // A zero-length WRITE checks no key (IB spec 9.4.1.1.4... and hardware agrees).
             if len > 0 {
-                let (memory, offset) = resolve(qp, remote, len, Access::REMOTE_WRITE)?;
+                let (memory, offset) = resolve(qp, cache, remote, len, Access::REMOTE_WRITE)?;
                 copy_in(&payload, &memory, offset, len)?;
             }
             Ok(0)
@@ -117,10 +140,11 @@ pub(crate) fn execute(
         Incoming::Write { remote, len, imm: Some(imm), payload } => {
             let mut rq = qp.lock_rq();
             if !rq.has_receive() {
+                qp.note_receiver_not_ready();
                 return Err(Nak::ReceiverNotReady);
             }
             if len > 0 {
-                let (memory, offset) = resolve(qp, remote, len, Access::REMOTE_WRITE)?;
+                let (memory, offset) = resolve(qp, cache, remote, len, Access::REMOTE_WRITE)?;
                 copy_in(&payload, &memory, offset, len)?;
             }
             qp.complete_receive(&mut rq, WcOpcode::RecvWithImm, len, Some(imm), None, publish(ready_ns, defer));
@@ -129,6 +153,7 @@ pub(crate) fn execute(
         Incoming::Send { len, imm, payload } => {
             let mut rq = qp.lock_rq();
             if !rq.has_receive() {
+                qp.note_receiver_not_ready();
                 return Err(Nak::ReceiverNotReady);
             }
             if qp.complete_receive(&mut rq, WcOpcode::Recv, len, imm, Some(&payload), publish(ready_ns, defer)) {
@@ -139,7 +164,7 @@ pub(crate) fn execute(
         }
         Incoming::Read { remote, len, sink } => {
             let (memory, offset) = if len > 0 {
-                resolve(qp, remote, len, Access::REMOTE_READ)?
+                resolve(qp, cache, remote, len, Access::REMOTE_READ)?
             } else {
                 return Ok(0);
             };
@@ -158,14 +183,14 @@ pub(crate) fn execute(
             if remote.addr % ATOMIC_BYTES as u64 != 0 {
                 return Err(Nak::InvalidRequest);
             }
-            let (memory, offset) = resolve(qp, remote, ATOMIC_BYTES, Access::REMOTE_ATOMIC)?;
+            let (memory, offset) = resolve(qp, cache, remote, ATOMIC_BYTES, Access::REMOTE_ATOMIC)?;
             memory.compare_swap(offset, compare, swap).map_err(|_| Nak::InvalidRequest)
         }
         Incoming::FetchAdd { remote, add } => {
             if remote.addr % ATOMIC_BYTES as u64 != 0 {
                 return Err(Nak::InvalidRequest);
             }
-            let (memory, offset) = resolve(qp, remote, ATOMIC_BYTES, Access::REMOTE_ATOMIC)?;
+            let (memory, offset) = resolve(qp, cache, remote, ATOMIC_BYTES, Access::REMOTE_ATOMIC)?;
             memory.fetch_add(offset, add).map_err(|_| Nak::InvalidRequest)
         }
     }

@@ -342,7 +342,7 @@ fn run(
         Kind::FetchAdd => Incoming::FetchAdd { remote, add: req.arg0 },
         Kind::Send => Incoming::Send { len, imm: req.imm, payload: Payload::Bytes(payload) },
     };
-    execute(qp, incoming, 0, Some(received))
+    execute(qp, None, incoming, 0, Some(received))
 }
 
 #[cfg(test)]
