@@ -293,6 +293,24 @@ fn head_u64(head: &[u8; CACHED_HEAD_LEN], range: std::ops::Range<usize>) -> u64 
     file::le64(&head[range])
 }
 
+/// Every way of a key's sets (from [`Store::key_heads`]): (set, way, cached head).
+fn ways_of(
+    sets: &[Option<(u32, Heads)>; 2],
+    ways: usize,
+) -> impl Iterator<Item = (u32, u32, &[u8; CACHED_HEAD_LEN])> {
+    sets.iter()
+        .flatten()
+        .flat_map(move |(set, heads)| heads[..ways].iter().enumerate().map(move |(w, h)| (*set, w as u32, h)))
+}
+
+/// The live records of key `key_hash` among `ways`.
+fn of_key<'a>(
+    ways: impl Iterator<Item = (u32, u32, &'a [u8; CACHED_HEAD_LEN])>,
+    key_hash: u64,
+) -> impl Iterator<Item = (u32, u32, &'a [u8; CACHED_HEAD_LEN])> {
+    ways.filter(move |(_, _, h)| head_state(h) != RecordState::Empty && head_u64(h, field::KEY_HASH) == key_hash)
+}
+
 /// Adds `delta` to a set head's count of spilled records and to the key's counter (which
 /// saturates at 255 and then stays: a reader READs a spill set too often, never too
 /// rarely).
@@ -482,11 +500,8 @@ impl Store {
         let mut total = 0u64;
         for (set, head) in heads.iter().enumerate() {
             let _guard = self.lock(set as u32);
-            // Every word, whatever the file holds now (it may be scribbled).
             for word in 0..SET_HEAD_WORDS {
-                let value = u64::from_ne_bytes(head[word * 8..word * 8 + 8].try_into().expect("8 bytes"));
-                self.memory.store_u64(self.set_offset(set as u32) + word * 8, value).map_err(self.memory_err())?;
-                self.set_heads[set * SET_HEAD_WORDS + word].store(value, Ordering::Relaxed);
+                self.write_set_head_word(set as u32, word, head)?;
             }
             total += u64::from(set_spilled(head));
         }
@@ -605,11 +620,16 @@ impl Store {
         &self.heads[at..at + HEAD_WORDS]
     }
 
-    /// Fills the head cache from the file (an existing store, after recovery).
+    /// Fills the head cache and the set-head mirror from the file (an existing store,
+    /// after recovery), so the mirror says what the file holds, scribbled or not.
     fn load_heads(&self) -> Result<(), StoreError> {
         let mut head = [0u8; CACHED_HEAD_LEN];
         for set in 0..self.geometry.sets() {
             let _guard = self.lock(set);
+            for word in 0..SET_HEAD_WORDS {
+                let value = self.memory.load_u64(self.set_offset(set) + word * 8).map_err(self.memory_err())?;
+                self.set_heads[set as usize * SET_HEAD_WORDS + word].store(value, Ordering::Relaxed);
+            }
             for way in 0..self.geometry.ways() {
                 let base = self.record_offset(set, way);
                 self.read(base, &mut head)?;
@@ -734,15 +754,8 @@ impl Store {
         let _guards = self.lock_key(home, spill);
         let sets = self.key_heads(home, spill);
         let ways = self.geometry.ways() as usize;
-        let all = || {
-            sets.iter()
-                .flatten()
-                .flat_map(|(set, heads)| heads[..ways].iter().enumerate().map(move |(w, h)| (*set, w as u32, h)))
-        };
-        let of_key = || {
-            all()
-                .filter(|(_, _, h)| head_state(h) != RecordState::Empty && head_u64(h, field::KEY_HASH) == rec.key_hash)
-        };
+        let all = || ways_of(&sets, ways);
+        let of_key = || of_key(all(), rec.key_hash);
         let stamp = |h: &[u8; CACHED_HEAD_LEN]| head_u64(h, field::STAMP);
 
         if let Some((set, way, _)) =
@@ -815,13 +828,7 @@ impl Store {
         let (home, spill) = (self.home_of(key_hash), self.spill_of(key_hash));
         let _guards = self.lock_key(home, spill);
         let sets = self.key_heads(home, spill);
-        let ways = self.geometry.ways() as usize;
-        let of_key = || {
-            sets.iter()
-                .flatten()
-                .flat_map(|(set, heads)| heads[..ways].iter().enumerate().map(move |(w, h)| (*set, w as u32, h)))
-                .filter(|(_, _, h)| head_state(h) != RecordState::Empty && head_u64(h, field::KEY_HASH) == key_hash)
-        };
+        let of_key = || of_key(ways_of(&sets, self.geometry.ways() as usize), key_hash);
         let of_write = || of_key().filter(|(_, _, h)| head_u64(h, field::STAMP) == stamp);
         let records = of_write().count();
         if records == 0 {
