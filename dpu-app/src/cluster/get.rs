@@ -24,7 +24,7 @@ use prescient_shim::descriptor::Sla;
 use prescient_shim::Status;
 
 use super::node::{Node, Noisy, Now};
-use super::record::{key_may_have_spilled, KeySets, RecordState, RecordView};
+use super::record::{gathered_range, key_may_have_spilled, KeySets, RecordState, RecordView};
 use super::store::StoreGeometry;
 use super::wr::{Kind, WrId};
 use crate::codec_config::FRAGMENTS_MAX;
@@ -327,8 +327,8 @@ impl<F: Fabric> Node<F> {
         *pending &= !bit;
         if ok {
             *arrived |= bit;
-            let at = (2 * id.peer as usize + usize::from(spill)) * set_bytes;
-            self.pools.sets.read(staging, &mut self.gets.sets[id.a as usize][at..at + set_bytes]);
+            let into = gathered_range(id.peer as usize, spill, set_bytes);
+            self.pools.sets.read(staging, &mut self.gets.sets[id.a as usize][into]);
         }
     }
 
@@ -355,22 +355,22 @@ impl<F: Fabric> Node<F> {
         let me = self.me as usize;
         let g = self.gets.slots[slot as usize].as_mut().expect("ready GET");
         let sets = &mut self.gets.sets[slot as usize];
-        if let Some(spill) = g.spill.filter(|_| g.with_spill) {
-            match self.store.read_set(spill, &mut sets[(2 * me + 1) * set_bytes..(2 * me + 2) * set_bytes]) {
-                Ok(()) => g.arrived_spill |= 1 << me,
-                Err(e) => tracing::error!(node = self.me, error = %e, "cannot read the local store set"),
+        let (home, spill) = self.store.read_key_sets(g.set, g.spill.filter(|_| g.with_spill), sets, me);
+        for (result, arrived) in [(Some(home), &mut g.arrived), (spill, &mut g.arrived_spill)] {
+            match result {
+                Some(Ok(())) => *arrived |= 1 << me,
+                Some(Err(e)) => tracing::error!(node = self.me, error = %e, "cannot read the local store set"),
+                None => {}
             }
-        }
-        match self.store.read_set(g.set, &mut sets[2 * me * set_bytes..(2 * me + 1) * set_bytes]) {
-            Ok(()) => g.arrived |= 1 << me,
-            Err(e) => tracing::error!(node = self.me, error = %e, "cannot read the local store set"),
         }
         g.gathered_ns = now.mono_ns;
         // Some node's home set counts records of this key's slot in the spill set: gather
         // again with the spill sets (once; later rounds keep reading them).
         if !g.with_spill && g.spill.is_some() && now.mono_ns < g.deadline_ns {
-            let spilled = (0..self.n)
-                .any(|j| g.arrived & (1 << j) != 0 && key_may_have_spilled(&sets[2 * j * set_bytes..], g.key_hash));
+            let spilled = (0..self.n).any(|j| {
+                g.arrived & (1 << j) != 0
+                    && key_may_have_spilled(&sets[gathered_range(j, false, set_bytes)], g.key_hash)
+            });
             if spilled {
                 g.with_spill = true;
                 g.attempts -= 1;
@@ -409,10 +409,7 @@ impl<F: Fabric> Node<F> {
             let sets: [Option<KeySets<'_>>; super::control::NODES_MAX] = std::array::from_fn(|j| {
                 let home_in = j < self.n && g.arrived & (1 << j) != 0;
                 let spill_in = !with_spill || g.arrived_spill & (1 << j) != 0;
-                (home_in && spill_in).then(|| KeySets {
-                    home: &sets_buf[2 * j * set_bytes..(2 * j + 1) * set_bytes],
-                    spill: with_spill.then(|| &sets_buf[(2 * j + 1) * set_bytes..(2 * j + 2) * set_bytes]),
-                })
+                (home_in && spill_in).then(|| KeySets::gathered(&sets_buf, j, set_bytes, with_spill))
             });
             let choice = choose(&sets[..self.n], &geometry, g.key_hash, self.k, self.m, &skip[..skipped], g.fresh);
             tracing::trace!(node = self.me, key_hash = g.key_hash, arrived = g.arrived, ?choice, skipped, "GET choice");

@@ -569,7 +569,24 @@ pub struct KeySets<'a> {
     pub spill: Option<&'a [u8]>,
 }
 
+/// Where node `node`'s copy of a key's home set (`spill` false) or spill set lies in a
+/// buffer that holds, per node, the home set and then the spill set, `set_bytes` each:
+/// how GETs and repairs gather them.
+pub fn gathered_range(node: usize, spill: bool, set_bytes: usize) -> std::ops::Range<usize> {
+    let at = (2 * node + usize::from(spill)) * set_bytes;
+    at..at + set_bytes
+}
+
 impl<'a> KeySets<'a> {
+    /// Node `node`'s sets in a buffer laid out by [`gathered_range`]; the spill set only
+    /// `with_spill`.
+    pub fn gathered(buf: &'a [u8], node: usize, set_bytes: usize, with_spill: bool) -> Self {
+        Self {
+            home: &buf[gathered_range(node, false, set_bytes)],
+            spill: with_spill.then(|| &buf[gathered_range(node, true, set_bytes)]),
+        }
+    }
+
     /// Way indices to visit: the home set's, then the spill set's (`ways..2 * ways`).
     pub fn ways(&self, geometry: &StoreGeometry) -> usize {
         geometry.ways() as usize * if self.spill.is_some() { 2 } else { 1 }

@@ -16,7 +16,7 @@ use super::entry::{EntryKind, EntryRepr, Outcome as Decision, OutcomeRecordRepr}
 use super::limits::REPAIRS_MAX;
 use super::node::{rewind, Node, Now};
 use super::peer::Sent;
-use super::record::{KeySets, RecordRepr, RecordState, RecordView};
+use super::record::{gathered_range, KeySets, RecordRepr, RecordState, RecordView};
 use super::wr::{Kind, WrId};
 use crate::codec_config::FRAGMENTS_MAX;
 use crate::fabric::{Fabric, Op};
@@ -191,8 +191,8 @@ impl<F: Fabric> Node<F> {
         *pending &= !bit;
         if ok && !r.over {
             *arrived |= bit;
-            let at = (2 * id.peer as usize + usize::from(spill)) * set_bytes;
-            self.pools.sets.read(staging, &mut self.repairs.sets[id.a as usize][at..at + set_bytes]);
+            let into = gathered_range(id.peer as usize, spill, set_bytes);
+            self.pools.sets.read(staging, &mut self.repairs.sets[id.a as usize][into]);
         }
     }
 
@@ -257,14 +257,12 @@ impl<F: Fabric> Node<F> {
         let mut sets = std::mem::take(&mut self.repairs.sets[slot as usize]);
         let mut r = self.repairs.slots[slot as usize].expect("running repair");
         let (set, spill) = (self.store.home_of(r.key_hash), self.store.spill_of(r.key_hash));
-        let at = me as usize * 2 * set_bytes;
-        if let Some(spill) = spill {
-            if self.store.read_set(spill, &mut sets[at + set_bytes..at + 2 * set_bytes]).is_ok() {
-                r.arrived_spill |= 1 << me;
-            }
-        }
-        if self.store.read_set(set, &mut sets[at..at + set_bytes]).is_ok() {
+        let (home_read, spill_read) = self.store.read_key_sets(set, spill, &mut sets, me as usize);
+        if home_read.is_ok() {
             r.arrived |= 1 << me;
+        }
+        if spill_read.is_some_and(|read| read.is_ok()) {
+            r.arrived_spill |= 1 << me;
         }
         let mut frags = [Fragment { header: &[], payload: &[] }; FRAGMENTS_MAX];
         let (mut used, mut have, mut superseded, mut present) = (0, 0u32, false, false);
@@ -272,10 +270,7 @@ impl<F: Fabric> Node<F> {
             if r.arrived & (1 << j) == 0 || (spill.is_some() && r.arrived_spill & (1 << j) == 0) {
                 continue;
             }
-            let key_sets = KeySets {
-                home: &sets[2 * j * set_bytes..(2 * j + 1) * set_bytes],
-                spill: spill.map(|_| &sets[(2 * j + 1) * set_bytes..(2 * j + 2) * set_bytes]),
-            };
+            let key_sets = KeySets::gathered(&sets, j, set_bytes, spill.is_some());
             for way in 0..key_sets.ways(&geometry) {
                 let Some(record) = key_sets.record(&geometry, way) else { break };
                 if RecordView::<&[u8]>::claimed_key_hash(record) != Some(r.key_hash) {

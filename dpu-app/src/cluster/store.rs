@@ -51,7 +51,9 @@ use super::file::{self, FileHeader, HeaderError, Opened};
 use super::limits::{
     HEADER_PAGE_BYTES, HOME_WAYS_FIRST, SET_HEAD_BYTES, STORE_LOCKS, STORE_WAYS_MAX, VERSIONS_PER_KEY_MAX,
 };
-use super::record::{field, set_spilled, spill_slot, RecordError, RecordRepr, RecordState, RecordView, HEAD_LEN};
+use super::record::{
+    field, gathered_range, set_spilled, spill_slot, RecordError, RecordRepr, RecordState, RecordView, HEAD_LEN,
+};
 pub use super::record::{GeometryError, StoreGeometry};
 use crate::fabric::{FabricError, Memory};
 use crate::stripe::HEADER_LEN as FRAGMENT_HEADER_LEN;
@@ -294,10 +296,7 @@ fn head_u64(head: &[u8; CACHED_HEAD_LEN], range: std::ops::Range<usize>) -> u64 
 }
 
 /// Every way of a key's sets (from [`Store::key_heads`]): (set, way, cached head).
-fn ways_of(
-    sets: &[Option<(u32, Heads)>; 2],
-    ways: usize,
-) -> impl Iterator<Item = (u32, u32, &[u8; CACHED_HEAD_LEN])> {
+fn ways_of(sets: &[Option<(u32, Heads)>; 2], ways: usize) -> impl Iterator<Item = (u32, u32, &[u8; CACHED_HEAD_LEN])> {
     sets.iter()
         .flatten()
         .flat_map(move |(set, heads)| heads[..ways].iter().enumerate().map(move |(w, h)| (*set, w as u32, h)))
@@ -881,6 +880,21 @@ impl Store {
             return Err(StoreError::Buffer { len: out.len(), need });
         }
         self.read(self.set_offset(set), &mut out[..need])
+    }
+
+    /// Copies a key's spill set (when given), then its home set, into node `node`'s places
+    /// of a buffer laid out by [`super::record::gathered_range`] - the order peers' sets
+    /// are READ in. Returns how each read went: (home, spill).
+    pub fn read_key_sets(
+        &self,
+        home: u32,
+        spill: Option<u32>,
+        buf: &mut [u8],
+        node: usize,
+    ) -> (Result<(), StoreError>, Option<Result<(), StoreError>>) {
+        let set_bytes = self.set_bytes();
+        let spill = spill.map(|s| self.read_set(s, &mut buf[gathered_range(node, true, set_bytes)]));
+        (self.read_set(home, &mut buf[gathered_range(node, false, set_bytes)]), spill)
     }
 
     fn check_set(&self, set: u32) -> Result<(), StoreError> {
