@@ -15,6 +15,7 @@ use crate::cluster::entry::Outcome;
 use crate::cluster::node::{store_bytes_for_keys, store_geometry};
 use crate::cluster::record::RecordRepr;
 use crate::cluster::store::{Inserted, Store, StoreError};
+use crate::sim::rng::Rng;
 use crate::stripe::{encode_stripe, fragment, ReedSolomon, StripeId, StripeLayout};
 
 /// What to fill.
@@ -116,7 +117,9 @@ pub fn run(opts: &FillOptions) -> Result<(), String> {
 
     let mut data = vec![0u8; layout.data_len()];
     let mut side = vec![0u8; layout.side_len()];
-    let mut rng = 0x2545_f491_4f6c_dd1d_u64;
+    // Keys as SHA-256 prefixes are, uniform in every bit: SplitMix64 outputs are distinct
+    // for distinct states, so no key repeats. Values: another stream.
+    let (mut keys, mut bytes) = (Rng::new(0x5eed), Rng::new(0x2545_f491_4f6c_dd1d));
     let every = (opts.keys / REPORTS).max(1);
     let start = Instant::now();
     let (mut window_start, mut window_store) = (start, Duration::ZERO);
@@ -128,11 +131,9 @@ pub fn run(opts: &FillOptions) -> Result<(), String> {
         "keys", "seconds", "keys/s", "store us/key", "records in use", "spilled", "index B/key"
     );
     for i in 0..opts.keys {
-        // A key hash as SHA-256 prefixes are: uniform in every bit.
-        let key_hash = splitmix(i ^ 0x5eed);
+        let key_hash = keys.next_u64();
         for chunk in data[..layout.frame_len()].chunks_mut(8) {
-            rng = splitmix(rng);
-            chunk.copy_from_slice(&rng.to_le_bytes()[..chunk.len()]);
+            chunk.copy_from_slice(&bytes.next_u64().to_le_bytes()[..chunk.len()]);
         }
         let stamp = (i + 1) << 8;
         encode_stripe(&rs, &layout, StripeId { key_hash, version: stamp }, &mut data, &mut side)
@@ -214,12 +215,4 @@ pub fn run(opts: &FillOptions) -> Result<(), String> {
         std::fs::remove_file(&path).map_err(|e| format!("cannot remove {}: {e}", path.display()))?;
     }
     Ok(())
-}
-
-/// SplitMix64: a fast, well-mixed stream of 64-bit values.
-fn splitmix(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
