@@ -168,21 +168,26 @@ fn the_writers_dpu_app_killed_mid_write_leaves_no_pending_mark_and_fails_its_req
     let host = Arc::clone(&c.hosts[0]);
     let mut qp = host.queue_pair(0).unwrap();
     // Three times what the DPU app takes in at once (64 writes in flight): the writes
-    // complete in waves, so when the first wave's completions show, the later waves are
-    // still in the pipeline or the ring.
-    let keys: Vec<u32> = (0..192).collect();
-    for key in &keys {
-        let mut buf = host.take_buffer().unwrap();
-        let value = value_of(*key, 4000);
-        buf.value_mut()[..value.len()].copy_from_slice(&value);
-        qp.push_put(&key_of(*key), buf, value.len(), Sla::Fresh, u64::from(*key)).map_err(|(e, _)| e).unwrap();
-    }
-    qp.flush().unwrap();
+    // complete in waves. A loaded machine may wake the host only after all three, so a
+    // last wave goes in once the first completions show, just before the kill: those
+    // are in the ring or the pipeline when it lands.
+    let keys: Vec<u32> = (0..256).collect();
+    let push = |qp: &mut prescient_shim::QueuePair, keys: &[u32]| {
+        for key in keys {
+            let mut buf = host.take_buffer().unwrap();
+            let value = value_of(*key, 4000);
+            buf.value_mut()[..value.len()].copy_from_slice(&value);
+            qp.push_put(&key_of(*key), buf, value.len(), Sla::Fresh, u64::from(*key)).map_err(|(e, _)| e).unwrap();
+        }
+        qp.flush().unwrap();
+    };
+    push(&mut qp, &keys[..192]);
     // Kill the writer's DPU app as soon as the first completions show it is mid-stream.
     let mut outcomes: HashMap<u64, Status> = HashMap::new();
     while outcomes.is_empty() {
         qp.wait(WAIT, |c| assert!(outcomes.insert(c.user_data, c.status).is_none())).unwrap();
     }
+    push(&mut qp, &keys[192..]);
     c.kill9(0);
     let killed_at = Instant::now();
     let err = loop {
