@@ -11,10 +11,10 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::cluster::config::ClusterConfig;
-use crate::cluster::entry::Outcome;
-use crate::cluster::node::{store_bytes_for_keys, store_geometry};
-use crate::cluster::record::RecordRepr;
-use crate::cluster::store::{Inserted, Store, StoreError};
+use crate::cluster::format::entry::Outcome;
+use crate::cluster::format::record::RecordRepr;
+use crate::cluster::format::store::{Inserted, Store, StoreError};
+use crate::cluster::protocol::node::{store_bytes_for_keys, store_geometry};
 use crate::sim::rng::Rng;
 use crate::stripe::{encode_stripe, fragment, ReedSolomon, StripeId, StripeLayout};
 
@@ -66,7 +66,7 @@ pub fn run(opts: &FillOptions) -> Result<(), String> {
     let mut config = ClusterConfig::in_process(opts.k + opts.m, opts.k, opts.m, &opts.dir);
     config.value_bytes_max = opts.value_bytes;
     let wanted = store_bytes_for_keys(&config, opts.keys).map_err(|e| e.to_string())? as u64;
-    let free = crate::cluster::preallocate::free_bytes(&opts.dir)
+    let free = crate::cluster::format::preallocate::free_bytes(&opts.dir)
         .map_err(|e| format!("cannot read the free space of {}: {e}", opts.dir.display()))?;
     let memory = available_memory()?;
     let (disk_cap, memory_cap) = ((free as f64 * DISK_SHARE) as u64, (memory as f64 * MEMORY_SHARE) as u64);

@@ -299,7 +299,7 @@ fn run(cli: Cli) -> Result<(), String> {
                 let [region] = <[PathBuf; 1]>::try_from(region)
                     .map_err(|r| format!("--config serves exactly one host region; {} were given", r.len()))?;
                 let config = prescient_dpu::cluster::config::ClusterConfig::load(&path).map_err(|e| e.to_string())?;
-                let opts = prescient_dpu::cluster::process::ServeCluster {
+                let opts = prescient_dpu::cluster::run::process::ServeCluster {
                     config: std::sync::Arc::new(config),
                     id: u8::try_from(node).map_err(|_| format!("--node {node}: a cluster has at most 32 nodes"))?,
                     region,
@@ -307,7 +307,7 @@ fn run(cli: Cli) -> Result<(), String> {
                     host_timeout: Duration::from_millis(host_timeout_ms),
                 };
                 let stop = signal::install().map_err(|e| e.to_string())?;
-                let summary = prescient_dpu::cluster::process::serve(&opts, stop).map_err(|e| e.to_string())?;
+                let summary = prescient_dpu::cluster::run::process::serve(&opts, stop).map_err(|e| e.to_string())?;
                 println!("{summary}");
                 return Ok(());
             }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use prescient_dpu::cluster::config::ClusterConfig;
-use prescient_dpu::cluster::inprocess::{region_config_for, ClusterClock, InProcess};
+use prescient_dpu::cluster::run::inprocess::{region_config_for, ClusterClock, InProcess};
 use prescient_dpu::fabric::emu::ModelConfig;
 use prescient_shim::directory::SlotState;
 use prescient_shim::{Completion, Sla, Status};
@@ -20,7 +20,7 @@ fn cluster(name: &str) -> (InProcess, std::path::PathBuf) {
     let mut config = ClusterConfig::in_process(5, 3, 2, &dir);
     config.key_dir = dir.join("keys");
     config.value_bytes_max = 4096;
-    config.store_bytes = prescient_dpu::cluster::node::store_bytes_for_keys(&config, 4096).unwrap();
+    config.store_bytes = prescient_dpu::cluster::protocol::node::store_bytes_for_keys(&config, 4096).unwrap();
     config.log_slots = 64;
     config.outcome_entries = 4096;
     config.validate().unwrap();
@@ -99,7 +99,7 @@ fn tight_cluster(name: &str) -> (InProcess, std::path::PathBuf) {
     config.key_dir = dir.join("keys");
     config.quorum = 5;
     config.value_bytes_max = 1024;
-    config.store_bytes = prescient_dpu::cluster::node::store_bytes_for_keys(&config, 1024).unwrap();
+    config.store_bytes = prescient_dpu::cluster::protocol::node::store_bytes_for_keys(&config, 1024).unwrap();
     config.log_slots = 8;
     config.outcome_entries = 1024;
     config.heartbeat_us = 100;
@@ -226,11 +226,11 @@ fn tiny_store_cluster(name: &str) -> (InProcess, std::path::PathBuf) {
     let mut config = ClusterConfig::in_process(5, 3, 2, &dir);
     config.key_dir = dir.join("keys");
     config.value_bytes_max = 1024;
-    config.store_bytes = prescient_dpu::cluster::node::store_bytes_for_keys(&config, 16).unwrap();
+    config.store_bytes = prescient_dpu::cluster::protocol::node::store_bytes_for_keys(&config, 16).unwrap();
     config.log_slots = 64;
     config.outcome_entries = 1024;
     config.validate().unwrap();
-    assert_eq!(prescient_dpu::cluster::node::store_geometry(&config).unwrap().sets(), 2);
+    assert_eq!(prescient_dpu::cluster::protocol::node::store_geometry(&config).unwrap().sets(), 2);
     let region = region_config_for(&config, 1, 64);
     let c = InProcess::start(Arc::new(config), ClusterClock::Real, ModelConfig::ideal(), region, &dir.join("regions"))
         .unwrap();

@@ -90,7 +90,7 @@ fn seeds_that_once_failed() {
 /// A five-node cluster on a manual clock (the simulator's configuration, no loss), with
 /// the simulator's checked clients, for scripted scenarios.
 struct Scripted {
-    c: prescient_dpu::cluster::inprocess::InProcess,
+    c: prescient_dpu::cluster::run::inprocess::InProcess,
     clients: Vec<prescient_dpu::sim::client::Client>,
     oracle: prescient_dpu::sim::oracle::Oracle,
     dir: std::path::PathBuf,
@@ -102,7 +102,7 @@ impl Scripted {
 
     fn start(name: &str) -> Self {
         use prescient_dpu::cluster::config::{ClusterConfig, Invalidation};
-        use prescient_dpu::cluster::inprocess::{region_config_for, ClusterClock, InProcess};
+        use prescient_dpu::cluster::run::inprocess::{region_config_for, ClusterClock, InProcess};
         use prescient_dpu::fabric::emu::ModelConfig;
         let dir = std::env::temp_dir().join(format!("prescient-sim-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -114,7 +114,7 @@ impl Scripted {
         cfg.quorum = 4;
         cfg.key_dir = dir.join("keys");
         cfg.value_bytes_max = 1024;
-        cfg.store_bytes = prescient_dpu::cluster::node::store_bytes_for_keys(&cfg, 1024).unwrap();
+        cfg.store_bytes = prescient_dpu::cluster::protocol::node::store_bytes_for_keys(&cfg, 1024).unwrap();
         cfg.log_slots = 64;
         cfg.outcome_entries = 4096;
         cfg.heartbeat_us = 100;
@@ -140,12 +140,12 @@ impl Scripted {
         s
     }
 
-    fn all_up(c: &mut prescient_dpu::cluster::inprocess::InProcess) -> bool {
+    fn all_up(c: &mut prescient_dpu::cluster::run::inprocess::InProcess) -> bool {
         (0..5).all(|i| (0..5).all(|j| i == j || c.node(i).is_some_and(|x| x.peer_up(j))))
     }
 
     /// Steps until `done` (at most `LIMIT_NS`).
-    fn until(&mut self, done: impl FnMut(&mut prescient_dpu::cluster::inprocess::InProcess) -> bool) {
+    fn until(&mut self, done: impl FnMut(&mut prescient_dpu::cluster::run::inprocess::InProcess) -> bool) {
         assert!(self.c.run_until(Self::TICK_NS, Self::LIMIT_NS, done), "the cluster did not get there");
     }
 

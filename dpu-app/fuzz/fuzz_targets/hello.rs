@@ -6,8 +6,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use prescient_dpu::cluster::control::{ControlView, CONTROL_BYTES};
-use prescient_dpu::cluster::hello::{Hello, HelloRepr, HELLO_BYTES};
+use prescient_dpu::cluster::format::control::{ControlView, CONTROL_BYTES};
+use prescient_dpu::cluster::format::hello::{Hello, HelloRepr, HELLO_BYTES};
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(hello) = Hello::new_checked(data) {

@@ -6,7 +6,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use prescient_dpu::cluster::entry::{outcome_records, EntryHeader, EntryRepr, HEADER_LEN};
+use prescient_dpu::cluster::format::entry::{outcome_records, EntryHeader, EntryRepr, HEADER_LEN};
 
 fuzz_target!(|data: &[u8]| {
     let capacity = 4096;

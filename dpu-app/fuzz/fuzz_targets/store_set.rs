@@ -5,8 +5,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use prescient_dpu::cluster::get::{choose, Choice};
-use prescient_dpu::cluster::record::{parse_set, StoreGeometry};
+use prescient_dpu::cluster::protocol::get::{choose, Choice};
+use prescient_dpu::cluster::format::record::{parse_set, StoreGeometry};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(geometry) = StoreGeometry::new(1, 4, 256) else { return };

@@ -105,7 +105,7 @@ pub struct Cell {
     pub cas: [u64; 3],
 }
 
-fn cas_counts(cluster: &crate::cluster::inprocess::InProcess) -> [u64; 3] {
+fn cas_counts(cluster: &crate::cluster::run::inprocess::InProcess) -> [u64; 3] {
     cluster.nodes().fold([0; 3], |[j, r, c], n| {
         let s = n.stats();
         [j + s.cas_jobs, r + s.cas_rounds, c + s.cas_contended]

@@ -2,20 +2,20 @@
 //! encrypted, across each other's file-backed fragment logs, and keep every host's
 //! cache directory honest while they do (DESIGN.md, "A write, end to end").
 //!
-//! Layers, bottom up:
-//! - formats and files: [`entry`] (log entry header), [`log`] (a writer's log on a
-//!   holder), [`record`] / [`store`] (the fragment store peers READ for GETs),
-//!   [`outcome`] (a writer's durable record of what it decided), [`control`] (the
-//!   heartbeat block), [`hello`] (connection setup messages), [`crc_combine`] (entry
-//!   checksums from the CRCs of their parts);
-//! - configuration and time: [`config`] (the cluster file), [`hlc`] (versions);
-//! - the protocol, as one single-threaded state machine per node ([`node::Node`],
-//!   driven by `poll(now)`): [`slotjob`] (directory CAS jobs), [`peer`], [`mod@write`],
-//!   and the roles in `replicate.rs`, `holder.rs`, `get.rs`, `lease.rs`,
-//!   `membership.rs`, `connect.rs`;
-//! - running it: [`rendezvous`] (hello delivery in one process or over TCP),
-//!   [`inprocess`] (a whole cluster in one process, stepped or threaded, on a real or a
-//!   manual clock) and [`process`] (`prescient-dpu serve --config`).
+//! Layers, bottom up, one folder each:
+//! - [`mod@format`]: formats and files: [`format::entry`] (log entry header),
+//!   [`format::log`] (a writer's log on a holder), [`format::record`] /
+//!   [`format::store`] (the fragment store peers READ for GETs), [`format::outcome`]
+//!   (a writer's durable record of what it decided), [`format::control`] (the
+//!   heartbeat block), [`format::hello`] (connection setup messages),
+//!   [`format::crc_combine`] (entry checksums from the CRCs of their parts);
+//! - configuration, time and limits, here: [`config`] (the cluster file), [`hlc`]
+//!   (versions), [`limits`];
+//! - [`protocol`]: one single-threaded state machine per node
+//!   ([`protocol::node::Node`], driven by `poll(now)`) and its roles;
+//! - [`run`]: [`run::rendezvous`] (hello delivery in one process or over TCP),
+//!   [`run::inprocess`] (a whole cluster in one process) and [`run::process`]
+//!   (`prescient-dpu serve`).
 //!
 //! The protocol in one paragraph. A write is stamped with a hybrid-logical-clock
 //! version, sealed and striped in place; fragment i goes to holder i of the key, and,
@@ -29,41 +29,15 @@
 //! by whoever notices. Any k fragments of a committed write rebuild it.
 
 pub mod config;
-pub mod control;
-pub mod crc_combine;
-pub mod entry;
-pub mod file;
-pub mod get;
-pub mod hello;
+pub mod format;
 pub mod hlc;
-mod host_memory;
-pub mod inprocess;
-pub mod lease;
 pub mod limits;
-pub mod log;
-pub mod node;
-pub mod outcome;
-pub mod peer;
-pub mod pool;
-pub(crate) mod preallocate;
-pub mod process;
-pub mod record;
-pub mod rendezvous;
-pub mod repair;
-pub mod slotjob;
-pub mod stats;
-pub mod store;
-pub mod wr;
-pub mod write;
-
-mod connect;
-mod holder;
-mod membership;
-mod replicate;
+pub mod protocol;
+pub mod run;
 
 use std::path::PathBuf;
 
-pub use node::{files_bytes, Node, NodeSetup, Now};
+pub use protocol::node::{files_bytes, Node, NodeSetup, Now};
 
 /// Why a node could not start.
 #[derive(Debug, thiserror::Error)]
@@ -104,13 +78,13 @@ pub enum NodeError {
     Stripe(crate::stripe::StripeError),
     /// A fragment log.
     #[error(transparent)]
-    Log(log::LogError),
+    Log(format::log::LogError),
     /// The fragment store.
     #[error(transparent)]
-    Store(store::StoreError),
+    Store(format::store::StoreError),
     /// The outcome table.
     #[error(transparent)]
-    Outcome(outcome::OutcomeError),
+    Outcome(format::outcome::OutcomeError),
     /// The version floor.
     #[error(transparent)]
     Hlc(hlc::HlcError),
@@ -124,5 +98,5 @@ pub enum NodeError {
     },
     /// Connection setup.
     #[error(transparent)]
-    Rendezvous(rendezvous::RendezvousError),
+    Rendezvous(run::rendezvous::RendezvousError),
 }

@@ -28,8 +28,8 @@ use super::cache::ReaderCache;
 use super::keys::{key_bytes, Cursor, KeyStream};
 use super::watch::{WatchId, Watches};
 use super::LoadError;
-use crate::cluster::inprocess::InProcess;
-use crate::cluster::stats::{NodeStats, COMMIT_LOG_ENTRIES};
+use crate::cluster::protocol::stats::{NodeStats, COMMIT_LOG_ENTRIES};
+use crate::cluster::run::inprocess::InProcess;
 use crate::histogram::Histogram;
 use crate::sim::rng::Rng;
 

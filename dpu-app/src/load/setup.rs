@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::LoadError;
 use crate::cluster::config::{ClusterConfig, Invalidation};
-use crate::cluster::inprocess::{region_config_for, ClusterClock, InProcess};
+use crate::cluster::run::inprocess::{region_config_for, ClusterClock, InProcess};
 use crate::fabric::emu::ModelConfig;
 
 /// Queue pairs per host: one for the writer, one for the reader.
@@ -19,7 +19,7 @@ pub const QUEUE_PAIRS: u32 = 2;
 /// whole-directory sweep (a revocation, clearing a dead writer's marks) slower.
 pub const DIRECTORY_SLOTS: u32 = 1 << 16;
 /// Fewest keys a node's fragment store is sized for (at half load: see
-/// [`crate::cluster::node::store_bytes_for_keys`]).
+/// [`crate::cluster::protocol::node::store_bytes_for_keys`]).
 pub const STORE_KEYS_MIN: usize = 1 << 14;
 
 /// PUTs per second a run is sized for: about what the in-process cluster does on the
@@ -262,7 +262,7 @@ impl ClusterSpec {
         c.quorum = self.quorum().max(usize::from(self.k)).max(usize::from(self.m) + 1);
         c.key_dir = dir.join("keys");
         c.value_bytes_max = self.value_bytes;
-        c.store_bytes = crate::cluster::node::store_bytes_for_keys(&c, self.store_keys as u64)
+        c.store_bytes = crate::cluster::protocol::node::store_bytes_for_keys(&c, self.store_keys as u64)
             .unwrap_or(crate::cluster::config::STORE_BYTES_LIMIT);
         c.invalidation = self.policy.invalidation();
         c.predictive = self.policy.predictive();
@@ -305,7 +305,7 @@ impl RunDir {
         use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
         let shm = Path::new("/dev/shm");
         let roomy = |p: &Path| {
-            crate::cluster::preallocate::free_bytes(p)
+            crate::cluster::format::preallocate::free_bytes(p)
                 .is_ok_and(|free| free >= bytes.saturating_add(SHM_HEADROOM_BYTES))
         };
         let base = if shm.is_dir() && roomy(shm) { shm.to_path_buf() } else { std::env::temp_dir() };
@@ -405,7 +405,7 @@ mod tests {
         // At half load: 2 records a key, 16 ways a set.
         let spec = spec(5, (3, 2), Network::Lan, Policy::Speculative, 52_500);
         let config = spec.config_unchecked(Path::new("/nonexistent"));
-        let store = crate::cluster::node::store_geometry(&config).unwrap();
+        let store = crate::cluster::protocol::node::store_geometry(&config).unwrap();
         assert_eq!(u64::from(store.sets()), (2 * 52_500u64).div_ceil(16));
     }
 

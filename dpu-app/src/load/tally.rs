@@ -2,7 +2,7 @@
 //! predictor counters, fault counters, per-stage write latencies, GET latencies on the
 //! DPU side and bytes moved. Read-only: it reads `Node::stats` and nothing else.
 
-use crate::cluster::inprocess::InProcess;
+use crate::cluster::run::inprocess::InProcess;
 use crate::histogram::{Histogram, StageTimes};
 
 /// The predictor's counters, summed over the nodes.

@@ -34,7 +34,7 @@ use std::sync::Arc;
 use prescient_shim::directory::{self, SlotState, SlotWord};
 
 use crate::cluster::config::{ClusterConfig, Invalidation};
-use crate::cluster::inprocess::{region_config_for, ClusterClock, InProcess};
+use crate::cluster::run::inprocess::{region_config_for, ClusterClock, InProcess};
 use crate::fabric::emu::ModelConfig;
 use client::{key_bytes, Client};
 use oracle::Oracle;
@@ -206,7 +206,7 @@ fn config(opts: &SimOptions, dir: &std::path::Path) -> Result<ClusterConfig, Str
     c.value_bytes_max = 1024;
     // A store of two sets (32 records) for the dozen keys, so that hot keys' versions
     // spill into other sets and superseded records are reused many times over.
-    c.store_bytes = crate::cluster::node::store_bytes_for_keys(&c, 16).map_err(|e| e.to_string())?;
+    c.store_bytes = crate::cluster::protocol::node::store_bytes_for_keys(&c, 16).map_err(|e| e.to_string())?;
     // Small tables, so that long runs wrap them many times: 64 log slots, and the
     // smallest outcome table (each node's wraps every 1024 of its writes).
     c.log_slots = 64;

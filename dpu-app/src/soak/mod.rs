@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use prescient_shim::{Host, ShimError, Sla, Status};
 
-use crate::cluster::stats::STATUS_CODES;
+use crate::cluster::protocol::stats::STATUS_CODES;
 use crate::sim::rng::Rng;
 use checker::{Checker, ReadVerdict};
 use procs::ProcessCluster;

@@ -68,8 +68,9 @@ impl ProcessCluster {
             value_bytes_max: 4096,
             ..crate::cluster::config::ClusterConfig::in_process(n, k, m, &dir)
         };
-        let store_bytes = crate::cluster::node::store_bytes_for_keys(&sizing, 2 * u64::from(opts.keys) * n as u64)
-            .map_err(|e| format!("cannot size the stores: {e}"))?;
+        let store_bytes =
+            crate::cluster::protocol::node::store_bytes_for_keys(&sizing, 2 * u64::from(opts.keys) * n as u64)
+                .map_err(|e| format!("cannot size the stores: {e}"))?;
         let mut toml = format!(
             "[cluster]\nname = \"soak\"\nk = {k}\nm = {m}\nquorum = {q}\nkey_dir = \"keys\"\n\
              invalidation = \"speculative\"\npredictive = false\nvalue_bytes_max = 4096\nstore_bytes = {store_bytes}\n\

@@ -24,11 +24,11 @@ use std::sync::atomic::Ordering;
 use prescient_shim::directory;
 use prescient_shim::layout::header;
 
-use super::control::{first_epoch, ControlView, CONTROL_BYTES, SUSPICIONS_PER_INCARNATION_MAX};
 use super::node::{Node, Now};
 use super::peer::{Conn, Link, Trust};
 use super::wr::{Kind, WrId};
 use super::write::Mark;
+use crate::cluster::format::control::{first_epoch, ControlView, CONTROL_BYTES, SUSPICIONS_PER_INCARNATION_MAX};
 use crate::fabric::{Fabric, Op, WcStatus};
 
 impl<F: Fabric> Node<F> {

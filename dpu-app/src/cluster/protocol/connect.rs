@@ -3,10 +3,10 @@
 //! queue pairs to RTS. A restarted node (a new incarnation) or a broken link starts
 //! over the same way; a link with requests outstanding is drained first.
 
-use super::hello::{HelloKind, HelloRepr};
 use super::node::{Node, Now};
 use super::peer::{Conn, Link, Remote};
 use super::wr::{Kind, WrId};
+use crate::cluster::format::hello::{HelloKind, HelloRepr};
 use crate::fabric::{Fabric, RemoteRegion};
 
 /// How long an offer waits for its answer before it is sent again.

@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 
 use prescient_shim::directory::{SlotState, SlotWord};
 
-use super::control::ControlView;
+use crate::cluster::format::control::ControlView;
 use crate::fabric::{Endpoint, QueuePair, RawQp, RemoteRegion, Reset, Rts};
 
 /// The queue pair to a peer, in its bring-up state.

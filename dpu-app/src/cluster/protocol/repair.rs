@@ -12,12 +12,12 @@
 //! of a version superseded by a newer committed one is dropped: only the newest value
 //! of a key must survive.
 
-use super::entry::{EntryKind, EntryRepr, Outcome as Decision, OutcomeRecordRepr};
-use super::limits::REPAIRS_MAX;
 use super::node::{rewind, Node, Now};
 use super::peer::Sent;
-use super::record::{gathered_range, KeySets, RecordRepr, RecordState, RecordView};
 use super::wr::{Kind, WrId};
+use crate::cluster::format::entry::{EntryKind, EntryRepr, Outcome as Decision, OutcomeRecordRepr};
+use crate::cluster::format::record::{gathered_range, KeySets, RecordRepr, RecordState, RecordView};
+use crate::cluster::limits::REPAIRS_MAX;
 use crate::codec_config::FRAGMENTS_MAX;
 use crate::fabric::{Fabric, Op};
 use crate::stripe::{decode_stripe, encode_stripe, fragment, Fragment, StripeId, StripeLayout};

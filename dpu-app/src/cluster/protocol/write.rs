@@ -13,7 +13,7 @@
 
 use prescient_shim::directory::{SlotState, SlotWord};
 
-use super::control::NODES_MAX;
+use crate::cluster::format::control::NODES_MAX;
 use crate::codec_config::FRAGMENTS_MAX;
 use crate::histogram::WriteStage;
 use crate::region_server::Taken;

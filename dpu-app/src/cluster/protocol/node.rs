@@ -21,25 +21,25 @@ use prescient_shim::directory::{self, SlotWord};
 use prescient_shim::layout::header;
 use prescient_shim::region::Region;
 
-use super::config::{ClusterConfig, Invalidation};
-use super::control::{ControlBlock, CONTROL_BYTES};
-use super::entry::HEADER_LEN as ENTRY_HEADER_LEN;
 use super::get::GetTable;
-use super::hlc::{Hlc, HlcFloor};
 use super::lease::LeaseTable;
-use super::limits::*;
-use super::log::{EntryBuf, FragmentLog};
-use super::outcome::OutcomeTable;
 use super::peer::{Conn, Peer};
 use super::pool::Pool;
-use super::rendezvous::Mailbox;
 use super::replicate::NoticeTable;
 use super::slotjob::{self, Finished, Intent, Job, Step};
 use super::stats::NodeStats;
-use super::store::{Store, StoreGeometry};
 use super::wr::{Kind, WrId, INDEX_MAX};
 use super::write::WriteTable;
-use super::NodeError;
+use crate::cluster::config::{ClusterConfig, Invalidation};
+use crate::cluster::format::control::{ControlBlock, CONTROL_BYTES};
+use crate::cluster::format::entry::HEADER_LEN as ENTRY_HEADER_LEN;
+use crate::cluster::format::log::{EntryBuf, FragmentLog};
+use crate::cluster::format::outcome::OutcomeTable;
+use crate::cluster::format::store::{Store, StoreGeometry};
+use crate::cluster::hlc::{Hlc, HlcFloor};
+use crate::cluster::limits::*;
+use crate::cluster::run::rendezvous::Mailbox;
+use crate::cluster::NodeError;
 use crate::fabric::{
     Access, Completion, CompletionQueue, Fabric, LocalBuf, MemoryRegion, Op, QpOptions, WcOpcode, WcStatus, WorkRequest,
 };
@@ -193,7 +193,7 @@ pub struct Node<F: Fabric> {
     pub(super) policy: Policy,
     pub(super) config: Arc<ClusterConfig>,
     pub(super) incarnation: u32,
-    pub(super) pending_offers: Vec<Option<super::hello::HelloRepr>>,
+    pub(super) pending_offers: Vec<Option<crate::cluster::format::hello::HelloRepr>>,
     pub(super) entry_bytes: u64,
     pub(super) heartbeat_ns: u64,
     pub(super) lease_ns: u64,
@@ -229,7 +229,7 @@ pub struct Node<F: Fabric> {
     pub(super) sealer: Sealer,
     pub(super) rs: ReedSolomon,
     /// Extends a fragment header's CRC by its payload's (log entry checksums).
-    pub(super) crc_shift: super::crc_combine::ShiftCache,
+    pub(super) crc_shift: crate::cluster::format::crc_combine::ShiftCache,
     pub(super) predictor: Option<Predictor>,
     pub(super) hlc: Hlc,
     pub(super) hlc_floor: HlcFloor,
@@ -281,8 +281,10 @@ pub fn files_bytes(config: &ClusterConfig) -> Result<u64, NodeError> {
         StripeLayout::new(k, m, config.value_bytes_max + crate::seal::FRAME_OVERHEAD).map_err(NodeError::Stripe)?;
     let store = store_geometry(config)?;
     let payload_max = ((crate::stripe::HEADER_LEN + stripe_max.fragment_len()) as u32).max(NOTICE_PAYLOAD_BYTES as u32);
-    let log = super::log::LogGeometry::new(config.log_slots as u32, payload_max).map_err(NodeError::Log)?;
-    let outcomes = HEADER_PAGE_BYTES as u64 + config.outcome_entries as u64 * super::outcome::ENTRY_LEN as u64;
+    let log =
+        crate::cluster::format::log::LogGeometry::new(config.log_slots as u32, payload_max).map_err(NodeError::Log)?;
+    let outcomes =
+        HEADER_PAGE_BYTES as u64 + config.outcome_entries as u64 * crate::cluster::format::outcome::ENTRY_LEN as u64;
     Ok(store.file_bytes() + (config.nodes.len() as u64 - 1) * log.file_bytes() + outcomes)
 }
 
@@ -307,12 +309,12 @@ pub fn store_geometry(config: &ClusterConfig) -> Result<StoreGeometry, NodeError
 pub const STORE_RECORDS_PER_KEY: u64 = 2;
 
 /// `store_bytes` for a node of `config` (its k, m and value_bytes_max) to hold `keys`
-/// keys at half load (at least [`super::config::STORE_BYTES_MIN`]).
+/// keys at half load (at least [`crate::cluster::config::STORE_BYTES_MIN`]).
 pub fn store_bytes_for_keys(config: &ClusterConfig, keys: u64) -> Result<usize, NodeError> {
     let one = StoreGeometry::new(1, STORE_WAYS, store_payload_max(config)?).map_err(|e| NodeError::Store(e.into()))?;
     let sets = (keys * STORE_RECORDS_PER_KEY).div_ceil(u64::from(one.ways())).max(1);
     let bytes = HEADER_PAGE_BYTES as u64 + sets * one.set_bytes() as u64;
-    Ok((bytes as usize).clamp(super::config::STORE_BYTES_MIN, super::config::STORE_BYTES_LIMIT))
+    Ok((bytes as usize).clamp(crate::cluster::config::STORE_BYTES_MIN, crate::cluster::config::STORE_BYTES_LIMIT))
 }
 
 /// Moves a resync cursor back to `write_seq`, or starts it there: the walk of the
@@ -471,7 +473,7 @@ impl<F: Fabric> Node<F> {
                 continue;
             }
             let qp = fabric.create_qp(&send_cq, &recv_cq, qp_options).map_err(fab)?;
-            peers.push(Some(Peer::new(j, Conn::Reset(qp), super::control::first_epoch(incarnation))));
+            peers.push(Some(Peer::new(j, Conn::Reset(qp), crate::cluster::format::control::first_epoch(incarnation))));
         }
         let side_free = (0..writes_max).map(|i| rc.host_buffers + i).rev().collect();
         let directory_slots = rc.directory_slots;
@@ -491,7 +493,7 @@ impl<F: Fabric> Node<F> {
             lease_ns: config.lease_us * 1_000,
             dead_after_ns: config.dead_after_us * 1_000,
             write_timeout_ns: config.write_timeout_us * 1_000,
-            sync_records: config.durability == super::config::Durability::Sync,
+            sync_records: config.durability == crate::cluster::config::Durability::Sync,
             fabric,
             send_cq,
             recv_cq,
@@ -518,7 +520,7 @@ impl<F: Fabric> Node<F> {
             notices: NoticeTable::new(n, NOTICES_MAX),
             sealer,
             rs,
-            crc_shift: super::crc_combine::ShiftCache::default(),
+            crc_shift: crate::cluster::format::crc_combine::ShiftCache::default(),
             predictor,
             hlc,
             hlc_floor,
@@ -579,7 +581,7 @@ impl<F: Fabric> Node<F> {
     }
 
     /// How full this node's fragment store is, and its file's size.
-    pub fn store_usage(&self) -> (super::store::StoreUsage, u64) {
+    pub fn store_usage(&self) -> (crate::cluster::format::store::StoreUsage, u64) {
         (self.store.usage(), self.store.geometry().file_bytes())
     }
 

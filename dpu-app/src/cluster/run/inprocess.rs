@@ -12,10 +12,10 @@ use std::time::Duration;
 
 use prescient_shim::{Host, HostOptions, RegionConfig};
 
-use super::config::ClusterConfig;
-use super::node::{Node, NodeSetup, Now};
 use super::rendezvous::{LocalBoard, Mailbox};
-use super::NodeError;
+use crate::cluster::config::ClusterConfig;
+use crate::cluster::protocol::node::{Node, NodeSetup, Now};
+use crate::cluster::NodeError;
 use crate::fabric::emu::{Clock, EmuNode, ManualClock, ModelConfig, Network};
 use crate::stripe::StripeLayout;
 
@@ -97,7 +97,7 @@ pub fn region_config_for(config: &ClusterConfig, queue_pairs: u32, directory_slo
         queue_pairs,
         ring_entries: 256,
         host_buffers: 256 * queue_pairs,
-        dpu_buffers: super::limits::WRITES_MAX + 8,
+        dpu_buffers: crate::cluster::limits::WRITES_MAX + 8,
         buffer_bytes,
         directory_slots,
     }

@@ -28,7 +28,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use super::file::{self, le32, le64, FileHeader, HeaderError, Opened};
-use super::limits::{HEADER_PAGE_BYTES, NODES_MAX, OUTCOME_ENTRIES_MAX, OUTCOME_ENTRY_BYTES};
+use crate::cluster::limits::{HEADER_PAGE_BYTES, NODES_MAX, OUTCOME_ENTRIES_MAX, OUTCOME_ENTRY_BYTES};
 use crate::fabric::{FabricError, Memory};
 
 /// Magic of an outcome table file.
@@ -423,7 +423,7 @@ impl fmt::Debug for OutcomeTable {
 
 impl OutcomeTable {
     /// Opens writer `node`'s table at `path` with `entries` entries (a power of two,
-    /// [`super::limits::OUTCOME_ENTRIES_DEFAULT`] unless configured), or creates it (sparse).
+    /// [`crate::cluster::limits::OUTCOME_ENTRIES_DEFAULT`] unless configured), or creates it (sparse).
     /// An existing file must be a table of exactly this node and size; it is never reset.
     pub fn open(path: &Path, node: u8, entries: u32) -> Result<Self, OutcomeError> {
         if !entries.is_power_of_two() || entries > OUTCOME_ENTRIES_MAX {
@@ -668,8 +668,8 @@ impl OutcomeTable {
 #[cfg(test)]
 mod tests {
     use super::super::file::testing::TempDir;
-    use super::super::limits::OUTCOME_ENTRIES_DEFAULT;
     use super::*;
+    use crate::cluster::limits::OUTCOME_ENTRIES_DEFAULT;
 
     const NODE: u8 = 3;
 

@@ -9,11 +9,11 @@
 //! the writer. A bad entry is refused (acknowledged with a refusal) and skipped; an
 //! entry out of sequence breaks the link.
 
-use super::entry::{EntryKind, HEADER_LEN as ENTRY_HEADER_LEN};
 use super::node::{Node, Noisy, Now};
-use super::record::RecordRepr;
-use super::store::{Inserted, StoreError};
 use super::wr::{Kind, WrId};
+use crate::cluster::format::entry::{EntryKind, HEADER_LEN as ENTRY_HEADER_LEN};
+use crate::cluster::format::record::RecordRepr;
+use crate::cluster::format::store::{Inserted, StoreError};
 use crate::fabric::{Fabric, Op, WcStatus};
 use crate::stripe::HeaderRepr;
 

@@ -8,11 +8,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::config::ClusterConfig;
 use super::inprocess::{ClusterClock, MonotonicClock};
-use super::node::{Node, NodeSetup};
 use super::rendezvous::TcpMailbox;
-use super::NodeError;
+use crate::cluster::config::ClusterConfig;
+use crate::cluster::protocol::node::{Node, NodeSetup};
+use crate::cluster::NodeError;
 use crate::fabric::emu::{EmuNode, ModelConfig};
 
 /// Longest idle sleep between polls.

@@ -7,11 +7,11 @@
 
 use prescient_shim::directory;
 
-use super::control::NODES_MAX;
 use super::node::{Node, Now, Owner, Started};
 use super::peer::Trust;
 use super::slotjob::{Finished, Intent};
 use super::write::Mark;
+use crate::cluster::format::control::NODES_MAX;
 use crate::fabric::Fabric;
 
 /// Longest a lease mark stays without its PUT, whatever the predictor's window.

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 
-use super::hello::{Hello, HelloError, HelloRepr, HELLO_BYTES};
+use crate::cluster::format::hello::{Hello, HelloError, HelloRepr, HELLO_BYTES};
 
 /// Most nodes of one cluster (node ids are one byte).
 pub const NODES_MAX: usize = 256;
@@ -514,9 +514,9 @@ fn send_loop(outbox: Receiver<Outgoing>, shared: Arc<Shared>) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::hello::tests::repr;
-    use super::super::hello::HelloKind;
     use super::*;
+    use crate::cluster::format::hello::tests::repr;
+    use crate::cluster::format::hello::HelloKind;
 
     const ARRIVAL: Duration = Duration::from_secs(10);
 

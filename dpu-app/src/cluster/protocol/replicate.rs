@@ -17,16 +17,18 @@ use prescient_shim::descriptor::OpCode;
 use prescient_shim::directory::{self, SlotState};
 use prescient_shim::Status;
 
-use super::config::Invalidation;
-use super::entry::{EntryKind, EntryRepr, Outcome as Decision, OutcomeRecordRepr, HEADER_LEN as ENTRY_HEADER_LEN};
-use super::limits::{NOTICE_RECORDS_MAX, OUTCOME_RECORD_BYTES as OUTCOME_RECORD_LEN, RESYNC_CHUNK};
 use super::node::{rewind, Node, Noisy, Now, Owner, Started};
-use super::outcome::WriteState;
 use super::peer::{Sent, Trust};
-use super::record::RecordRepr;
 use super::slotjob::{Finished, Intent};
 use super::wr::{Kind, WrId};
 use super::write::{End, Mark, Phase, Write};
+use crate::cluster::config::Invalidation;
+use crate::cluster::format::entry::{
+    EntryKind, EntryRepr, Outcome as Decision, OutcomeRecordRepr, HEADER_LEN as ENTRY_HEADER_LEN,
+};
+use crate::cluster::format::outcome::WriteState;
+use crate::cluster::format::record::RecordRepr;
+use crate::cluster::limits::{NOTICE_RECORDS_MAX, OUTCOME_RECORD_BYTES as OUTCOME_RECORD_LEN, RESYNC_CHUNK};
 use crate::fabric::{Fabric, Op};
 use crate::histogram::WriteStage;
 use crate::queue::{key_of, Outcome};
@@ -288,14 +290,14 @@ impl<F: Fabric> Node<F> {
             notified: 0,
             phase: Phase::Replicating,
             end: None,
-            marks: [Mark::None; super::control::NODES_MAX],
+            marks: [Mark::None; crate::cluster::format::control::NODES_MAX],
             wrs: 0,
             // From arrival: a write held behind another of its key has waited already.
             deadline_ns: arrived + self.write_timeout_ns,
             times,
             lease: None,
             arrived_ns: arrived,
-            lease_priors: [None; super::control::NODES_MAX],
+            lease_priors: [None; crate::cluster::format::control::NODES_MAX],
             waiting_credit: 0,
         };
         if let Some(l) = &lease {

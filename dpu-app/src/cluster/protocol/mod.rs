@@ -1,0 +1,18 @@
+//! The protocol: one single-threaded state machine per node ([`node::Node`], driven by
+//! `poll(now)`) and the roles it dispatches to.
+
+mod connect;
+pub mod get;
+mod holder;
+mod host_memory;
+pub mod lease;
+mod membership;
+pub mod node;
+pub mod peer;
+pub mod pool;
+pub mod repair;
+mod replicate;
+pub mod slotjob;
+pub mod stats;
+pub mod wr;
+pub mod write;
