@@ -12,6 +12,7 @@ pub mod peer;
 pub mod pool;
 pub mod repair;
 mod replicate;
+pub mod slots;
 pub mod slotjob;
 pub mod stats;
 pub mod wr;

@@ -79,6 +79,16 @@ impl WrId {
         Self { kind, peer, a, b }
     }
 
+    /// A work-request id for the entry `id` names: a = its slot, b = its generation.
+    pub fn of<H: super::slots::Handle>(kind: Kind, peer: u8, id: H) -> Self {
+        Self::new(kind, peer, id.slot(), id.generation())
+    }
+
+    /// The handle in a and b (the inverse of [`WrId::of`]).
+    pub fn handle<H: super::slots::Handle>(self) -> H {
+        H::from_parts(self.a, self.b)
+    }
+
     /// The 64-bit form posted with the request.
     pub fn encode(self) -> u64 {
         (self.kind as u64) << 56
