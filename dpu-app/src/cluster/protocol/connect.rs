@@ -28,7 +28,7 @@ impl<F: Fabric> Node<F> {
         if self.me > j {
             return;
         }
-        let Some(p) = self.peer(j) else { return };
+        let Some(p) = self.links.peer(j) else { return };
         let due = match p.link() {
             Link::Down => true,
             Link::Offered { at_ns } => now.mono_ns >= at_ns + OFFER_RETRY_NS,
@@ -41,7 +41,7 @@ impl<F: Fabric> Node<F> {
         match self.mailbox.send(j, &hello) {
             Ok(()) => {
                 let me = self.me;
-                if let Some(p) = self.peer_mut(j) {
+                if let Some(p) = self.links.peer_mut(j) {
                     p.set_link(me, Link::Offered { at_ns: now.mono_ns });
                 }
             }
@@ -51,7 +51,7 @@ impl<F: Fabric> Node<F> {
 
     /// What node `j` needs to know of this node.
     fn hello_for(&self, j: u8, kind: HelloKind) -> HelloRepr {
-        let p = self.peer(j).expect("a peer");
+        let p = self.links.peer(j).expect("a peer");
         let endpoint = match &p.conn {
             Conn::Reset(qp) => qp.endpoint(),
             Conn::Ready(qp) => qp.endpoint(),
@@ -113,10 +113,11 @@ impl<F: Fabric> Node<F> {
             tracing::warn!(node = me, from = j, why, "hello refused");
             return;
         }
-        let link = self.peer(j).map(|p| p.link()).expect("a peer");
+        let link = self.links.peer(j).map(|p| p.link()).expect("a peer");
         match hello.kind {
             HelloKind::Offer => {
                 let same = self
+                    .links
                     .peer(j)
                     .and_then(|p| p.remote)
                     .is_some_and(|r| r.incarnation == hello.incarnation && r.endpoint == hello.endpoint);
@@ -132,7 +133,7 @@ impl<F: Fabric> Node<F> {
                     if link != Link::Draining {
                         self.link_failed(j, crate::fabric::WcStatus::Flushed, now);
                     }
-                    if self.peer(j).is_some_and(|p| p.sends == 0) {
+                    if self.links.peer(j).is_some_and(|p| p.sends == 0) {
                         self.reset_link(j);
                         let hello = self.pending_offer_take(j).expect("just stored");
                         self.on_hello(hello, now);
@@ -160,10 +161,10 @@ impl<F: Fabric> Node<F> {
     /// receives and records what the peer advertised.
     fn connect(&mut self, j: u8, hello: &HelloRepr) -> bool {
         let me = self.me;
-        let recv_depth = self.qp_options.recv_depth as u32;
+        let recv_depth = self.links.options().recv_depth as u32;
         let resync_from = self.next_write_seq.saturating_sub(self.config.outcome_entries as u64).max(1);
         let zero = &self.pools.zero;
-        let Some(p) = self.peers.get_mut(j as usize).and_then(Option::as_mut) else { return false };
+        let Some(p) = self.links.peer_mut(j) else { return false };
         p.conn_gen = p.conn_gen.wrapping_add(1);
         let gen = p.conn_gen & super::wr::INDEX_MAX;
         let Conn::Reset(qp) = std::mem::replace(&mut p.conn, Conn::Gone) else {

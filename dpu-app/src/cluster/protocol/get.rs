@@ -291,7 +291,7 @@ impl<F: Fabric> Node<F> {
             if j == self.me {
                 continue;
             }
-            let Some(remote) = self.peer(j).filter(|p| p.is_up()).and_then(|p| p.remote) else { continue };
+            let Some(remote) = self.links.peer(j).filter(|p| p.is_up()).and_then(|p| p.remote) else { continue };
             let staging = slot * self.n as u32 + u32::from(j);
             if let Some(spill) = spill {
                 // Posted first on the same queue pair: READ before the home set.
@@ -299,12 +299,17 @@ impl<F: Fabric> Node<F> {
                 let at = self.store.set_offset(spill) as u64;
                 pending_spill |= 1 << j;
                 let id = WrId::new(Kind::GetSpillRead, j, slot, generation);
-                self.post(j, id, Op::Read { remote: remote.store.at(at) }, buf);
+                self.links.post(j, id, Op::Read { remote: remote.store.at(at) }, buf);
             }
             let buf = self.pools.sets.buf(staging, set_bytes);
             let at = self.store.set_offset(set) as u64;
             pending |= 1 << j;
-            self.post(j, WrId::new(Kind::GetRead, j, slot, generation), Op::Read { remote: remote.store.at(at) }, buf);
+            self.links.post(
+                j,
+                WrId::new(Kind::GetRead, j, slot, generation),
+                Op::Read { remote: remote.store.at(at) },
+                buf,
+            );
         }
         if let Some(g) = self.gets.slots[slot as usize].as_mut() {
             g.pending |= pending;

@@ -45,7 +45,7 @@ impl<F: Fabric> Node<F> {
         if let Some((log, _)) = self.logs[w as usize].as_ref() {
             log.mark_applied(seq);
         }
-        if let Some(p) = self.peer_mut(w) {
+        if let Some(p) = self.links.peer_mut(w) {
             p.bytes_in += bytes;
         }
         self.send_ack(w, seq, status);
@@ -188,11 +188,16 @@ impl<F: Fabric> Node<F> {
     }
 
     fn send_ack(&mut self, w: u8, seq: u64, status: u32) {
-        let Some(remote) = self.peer(w).filter(|p| p.can_answer()).and_then(|p| p.remote) else { return };
+        let Some(remote) = self.links.peer(w).filter(|p| p.can_answer()).and_then(|p| p.remote) else { return };
         let imm = ACK_FLAG | (status & 0x7f) << 24 | (seq & 0xff_ffff) as u32;
         let buf = self.zero_buf();
         // A zero-length WRITE_WITH_IMM touches no memory: any address of the peer does.
-        self.post(w, WrId::new(Kind::Ack, w, 0, 0), Op::Write { remote: remote.control.at(0), imm: Some(imm) }, buf);
+        self.links.post(
+            w,
+            WrId::new(Kind::Ack, w, 0, 0),
+            Op::Write { remote: remote.control.at(0), imm: Some(imm) },
+            buf,
+        );
     }
 
     /// After a restart: applies what the logs hold beyond their applied sequence

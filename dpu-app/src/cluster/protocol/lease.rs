@@ -114,7 +114,7 @@ impl<F: Fabric> Node<F> {
         });
         self.stats.leases_opened += 1;
         for j in 0..self.n as u8 {
-            if j != self.me && !self.peer(j).is_some_and(|p| p.is_up() && p.trust() == Trust::Trusted) {
+            if j != self.me && !self.links.peer(j).is_some_and(|p| p.is_up() && p.trust() == Trust::Trusted) {
                 continue;
             }
             let dir_slot = self.slot_for(j, key_id);

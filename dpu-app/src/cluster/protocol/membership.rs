@@ -56,28 +56,28 @@ impl<F: Fabric> Node<F> {
         self.resync_own(now);
         self.renew_lease(now);
         self.expire_leases(now);
-        let up = self.peers.iter().flatten().filter(|p| p.is_up()).fold(1u32 << self.me, |m, p| m | 1 << p.id);
+        let up = self.links.iter().filter(|p| p.is_up()).fold(1u32 << self.me, |m, p| m | 1 << p.id);
         self.region.u32_at(header::CLUSTER_PEERS_UP).store(up, Ordering::Release);
         busy
     }
 
     fn post_heartbeat(&mut self, j: u8, now: Now) {
-        let Some(p) = self.peer(j) else { return };
+        let Some(p) = self.links.peer(j) else { return };
         if !matches!(p.link(), Link::Connected | Link::Up) || p.heartbeat_posted_ns.is_some() {
             return;
         }
         let Some(remote) = p.remote else { return };
         let buf = self.pools.control.buf(u32::from(j), CONTROL_BYTES);
-        if let Some(p) = self.peer_mut(j) {
+        if let Some(p) = self.links.peer_mut(j) {
             p.heartbeat_posted_ns = Some(now.mono_ns);
         }
-        self.post(j, WrId::new(Kind::Heartbeat, j, 0, 0), Op::Read { remote: remote.control.at(0) }, buf);
+        self.links.post(j, WrId::new(Kind::Heartbeat, j, 0, 0), Op::Read { remote: remote.control.at(0) }, buf);
     }
 
     /// A heartbeat READ of peer `j` came back.
     pub(super) fn on_heartbeat(&mut self, j: u8, ok: bool, now: Now) {
         let me = self.me;
-        let Some(posted_ns) = self.peer_mut(j).and_then(|p| p.heartbeat_posted_ns.take()) else { return };
+        let Some(posted_ns) = self.links.peer_mut(j).and_then(|p| p.heartbeat_posted_ns.take()) else { return };
         if !ok {
             return;
         }
@@ -91,7 +91,7 @@ impl<F: Fabric> Node<F> {
                 return;
             }
         };
-        let Some(p) = self.peer_mut(j) else { return };
+        let Some(p) = self.links.peer_mut(j) else { return };
         if p.remote.is_some_and(|r| r.incarnation != view.incarnation()) {
             tracing::warn!(node = me, peer = j, "peer's control block is of another incarnation; reconnecting");
             self.link_failed(j, WcStatus::RemoteOperation, now);
@@ -145,7 +145,7 @@ impl<F: Fabric> Node<F> {
     pub(super) fn suspect(&mut self, j: u8, now: Now) {
         let me = self.me;
         let incarnation = self.incarnation;
-        let Some(p) = self.peer_mut(j) else { return };
+        let Some(p) = self.links.peer_mut(j) else { return };
         // Past the range of this incarnation its epochs would collide with the next
         // one's: crash (the restart is the next incarnation) rather than reuse one.
         let epoch = p
@@ -166,7 +166,7 @@ impl<F: Fabric> Node<F> {
     fn check_trust(&mut self, j: u8, now: Now) {
         let me = self.me;
         let wait_ns = self.lease_ns + self.heartbeat_ns;
-        let Some(p) = self.peer_mut(j) else { return };
+        let Some(p) = self.links.peer_mut(j) else { return };
         if let Trust::Suspect { since_ns } = p.trust() {
             // Margin: one heartbeat, for the READ that renewed its lease last.
             if now.mono_ns >= since_ns + wait_ns {
@@ -190,7 +190,7 @@ impl<F: Fabric> Node<F> {
     fn check_dead(&mut self, j: u8, now: Now) {
         let me = self.me;
         let (dead_after, started) = (self.dead_after_ns, self.started_ns.unwrap_or(now.mono_ns));
-        let Some(p) = self.peer_mut(j) else { return };
+        let Some(p) = self.links.peer_mut(j) else { return };
         if p.dead || now.mono_ns < p.last_heard_ns.max(started) + dead_after {
             return;
         }
@@ -211,7 +211,7 @@ impl<F: Fabric> Node<F> {
     /// while a suspicion of this node is not yet honored and readmitted.
     fn renew_lease(&mut self, now: Now) {
         let mut until = u64::MAX;
-        for p in self.peers.iter().flatten() {
+        for p in self.links.iter() {
             let pending = p.view.is_some_and(|v| v.suspect(self.me) > p.honored);
             if !p.readmitted_by_peer || pending || p.last_heard_ns == 0 {
                 until = 0;
@@ -236,7 +236,7 @@ impl<F: Fabric> Node<F> {
     /// acknowledgements, suspect its directory, and reset once the rest has flushed.
     pub(super) fn link_failed(&mut self, j: u8, status: WcStatus, now: Now) {
         let me = self.me;
-        let Some(p) = self.peer_mut(j) else { return };
+        let Some(p) = self.links.peer_mut(j) else { return };
         if matches!(p.link(), Link::Draining | Link::Down | Link::Offered { .. }) && p.sent.is_empty() {
             return;
         }
@@ -254,7 +254,7 @@ impl<F: Fabric> Node<F> {
     fn finish_draining(&mut self, now: Now) -> bool {
         let mut busy = false;
         for j in 0..self.n as u8 {
-            let ready = self.peer(j).is_some_and(|p| p.link() == Link::Draining && p.sends == 0);
+            let ready = self.links.peer(j).is_some_and(|p| p.link() == Link::Draining && p.sends == 0);
             if !ready {
                 continue;
             }
@@ -270,10 +270,10 @@ impl<F: Fabric> Node<F> {
     /// Puts the queue pair to `j` back in RESET (or makes a new one).
     pub(super) fn reset_link(&mut self, j: u8) {
         let me = self.me;
-        let options = self.qp_options;
+        let options = self.links.options();
         let fabric = std::sync::Arc::clone(&self.fabric);
         let (send_cq, recv_cq) = (self.send_cq.clone(), self.recv_cq.clone());
-        let Some(p) = self.peer_mut(j) else { return };
+        let Some(p) = self.links.peer_mut(j) else { return };
         let conn = std::mem::replace(&mut p.conn, Conn::Gone);
         let mut bufs = Vec::new();
         p.conn = match conn {

@@ -23,6 +23,7 @@ use prescient_shim::region::Region;
 
 use super::get::GetTable;
 use super::lease::LeaseTable;
+use super::links::Links;
 use super::peer::{Conn, Peer};
 use super::pool::Pool;
 use super::replicate::NoticeTable;
@@ -41,7 +42,7 @@ use crate::cluster::limits::*;
 use crate::cluster::run::rendezvous::Mailbox;
 use crate::cluster::NodeError;
 use crate::fabric::{
-    Access, Completion, CompletionQueue, Fabric, LocalBuf, MemoryRegion, Op, QpOptions, WcOpcode, WcStatus, WorkRequest,
+    Access, Completion, CompletionQueue, Fabric, LocalBuf, MemoryRegion, Op, QpOptions, WcOpcode, WcStatus,
 };
 use crate::log_limit::LogLimits;
 use crate::metrics::Metrics;
@@ -214,7 +215,7 @@ pub struct Node<F: Fabric> {
     pub(super) logs: Vec<Option<(FragmentLog, Arc<MemoryRegion>)>>,
     pub(super) outcomes: OutcomeTable,
     pub(super) next_write_seq: u64,
-    pub(super) peers: Vec<Option<Peer<F::Qp>>>,
+    pub(super) links: Links<F::Qp>,
     pub(super) mailbox: Box<dyn Mailbox>,
     pub(super) writes: WriteTable,
     pub(super) jobs: Vec<Option<JobEntry>>,
@@ -240,14 +241,12 @@ pub struct Node<F: Fabric> {
     /// writes in flight never more than the write table holds).
     pub(super) held: std::collections::VecDeque<super::replicate::Held>,
     pub(super) wc: Vec<Completion>,
-    pub(super) deferred: Vec<Completion>,
     pub(super) entry_buf: EntryBuf,
     pub(super) expired: Vec<u64>,
     /// Rate limits of the log lines of [`Noisy`] conditions.
     pub(super) noisy: LogLimits<{ Noisy::COUNT }>,
     pub(super) stats: NodeStats,
     pub(super) metrics: Metrics,
-    pub(super) qp_options: QpOptions,
     pub(super) next_heartbeat_ns: u64,
     pub(super) lease_until_ns: u64,
     /// When this node first polled: a peer it has never heard from is judged dead only
@@ -508,7 +507,7 @@ impl<F: Fabric> Node<F> {
             logs,
             outcomes,
             next_write_seq,
-            peers,
+            links: Links::new(me, peers, qp_options, config.log_slots as u32 + 8, POLL_BATCH),
             mailbox,
             writes: WriteTable::new(writes_max),
             jobs: (0..jobs_max).map(|_| None).collect(),
@@ -529,13 +528,11 @@ impl<F: Fabric> Node<F> {
             taken: Vec::with_capacity(prescient_shim::config::BATCH_MAX as usize),
             held: std::collections::VecDeque::with_capacity(writes_max as usize),
             wc: Vec::with_capacity(POLL_BATCH),
-            deferred: Vec::with_capacity(POLL_BATCH),
             entry_buf,
             expired: Vec::with_capacity(64),
             noisy: LogLimits::default(),
             stats: NodeStats::new(n),
             metrics,
-            qp_options,
             next_heartbeat_ns: now.mono_ns,
             lease_until_ns: 0,
             started_ns: None,
@@ -593,7 +590,7 @@ impl<F: Fabric> Node<F> {
     /// A readable summary: completions, per-stage latencies, predictor, invalidation
     /// timing, bytes moved per peer, faults seen.
     pub fn summary(&self) -> String {
-        let bytes: Vec<(u8, u64, u64)> = self.peers.iter().flatten().map(|p| (p.id, p.bytes_out, p.bytes_in)).collect();
+        let bytes: Vec<(u8, u64, u64)> = self.links.iter().map(|p| (p.id, p.bytes_out, p.bytes_in)).collect();
         let mut s = self.stats.render(self.me, &bytes);
         s.push_str(&format!("  host: {}\n", self.metrics.summary().replace('\n', "\n  ")));
         s
@@ -604,7 +601,7 @@ impl<F: Fabric> Node<F> {
     /// peer's log and the peer wrote into this node's; GET reads and directory CASes
     /// are not counted.
     pub fn bytes_moved(&self) -> impl Iterator<Item = (u8, u64, u64)> + '_ {
-        self.peers.iter().flatten().map(|p| (p.id, p.bytes_out, p.bytes_in))
+        self.links.iter().map(|p| (p.id, p.bytes_out, p.bytes_in))
     }
 
     /// Writes (held ones included) and GETs in flight.
@@ -623,12 +620,12 @@ impl<F: Fabric> Node<F> {
     /// Entries this node wrote into `peer`'s log that the peer has not acknowledged
     /// (never more than the log's slots: the credits).
     pub fn log_outstanding(&self, peer: u8) -> usize {
-        self.peer(peer).map_or(0, |p| p.sent.len())
+        self.links.peer(peer).map_or(0, |p| p.sent.len())
     }
 
     /// Whether node `peer` is connected and answering.
     pub fn peer_up(&self, peer: u8) -> bool {
-        self.peers.get(peer as usize).and_then(Option::as_ref).is_some_and(Peer::is_up)
+        self.links.peer(peer).is_some_and(Peer::is_up)
     }
 
     /// One round of work at `now`; returns whether anything happened (the caller may
@@ -671,7 +668,7 @@ impl<F: Fabric> Node<F> {
         let mut wc = std::mem::take(&mut self.wc);
         for _ in 0..POLL_ROUNDS_MAX {
             wc.clear();
-            wc.append(&mut self.deferred);
+            self.links.take_deferred(&mut wc);
             let room = POLL_BATCH.saturating_sub(wc.len());
             let sends = self.send_cq.poll(&mut wc, room).unwrap_or_else(|e| {
                 tracing::error!(node = self.me, error = %e, "send completion queue failed");
@@ -703,12 +700,12 @@ impl<F: Fabric> Node<F> {
             return;
         };
         let ok = c.status == WcStatus::Success;
-        if id.kind == Kind::Recv && self.peer(id.peer).is_none_or(|p| p.conn_gen & INDEX_MAX != id.a) {
+        if id.kind == Kind::Recv && self.links.peer(id.peer).is_none_or(|p| p.conn_gen & INDEX_MAX != id.a) {
             // A receive of an earlier connection to this peer, flushed when that one
             // broke: nothing of the current link.
             return;
         }
-        if let Some(p) = self.peer_mut(id.peer) {
+        if let Some(p) = self.links.peer_mut(id.peer) {
             if c.opcode == WcOpcode::Recv || c.opcode == WcOpcode::RecvWithImm || id.kind == Kind::Recv {
                 p.recvs = p.recvs.saturating_sub(1);
             } else {
@@ -744,60 +741,6 @@ impl<F: Fabric> Node<F> {
         }
     }
 
-    pub(super) fn peer_mut(&mut self, id: u8) -> Option<&mut Peer<F::Qp>> {
-        self.peers.get_mut(id as usize).and_then(Option::as_mut)
-    }
-
-    pub(super) fn peer(&self, id: u8) -> Option<&Peer<F::Qp>> {
-        self.peers.get(id as usize).and_then(Option::as_ref)
-    }
-
-    /// Posts `request` to `peer`. A refused post is handled as a failed completion
-    /// (next poll), so every owner hears of every request exactly once.
-    pub(super) fn post(&mut self, peer: u8, wr_id: WrId, op: Op, buf: LocalBuf) -> bool {
-        let request = WorkRequest { wr_id: wr_id.encode(), op, buf };
-        let opcode = op.opcode();
-        let Some(p) = self.peer_mut(peer) else {
-            unreachable!("posting to node {peer}, which is this node or not in the cluster");
-        };
-        let refused = match p.conn.ready() {
-            Some(qp) if p.sends < u32::MAX => match qp.post(request) {
-                Ok(()) => {
-                    p.sends += 1;
-                    return true;
-                }
-                Err(e) => {
-                    tracing::debug!(node = self.me, peer, error = %e.error, "post refused");
-                    e.request.buf
-                }
-            },
-            _ => request.buf,
-        };
-        self.deferred.push(Completion {
-            wr_id: wr_id.encode(),
-            status: WcStatus::Flushed,
-            opcode,
-            byte_len: 0,
-            imm: None,
-            qp_num: 0,
-            buf: Some(refused),
-        });
-        // The deferred completion decrements the peer's count like a real one.
-        if let Some(p) = self.peer_mut(peer) {
-            p.sends += 1;
-        }
-        false
-    }
-
-    /// Room for `count` more work requests to `peer` (its send queue, minus what
-    /// acknowledgements to it may need).
-    pub(super) fn send_room(&self, peer: u8, count: u32) -> bool {
-        self.peer(peer).is_some_and(|p| {
-            let reserve = self.config.log_slots as u32 + 8;
-            p.sends + count + reserve <= self.qp_options.send_depth as u32
-        })
-    }
-
     /// The sets-pool slot of the spill-set READ beside home-set slot `staging` (the pool's
     /// second half).
     pub(super) fn spill_staging(&self, staging: u32) -> u32 {
@@ -810,7 +753,7 @@ impl<F: Fabric> Node<F> {
 
     fn repost_receive(&mut self, peer: u8) {
         let buf = self.zero_buf();
-        let Some(p) = self.peer_mut(peer) else { return };
+        let Some(p) = self.links.peer_mut(peer) else { return };
         let Some(qp) = p.conn.ready() else { return };
         match qp.post_recv(WrId::new(Kind::Recv, peer, p.conn_gen & INDEX_MAX, 0).encode(), buf) {
             Ok(()) => p.recvs += 1,
@@ -853,7 +796,7 @@ impl<F: Fabric> Node<F> {
                 f => f,
             });
         }
-        let shadow = self.peer(host).map_or(0, |p| p.shadow.guess(slot));
+        let shadow = self.links.peer(host).map_or(0, |p| p.shadow.guess(slot));
         // A job of ours on the same slot still flying (a hot key, written again before
         // the last write's CAS came back): ours runs after it on the same queue pair, so
         // expect the word it places, and the shadow's in case it misses.
@@ -908,22 +851,16 @@ impl<F: Fabric> Node<F> {
     fn post_cases(&mut self, index: u32, cases: [Option<(u64, u64)>; 2]) {
         let Some(entry) = self.jobs[index as usize] else { return };
         self.stats.cas_rounds += 1;
-        let Some(remote) = self.peer(entry.host).and_then(|p| p.remote) else {
+        let Some(remote) = self.links.peer(entry.host).and_then(|p| p.remote) else {
             // No link: both guesses fail at once.
             for (b, c) in cases.iter().enumerate() {
                 if c.is_some() {
-                    self.deferred.push(Completion {
-                        wr_id: WrId::new(Kind::Cas, entry.host, index, b as u32).encode(),
-                        status: WcStatus::Flushed,
-                        opcode: WcOpcode::CompareSwap,
-                        byte_len: 0,
-                        imm: None,
-                        qp_num: 0,
-                        buf: None,
-                    });
-                    if let Some(p) = self.peer_mut(entry.host) {
-                        p.sends += 1;
-                    }
+                    self.links.fail(
+                        entry.host,
+                        WrId::new(Kind::Cas, entry.host, index, b as u32),
+                        WcOpcode::CompareSwap,
+                        None,
+                    );
                     if let Some(e) = self.jobs[index as usize].as_mut() {
                         e.posted += 1;
                     }
@@ -939,7 +876,7 @@ impl<F: Fabric> Node<F> {
             if let Some(e) = self.jobs[index as usize].as_mut() {
                 e.posted += 1;
             }
-            self.post(entry.host, WrId::new(Kind::Cas, entry.host, index, b as u32), op, buf);
+            self.links.post(entry.host, WrId::new(Kind::Cas, entry.host, index, b as u32), op, buf);
         }
     }
 
@@ -965,7 +902,7 @@ impl<F: Fabric> Node<F> {
         if let Some(v) = old {
             // The word CAS returned is the freshest this node knows; our own swap, if
             // it took, is fresher still (recorded below when the job finishes).
-            if let Some(p) = self.peer_mut(host) {
+            if let Some(p) = self.links.peer_mut(host) {
                 p.shadow.observed(slot, v, host);
             }
             let _ = self.hlc.observe(SlotWord::unpack(v).version);
@@ -976,7 +913,7 @@ impl<F: Fabric> Node<F> {
             Step::Finished(mut f) => {
                 let entry = self.jobs[index as usize].expect("job exists");
                 if let Finished::Done { placed, .. } = f {
-                    if let Some(p) = self.peer_mut(host) {
+                    if let Some(p) = self.links.peer_mut(host) {
                         p.shadow.saw(slot, placed.pack());
                     }
                 }

@@ -141,7 +141,7 @@ impl<F: Fabric> Node<F> {
             if j == self.me {
                 continue;
             }
-            let Some(remote) = self.peer(j).filter(|p| p.is_up()).and_then(|p| p.remote) else { continue };
+            let Some(remote) = self.links.peer(j).filter(|p| p.is_up()).and_then(|p| p.remote) else { continue };
             let staging = self.repair_staging(slot, j);
             let reads = [
                 spill.map(|s| (s, self.spill_staging(staging), Kind::RepairSpillRead)),
@@ -158,7 +158,7 @@ impl<F: Fabric> Node<F> {
                 if let Some(r) = self.repairs.slots[slot as usize].as_mut() {
                     r.wrs += 1;
                 }
-                self.post(j, WrId::new(kind, j, slot, generation), Op::Read { remote: remote.store.at(at) }, buf);
+                self.links.post(j, WrId::new(kind, j, slot, generation), Op::Read { remote: remote.store.at(at) }, buf);
             }
         }
         if let Some(r) = self.repairs.slots[slot as usize].as_mut() {
@@ -220,7 +220,7 @@ impl<F: Fabric> Node<F> {
             let _ = self.notices_queue(peer, record);
             self.stats.repairs_done += 1;
             tracing::debug!(node = self.me, write_seq, stamp, peer, "repair acknowledged");
-        } else if let Some(p) = self.peer_mut(peer) {
+        } else if let Some(p) = self.links.peer_mut(peer) {
             // Lost or refused: the next resync comes back to it.
             rewind(&mut p.resync, write_seq);
         }
@@ -310,7 +310,7 @@ impl<F: Fabric> Node<F> {
         let retry_later = |node: &mut Self, r: Repair, sets: Vec<u8>| {
             if r.target == node.me {
                 rewind(&mut node.own_resync, r.write_seq);
-            } else if let Some(p) = node.peer_mut(r.target) {
+            } else if let Some(p) = node.links.peer_mut(r.target) {
                 rewind(&mut p.resync, r.write_seq);
             }
             done(node, r, sets)
@@ -409,7 +409,8 @@ impl<F: Fabric> Node<F> {
             rl.buffer(r.side) + layout.headers_len() + (index - layout.k()) * f
         } - rl.arena_offset;
         let target = r.target;
-        let up = self.peer(target).is_some_and(|p| p.is_up() && p.has_credit()) && self.send_room(target, 2);
+        let up =
+            self.links.peer(target).is_some_and(|p| p.is_up() && p.has_credit()) && self.links.send_room(target, 2);
         if !up {
             return retry_later(self, r, sets);
         }
@@ -449,21 +450,21 @@ impl<F: Fabric> Node<F> {
             "side_free {} notices {} sent {:?} repairs {:?} resync {:?}",
             self.side_free.len(),
             self.notices_debug(),
-            self.peers.iter().flatten().map(|p| (p.id, p.sent.len(), p.has_credit(), p.sends)).collect::<Vec<_>>(),
+            self.links.iter().map(|p| (p.id, p.sent.len(), p.has_credit(), p.sends)).collect::<Vec<_>>(),
             self.repairs
                 .slots
                 .iter()
                 .flatten()
                 .map(|r| (r.write_seq, r.target, r.pending, r.wrs, r.sent, r.over))
                 .collect::<Vec<_>>(),
-            self.peers.iter().flatten().map(|p| (p.id, p.resync)).collect::<Vec<_>>()
+            self.links.iter().map(|p| (p.id, p.resync)).collect::<Vec<_>>()
         )
     }
 
     /// Repairs in flight or waiting in a resync.
     pub fn repairs_pending(&self) -> usize {
         self.repairs.in_flight()
-            + self.peers.iter().flatten().filter(|p| p.resync.is_some()).count()
+            + self.links.iter().filter(|p| p.resync.is_some()).count()
             + usize::from(self.own_resync.is_some())
     }
 }

@@ -133,7 +133,7 @@ impl<F: Fabric> Node<F> {
         if self.serving {
             return true;
         }
-        let up = 1 + self.peers.iter().flatten().filter(|p| p.is_up()).count() as u32;
+        let up = 1 + self.links.iter().filter(|p| p.is_up()).count() as u32;
         let started = self.started_ns.unwrap_or(now.mono_ns);
         if up >= self.quorum || now.mono_ns.saturating_sub(started) >= self.write_timeout_ns {
             self.serving = true;
@@ -336,7 +336,7 @@ impl<F: Fabric> Node<F> {
     /// Starts (or skips) a directory job of write `slot` on host `j`.
     fn start_mark(&mut self, slot: u32, generation: u32, j: u8, intent: Intent, guess: Option<u64>, now: Now) {
         if j != self.me {
-            let trust = self.peer(j).map(|p| (p.trust(), p.is_up()));
+            let trust = self.links.peer(j).map(|p| (p.trust(), p.is_up()));
             match trust {
                 Some((Trust::Excluded, _)) => {
                     self.set_mark(slot, generation, j, Mark::Skipped);
@@ -344,7 +344,7 @@ impl<F: Fabric> Node<F> {
                 }
                 Some((Trust::Suspect { .. }, _)) | Some((_, false)) => {
                     self.set_mark(slot, generation, j, Mark::Failed);
-                    if self.peer(j).is_some_and(|p| p.trust() == Trust::Trusted) {
+                    if self.links.peer(j).is_some_and(|p| p.trust() == Trust::Trusted) {
                         self.suspect(j, now);
                     }
                     return;
@@ -372,7 +372,7 @@ impl<F: Fabric> Node<F> {
         let slots = if j == self.me {
             self.directory_slots
         } else {
-            self.peer(j).and_then(|p| p.remote).map_or(0, |r| r.directory_slots)
+            self.links.peer(j).and_then(|p| p.remote).map_or(0, |r| r.directory_slots)
         };
         if slots == 0 {
             0
@@ -491,7 +491,7 @@ impl<F: Fabric> Node<F> {
     /// log credit until its deadline rather than overwrite what the holder has not
     /// persisted. A holder that is down counts as failed at once.
     fn try_send_fragment(&mut self, slot: u32, generation: u32, i: usize, h: u8) {
-        let up = self.peer(h).is_some_and(|p| p.is_up());
+        let up = self.links.peer(h).is_some_and(|p| p.is_up());
         let sent = up && self.send_fragment(slot, generation, i, h);
         let Some(w) = self.writes.get_mut(slot, generation) else { return };
         if sent {
@@ -507,8 +507,8 @@ impl<F: Fabric> Node<F> {
     /// Sends fragment `i` of a write to holder `h`: its bytes, then its entry header
     /// with the immediate. False if `h` cannot take it now (down, no log credit).
     fn send_fragment(&mut self, slot: u32, generation: u32, i: usize, h: u8) -> bool {
-        let Some(p) = self.peer(h) else { return false };
-        if !p.is_up() || !p.has_credit() || !self.send_room(h, 2) {
+        let Some(p) = self.links.peer(h) else { return false };
+        if !p.is_up() || !p.has_credit() || !self.links.send_room(h, 2) {
             return false;
         }
         let w = self.writes.get_mut(slot, generation).expect("write exists");
@@ -577,7 +577,7 @@ impl<F: Fabric> Node<F> {
         sent: Sent,
     ) {
         let f = entry.payload_len as usize - crate::stripe::HEADER_LEN;
-        let p = self.peer_mut(h).expect("peer exists");
+        let p = self.links.peer_mut(h).expect("peer exists");
         let remote = p.remote.expect("an up peer has advertised its regions");
         let seq = p.next_seq;
         p.next_seq += 1;
@@ -591,7 +591,7 @@ impl<F: Fabric> Node<F> {
         let log_at = (seq % u64::from(remote.log_slots)) * u64::from(remote.log_slot_bytes);
         if f > 0 {
             let buf = self.arena_mr.buf(bytes_at, f).expect("fragment inside the arena");
-            self.post(
+            self.links.post(
                 h,
                 ids.0,
                 Op::Write { remote: remote.log.at(log_at + super::node::FRAGMENT_HEAD_BYTES as u64), imm: None },
@@ -599,7 +599,12 @@ impl<F: Fabric> Node<F> {
             );
         }
         let buf = self.pools.header.buf(staging, super::node::FRAGMENT_HEAD_BYTES);
-        self.post(h, ids.1, Op::Write { remote: remote.log.at(log_at), imm: Some((seq & 0x7fff_ffff) as u32) }, buf);
+        self.links.post(
+            h,
+            ids.1,
+            Op::Write { remote: remote.log.at(log_at), imm: Some((seq & 0x7fff_ffff) as u32) },
+            buf,
+        );
     }
 
     /// A fragment's WRITE (bytes or header) completed.
@@ -618,7 +623,7 @@ impl<F: Fabric> Node<F> {
     pub(super) fn on_ack(&mut self, peer: u8, imm: u32, now: Now) {
         let me = self.me;
         let status = (imm >> 24) & 0x7f;
-        let Some(p) = self.peer_mut(peer) else { return };
+        let Some(p) = self.links.peer_mut(peer) else { return };
         let acked_seq = p.next_seq - p.sent.len() as u64;
         let Some(sent) = p.sent.pop_front() else {
             tracing::warn!(node = me, peer, "acknowledgement with nothing outstanding: reconnecting");
@@ -857,7 +862,7 @@ impl<F: Fabric> Node<F> {
             return;
         }
         for h in 0..self.n as u8 {
-            if waiting & (1 << h) != 0 && self.peer(h).is_some_and(|p| p.is_up()) {
+            if waiting & (1 << h) != 0 && self.links.peer(h).is_some_and(|p| p.is_up()) {
                 self.notify(slot, generation, h);
             }
         }
@@ -884,7 +889,7 @@ impl<F: Fabric> Node<F> {
             if h != me && holders & (1 << h) != 0 {
                 let record = OutcomeRecordRepr { write_seq, key_hash, stamp, outcome: Decision::Aborted };
                 if !self.notices.queue(h, record, None) {
-                    if let Some(p) = self.peer_mut(h) {
+                    if let Some(p) = self.links.peer_mut(h) {
                         rewind(&mut p.resync, write_seq);
                     }
                 }
@@ -950,7 +955,7 @@ impl<F: Fabric> Node<F> {
             }
             for h in 0..self.n as u8 {
                 if missing & (1 << h) != 0 {
-                    if let Some(p) = self.peer_mut(h) {
+                    if let Some(p) = self.links.peer_mut(h) {
                         rewind(&mut p.resync, w.write_seq);
                     }
                 }
@@ -1019,7 +1024,7 @@ impl<F: Fabric> Node<F> {
     /// bounded chunk per call, queueing every decided write of which `h` is a holder
     /// and has not persisted the decision.
     pub(super) fn resync(&mut self, h: u8, now: Now) {
-        let Some(p) = self.peer(h) else { return };
+        let Some(p) = self.links.peer(h) else { return };
         let (Some(mut seq), true) = (p.resync, p.is_up()) else { return };
         let end = self.next_write_seq;
         let stop = (seq + RESYNC_CHUNK).min(end);
@@ -1052,7 +1057,7 @@ impl<F: Fabric> Node<F> {
         }
         let (me, resent, repairs) = (self.me, self.stats.notices_resent, self.stats.repairs_started);
         let mut done = false;
-        if let Some(p) = self.peer_mut(h) {
+        if let Some(p) = self.links.peer_mut(h) {
             p.resync = (seq < end).then_some(seq);
             done = p.resync.is_none();
         }
@@ -1112,14 +1117,14 @@ impl<F: Fabric> Node<F> {
             if h == self.me || self.notices.batches[h as usize].is_empty() {
                 continue;
             }
-            let Some(p) = self.peer(h) else { continue };
+            let Some(p) = self.links.peer(h) else { continue };
             let (up, credit, remote) = (p.is_up(), p.has_credit(), p.remote);
             if !up {
                 // Kept for when the link is back (bounded by the batch; what does not
                 // fit is found again by the resync from the outcome table).
                 continue;
             }
-            if !credit || !self.send_room(h, 1) {
+            if !credit || !self.links.send_room(h, 1) {
                 continue;
             }
             let Some(notice) = self.notices.free.pop() else { continue };
@@ -1134,7 +1139,7 @@ impl<F: Fabric> Node<F> {
                 r.record.emit(&mut payload[i * OUTCOME_RECORD_LEN..(i + 1) * OUTCOME_RECORD_LEN]);
             }
             let payload = &payload[..batch.len() * OUTCOME_RECORD_LEN];
-            let p = self.peer_mut(h).expect("peer exists");
+            let p = self.links.peer_mut(h).expect("peer exists");
             let seq = p.next_seq;
             p.next_seq += 1;
             p.sent.push_back(Sent::Notice { notice });
@@ -1164,7 +1169,7 @@ impl<F: Fabric> Node<F> {
             self.notices.in_flight[notice as usize] = batch;
             let log_at = (seq % u64::from(remote.log_slots)) * u64::from(remote.log_slot_bytes);
             let buf = self.pools.notices.buf(notice, ENTRY_HEADER_LEN + payload.len());
-            self.post(
+            self.links.post(
                 h,
                 WrId::new(Kind::Notice, h, notice, 0),
                 Op::Write { remote: remote.log.at(log_at), imm: Some((seq & 0x7fff_ffff) as u32) },
