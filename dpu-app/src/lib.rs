@@ -17,7 +17,6 @@
 
 pub mod bench;
 pub mod cluster;
-pub mod codec_config;
 pub mod delay;
 pub mod demo;
 pub mod door;

@@ -25,10 +25,9 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use super::config::{NODES_MAX, SLOT_VERSION_BITS, STAMP_NODE_BITS};
+use crate::limits::VERSION_MAX;
+use crate::limits::{NODES_MAX, SLOT_VERSION_BITS, STAMP_NODE_BITS};
 
-/// Largest version: the slot word's version field is 56 bits.
-pub const VERSION_MAX: u64 = (1 << SLOT_VERSION_BITS) - 1;
 /// One step of reservation: versions track microseconds, so this is one second of them.
 pub const RESERVE_STEP_US: u64 = 1_000_000;
 /// How far ahead of the versions a reservation reaches (two steps: a reservation is due

@@ -9,8 +9,8 @@
 //!   (a writer's durable record of what it decided), [`format::control`] (the
 //!   heartbeat block), [`format::hello`] (connection setup messages),
 //!   [`format::crc_combine`] (entry checksums from the CRCs of their parts);
-//! - configuration, time and limits, here: [`config`] (the cluster file), [`hlc`]
-//!   (versions), [`limits`];
+//! - configuration and time, here: [`config`] (the cluster file), [`hlc`]
+//!   (versions); every limit is in [`crate::limits`];
 //! - [`protocol`]: one single-threaded state machine per node
 //!   ([`protocol::node::Node`], driven by `poll(now)`) and its roles;
 //! - [`run`]: [`run::rendezvous`] (hello delivery in one process or over TCP),
@@ -31,7 +31,6 @@
 pub mod config;
 pub mod format;
 pub mod hlc;
-pub mod limits;
 pub mod protocol;
 pub mod run;
 

@@ -52,8 +52,8 @@ pub enum FabricError {
         /// Which rule was broken.
         why: &'static str,
     },
-    /// A limit from `fabric::config` was reached.
-    #[error("{what} limit of {limit} reached; release some or raise the limit in fabric::config")]
+    /// A limit from `crate::limits` was reached.
+    #[error("{what} limit of {limit} reached; release some or raise the limit in dpu-app/src/limits/fabric.rs")]
     Limit {
         /// What ran out.
         what: &'static str,

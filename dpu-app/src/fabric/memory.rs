@@ -19,8 +19,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use memmap2::{MmapMut, MmapOptions};
 
-use super::config::{ATOMIC_BYTES, REGION_BYTES_MAX};
 use super::error::{FabricError, Result};
+use crate::limits::{ATOMIC_BYTES, REGION_BYTES_MAX};
 
 /// A span of memory that can be registered with the fabric.
 pub struct Memory {

@@ -15,7 +15,6 @@
 //! Memory may be anonymous, a shared file mapping (fragment logs) or a region mapped by
 //! someone else (the host's shared region): see [`Memory`].
 
-pub mod config;
 pub mod conformance;
 pub mod emu;
 mod error;

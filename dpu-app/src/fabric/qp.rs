@@ -86,9 +86,9 @@ impl Default for QpOptions {
 }
 
 impl QpOptions {
-    /// Checks the options against `fabric::config`.
+    /// Checks the options against `crate::limits`.
     pub fn validate(&self) -> Result<()> {
-        use super::config::*;
+        use crate::limits::*;
         if self.send_depth == 0 || self.send_depth > SEND_DEPTH_MAX {
             return Err(FabricError::Limit { what: "send queue depth", limit: SEND_DEPTH_MAX });
         }

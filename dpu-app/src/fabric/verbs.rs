@@ -23,11 +23,11 @@ use prescient_bindings::sideway::ibverbs::queue_pair::{
 };
 use prescient_bindings::sideway::ibverbs::AccessFlags;
 
-use super::config::{CQ_DEPTH_MAX, QPS_PER_CQ_MAX, WAIT_SPINS};
 use super::{
     Access, Completion, CompletionQueue, Endpoint, Fabric, FabricError, InFlight, InFlightEntry, LocalBuf, Memory,
     MemoryRegion, Op, PostError, QpOptions, QpState, QueuePair, RawQp, Reset, Result, WcOpcode, WcStatus, WorkRequest,
 };
+use crate::limits::{CQ_DEPTH_MAX, QPS_PER_CQ_MAX, WAIT_SPINS};
 
 const PORT: u8 = 1;
 const TOKEN_MASK: u64 = (1 << 48) - 1;

@@ -263,7 +263,7 @@ impl ClusterSpec {
         c.key_dir = dir.join("keys");
         c.value_bytes_max = self.value_bytes;
         c.store_bytes = crate::cluster::protocol::node::store_bytes_for_keys(&c, self.store_keys as u64)
-            .unwrap_or(crate::cluster::config::STORE_BYTES_LIMIT);
+            .unwrap_or(crate::limits::STORE_BYTES_LIMIT);
         c.invalidation = self.policy.invalidation();
         c.predictive = self.policy.predictive();
         c.allow_unsafe_no_invalidation = self.policy == Policy::None;

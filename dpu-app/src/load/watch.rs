@@ -27,8 +27,8 @@ use std::sync::Arc;
 use prescient_shim::directory::{self, SlotState, SlotWord};
 use prescient_shim::Host;
 
-use crate::cluster::limits::NODES_MAX;
 use crate::histogram::Histogram;
+use crate::limits::NODES_MAX;
 
 /// One remote host's slot, as one watch sees it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -13,7 +13,7 @@ use std::path::Path;
 
 use super::aead::{AeadBackend, AeadKey};
 use super::SealError;
-use crate::codec_config::{KEYS_MAX, KEY_LEN};
+use crate::limits::{KEYS_MAX, KEY_LEN};
 
 /// Names a key; every sealed frame carries the id of the key that sealed it.
 pub type KeyId = u32;

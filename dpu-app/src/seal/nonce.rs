@@ -6,7 +6,7 @@
 //! [`super::epoch`] cannot detect and operators must not do.
 
 use super::SealError;
-use crate::codec_config::NONCE_COUNTER_BITS;
+use crate::limits::NONCE_COUNTER_BITS;
 
 /// Bytes of an AES-GCM nonce.
 pub const NONCE_LEN: usize = 12;

@@ -8,7 +8,7 @@ use super::frame::{field, FRAME_OVERHEAD, TAG_LEN};
 use super::keys::{KeyId, KeyRing};
 use super::nonce::{NonceSequence, NONCE_LEN};
 use super::SealError;
-use crate::codec_config::FRAME_LEN_MAX;
+use crate::limits::FRAME_LEN_MAX;
 
 /// Seals values with the ring's current key and this node's nonce sequence.
 #[derive(Debug)]

@@ -3,7 +3,7 @@
 use super::binding::{key_hash, Binding};
 use super::sealer::Sealer;
 use super::SealError;
-use crate::codec_config::FRAME_LEN_MAX;
+use crate::limits::FRAME_LEN_MAX;
 use crate::pipeline::{Op, Request, Room, Stage, StageError};
 use crate::seal::FRAME_OVERHEAD;
 

@@ -210,7 +210,7 @@ fn config(opts: &SimOptions, dir: &std::path::Path) -> Result<ClusterConfig, Str
     // Small tables, so that long runs wrap them many times: 64 log slots, and the
     // smallest outcome table (each node's wraps every 1024 of its writes).
     c.log_slots = 64;
-    c.outcome_entries = crate::cluster::config::OUTCOME_ENTRIES_MIN;
+    c.outcome_entries = crate::limits::OUTCOME_ENTRIES_MIN as usize;
     c.heartbeat_us = 100;
     c.lease_us = 500;
     c.dead_after_us = 1_500;

@@ -10,7 +10,7 @@ use super::header::{FragmentHeader, HeaderRepr, HEADER_LEN};
 use super::layout::StripeLayout;
 use super::rs::ReedSolomon;
 use super::StripeError;
-use crate::codec_config::FRAGMENTS_MAX;
+use crate::limits::FRAGMENTS_MAX;
 
 /// What identifies a stripe besides its layout; bound into every header (and,
 /// by the sealing stage, into the frame's associated data).

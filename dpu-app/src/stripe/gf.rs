@@ -5,7 +5,7 @@
 //! The field and the matrix are ISA-L's (`gf_gen_cauchy1_matrix`), so parity bytes
 //! are the same as ISA-L's for the same (k, m): the benchmark checks that.
 
-use crate::codec_config::FRAGMENTS_MAX;
+use crate::limits::FRAGMENTS_MAX;
 
 /// 2^i for i in 0..255, and again for 255..510 so that `EXP[log a + log b]` needs no
 /// reduction.

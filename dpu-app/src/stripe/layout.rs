@@ -4,7 +4,7 @@
 
 use super::header::HEADER_LEN;
 use super::StripeError;
-use crate::codec_config::{FRAGMENTS_MAX, FRAGMENT_ALIGN, FRAME_LEN_MAX};
+use crate::limits::{FRAGMENTS_MAX, FRAGMENT_ALIGN, FRAME_LEN_MAX};
 
 /// The shape of one stripe. Built only through [`StripeLayout::new`], so its
 /// fields always satisfy 1 <= k, k + m <= 32, frame_len <= [`FRAME_LEN_MAX`] and

@@ -10,7 +10,7 @@
 use super::gf::Matrix;
 use super::kernel::{self, Backend, Tables};
 use super::StripeError;
-use crate::codec_config::{DECODE_CACHE_ENTRIES, FRAGMENTS_MAX};
+use crate::limits::{DECODE_CACHE_ENTRIES, FRAGMENTS_MAX};
 
 /// A Reed-Solomon(k, m) codec with its encode tables and decode-table cache.
 #[derive(Debug)]

@@ -38,10 +38,8 @@
 use std::sync::Arc;
 
 use crate::fabric::{Access, Fabric, FabricError, Memory, MemoryRegion, RemoteRegion};
+use crate::limits::NODES_MAX;
 
-/// Most nodes in a cluster (the directory word keeps 6 bits of writer; limits.rs
-/// holds the same bound for the configuration).
-pub const NODES_MAX: usize = 32;
 /// Suspicions one incarnation may raise of one peer: epochs of incarnation `i` are
 /// `first_epoch(i) .. first_epoch(i + 1)`.
 pub const SUSPICIONS_PER_INCARNATION_MAX: u64 = 1 << 32;

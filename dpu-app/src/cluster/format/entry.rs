@@ -28,7 +28,7 @@
 #![forbid(unsafe_code)]
 
 use super::file::{le32, le64};
-use crate::cluster::limits::{ENTRY_HEADER_BYTES, OUTCOMES_PER_ENTRY_MAX, OUTCOME_RECORD_BYTES};
+use crate::limits::{ENTRY_HEADER_BYTES, OUTCOMES_PER_ENTRY_MAX, OUTCOME_RECORD_BYTES};
 use crate::stripe::HEADER_LEN as FRAGMENT_HEADER_LEN;
 
 /// Bytes of an entry header.

@@ -24,7 +24,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
-use crate::cluster::limits::HEADER_PAGE_BYTES;
+use crate::limits::HEADER_PAGE_BYTES;
 
 /// Format of the header page this build writes and reads.
 pub const FORMAT: u32 = 1;

@@ -28,8 +28,8 @@ use std::sync::Arc;
 
 use super::entry::{outcome_records, EntryError, EntryHeader, EntryKind, EntryRepr, OutcomeRecordRepr, HEADER_LEN};
 use super::file::{self, FileHeader, HeaderError, Opened};
-use crate::cluster::limits::{HEADER_PAGE_BYTES, LINE_BYTES, LOG_FILE_BYTES_MAX, LOG_PAYLOAD_BYTES_MAX, LOG_SLOTS_MAX};
 use crate::fabric::{FabricError, Memory};
+use crate::limits::{HEADER_PAGE_BYTES, LINE_BYTES, LOG_FILE_BYTES_MAX, LOG_PAYLOAD_BYTES_MAX, LOG_SLOTS_MAX};
 use crate::stripe::{FragmentHeader, StripeError, HEADER_LEN as FRAGMENT_HEADER_LEN};
 
 /// Magic of a fragment log file.

@@ -28,8 +28,8 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use super::file::{self, le32, le64, FileHeader, HeaderError, Opened};
-use crate::cluster::limits::{HEADER_PAGE_BYTES, NODES_MAX, OUTCOME_ENTRIES_MAX, OUTCOME_ENTRY_BYTES};
 use crate::fabric::{FabricError, Memory};
+use crate::limits::{HEADER_PAGE_BYTES, NODES_MAX, OUTCOME_ENTRIES_MAX, OUTCOME_ENTRY_BYTES};
 
 /// Magic of an outcome table file.
 pub const MAGIC: &[u8; 8] = b"PRSCOUTC";
@@ -423,7 +423,7 @@ impl fmt::Debug for OutcomeTable {
 
 impl OutcomeTable {
     /// Opens writer `node`'s table at `path` with `entries` entries (a power of two,
-    /// [`crate::cluster::limits::OUTCOME_ENTRIES_DEFAULT`] unless configured), or creates it (sparse).
+    /// [`crate::limits::OUTCOME_ENTRIES_DEFAULT`] unless configured), or creates it (sparse).
     /// An existing file must be a table of exactly this node and size; it is never reset.
     pub fn open(path: &Path, node: u8, entries: u32) -> Result<Self, OutcomeError> {
         if !entries.is_power_of_two() || entries > OUTCOME_ENTRIES_MAX {
@@ -669,7 +669,7 @@ impl OutcomeTable {
 mod tests {
     use super::super::file::testing::TempDir;
     use super::*;
-    use crate::cluster::limits::OUTCOME_ENTRIES_DEFAULT;
+    use crate::limits::OUTCOME_ENTRIES_DEFAULT;
 
     const NODE: u8 = 3;
 

@@ -22,7 +22,7 @@
 #![forbid(unsafe_code)]
 
 use super::file::{le32, le64, round_up};
-use crate::cluster::limits::{
+use crate::limits::{
     HEADER_PAGE_BYTES, LINE_BYTES, RECORD_HEADER_BYTES, SET_HEAD_BYTES, STORE_FILE_BYTES_MAX, STORE_PAYLOAD_BYTES_MAX,
     STORE_SETS_MAX, STORE_SET_BYTES_MAX, STORE_WAYS_MAX,
 };
@@ -129,7 +129,7 @@ pub struct GeometryError {
 
 impl StoreGeometry {
     /// A store of `sets` sets of `ways` records of up to `payload_max` fragment bytes,
-    /// checked against the limits in [`crate::cluster::limits`].
+    /// checked against the limits in [`crate::limits`].
     pub fn new(sets: u32, ways: u32, payload_max: u32) -> Result<Self, GeometryError> {
         let bad = |field, value: u64, limit: String| GeometryError { field, value, limit };
         if sets == 0 || sets > STORE_SETS_MAX {
@@ -336,7 +336,7 @@ impl<T: AsRef<[u8]>> RecordView<T> {
         if let Some(&value) = b[field::RESERVED].iter().find(|&&x| x != 0) {
             return Err(RecordError::Field { field: "reserved", value: value.into(), reason: "must be zero" });
         }
-        if usize::from(self.fragment_index()) >= crate::codec_config::FRAGMENTS_MAX {
+        if usize::from(self.fragment_index()) >= crate::limits::FRAGMENTS_MAX {
             return Err(RecordError::Field {
                 field: "fragment_index",
                 value: self.fragment_index().into(),

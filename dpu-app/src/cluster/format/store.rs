@@ -52,10 +52,10 @@ use super::record::{
     field, gathered_range, set_spilled, spill_slot, RecordError, RecordRepr, RecordState, RecordView, HEAD_LEN,
 };
 pub use super::record::{GeometryError, StoreGeometry};
-use crate::cluster::limits::{
+use crate::fabric::{FabricError, Memory};
+use crate::limits::{
     HEADER_PAGE_BYTES, HOME_WAYS_FIRST, SET_HEAD_BYTES, STORE_LOCKS, STORE_WAYS_MAX, VERSIONS_PER_KEY_MAX,
 };
-use crate::fabric::{FabricError, Memory};
 use crate::stripe::HEADER_LEN as FRAGMENT_HEADER_LEN;
 
 /// Magic of a fragment store file.

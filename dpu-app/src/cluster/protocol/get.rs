@@ -27,9 +27,9 @@ use super::node::{Node, Noisy, Now};
 use super::wr::{Kind, WrId};
 use crate::cluster::format::record::{gathered_range, key_may_have_spilled, KeySets, RecordState, RecordView};
 use crate::cluster::format::store::StoreGeometry;
-use crate::codec_config::FRAGMENTS_MAX;
 use crate::fabric::{Fabric, Op};
 use crate::histogram::ReadStage;
+use crate::limits::FRAGMENTS_MAX;
 use crate::queue::{key_of, Outcome};
 use crate::region_server::Taken;
 use crate::seal::{key_hash, open_in_place, Binding};
@@ -411,7 +411,7 @@ impl<F: Fabric> Node<F> {
         let outcome = loop {
             // A node counts once what this round READ of it arrived: its home set, and its
             // spill set when the round READ that too.
-            let sets: [Option<KeySets<'_>>; crate::cluster::format::control::NODES_MAX] = std::array::from_fn(|j| {
+            let sets: [Option<KeySets<'_>>; crate::limits::NODES_MAX] = std::array::from_fn(|j| {
                 let home_in = j < self.n && g.arrived & (1 << j) != 0;
                 let spill_in = !with_spill || g.arrived_spill & (1 << j) != 0;
                 (home_in && spill_in).then(|| KeySets::gathered(&sets_buf, j, set_bytes, with_spill))

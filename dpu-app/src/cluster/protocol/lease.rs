@@ -11,8 +11,8 @@ use super::node::{Node, Now, Owner, Started};
 use super::peer::Trust;
 use super::slotjob::{Finished, Intent};
 use super::write::Mark;
-use crate::cluster::format::control::NODES_MAX;
 use crate::fabric::Fabric;
+use crate::limits::NODES_MAX;
 
 /// Longest a lease mark stays without its PUT, whatever the predictor's window.
 pub const LEASE_MARK_MAX_NS: u64 = 20_000_000;

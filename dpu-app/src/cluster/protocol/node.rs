@@ -38,12 +38,12 @@ use crate::cluster::format::log::{EntryBuf, FragmentLog};
 use crate::cluster::format::outcome::OutcomeTable;
 use crate::cluster::format::store::{Store, StoreGeometry};
 use crate::cluster::hlc::{Hlc, HlcFloor};
-use crate::cluster::limits::*;
 use crate::cluster::run::rendezvous::Mailbox;
 use crate::cluster::NodeError;
 use crate::fabric::{
     Access, Completion, CompletionQueue, Fabric, LocalBuf, MemoryRegion, Op, QpOptions, WcOpcode, WcStatus,
 };
+use crate::limits::*;
 use crate::log_limit::LogLimits;
 use crate::metrics::Metrics;
 use crate::region_server::{RegionServer, Taken};
@@ -308,12 +308,12 @@ pub fn store_geometry(config: &ClusterConfig) -> Result<StoreGeometry, NodeError
 pub const STORE_RECORDS_PER_KEY: u64 = 2;
 
 /// `store_bytes` for a node of `config` (its k, m and value_bytes_max) to hold `keys`
-/// keys at half load (at least [`crate::cluster::config::STORE_BYTES_MIN`]).
+/// keys at half load (at least [`crate::limits::STORE_BYTES_MIN`]).
 pub fn store_bytes_for_keys(config: &ClusterConfig, keys: u64) -> Result<usize, NodeError> {
     let one = StoreGeometry::new(1, STORE_WAYS, store_payload_max(config)?).map_err(|e| NodeError::Store(e.into()))?;
     let sets = (keys * STORE_RECORDS_PER_KEY).div_ceil(u64::from(one.ways())).max(1);
     let bytes = HEADER_PAGE_BYTES as u64 + sets * one.set_bytes() as u64;
-    Ok((bytes as usize).clamp(crate::cluster::config::STORE_BYTES_MIN, crate::cluster::config::STORE_BYTES_LIMIT))
+    Ok((bytes as usize).clamp(crate::limits::STORE_BYTES_MIN, crate::limits::STORE_BYTES_LIMIT))
 }
 
 /// Moves a resync cursor back to `write_seq`, or starts it there: the walk of the
@@ -378,10 +378,8 @@ impl<F: Fabric> Node<F> {
         region.u64_at(header::DIRECTORY_LEASE_UNTIL_NS).store(0, std::sync::atomic::Ordering::Release);
 
         let peers_n = n - 1;
-        let send_depth =
-            (crate::fabric::config::CQ_DEPTH_MAX / peers_n.max(1)).min(crate::fabric::config::SEND_DEPTH_MAX);
-        let recv_depth =
-            (crate::fabric::config::CQ_DEPTH_MAX / peers_n.max(1)).min(crate::fabric::config::RECV_DEPTH_MAX);
+        let send_depth = (crate::limits::CQ_DEPTH_MAX / peers_n.max(1)).min(crate::limits::SEND_DEPTH_MAX);
+        let recv_depth = (crate::limits::CQ_DEPTH_MAX / peers_n.max(1)).min(crate::limits::RECV_DEPTH_MAX);
         // A lost message is retransmitted well within `dead_after`, so one loss never
         // looks like a dead peer (hardware rounds the timeout up to 4.096 us * 2^n).
         let timeout_us = match config.transport_timeout_us {
@@ -396,8 +394,8 @@ impl<F: Fabric> Node<F> {
             ..QpOptions::default()
         };
         let fab = |e| NodeError::Fabric(e);
-        let send_cq = fabric.create_cq(crate::fabric::config::CQ_DEPTH_MAX).map_err(fab)?;
-        let recv_cq = fabric.create_cq(crate::fabric::config::CQ_DEPTH_MAX).map_err(fab)?;
+        let send_cq = fabric.create_cq(crate::limits::CQ_DEPTH_MAX).map_err(fab)?;
+        let recv_cq = fabric.create_cq(crate::limits::CQ_DEPTH_MAX).map_err(fab)?;
 
         let arena_mr = fabric
             .register(Arc::new(super::host_memory::arena(&region).map_err(fab)?), Access::LOCAL_WRITE)

@@ -17,9 +17,9 @@ use super::peer::Sent;
 use super::wr::{Kind, WrId};
 use crate::cluster::format::entry::{EntryKind, EntryRepr, Outcome as Decision, OutcomeRecordRepr};
 use crate::cluster::format::record::{gathered_range, KeySets, RecordRepr, RecordState, RecordView};
-use crate::cluster::limits::REPAIRS_MAX;
-use crate::codec_config::FRAGMENTS_MAX;
 use crate::fabric::{Fabric, Op};
+use crate::limits::FRAGMENTS_MAX;
+use crate::limits::REPAIRS_MAX;
 use crate::stripe::{decode_stripe, encode_stripe, fragment, Fragment, StripeId, StripeLayout};
 
 /// One repair in flight.

@@ -28,9 +28,9 @@ use crate::cluster::format::entry::{
 };
 use crate::cluster::format::outcome::WriteState;
 use crate::cluster::format::record::RecordRepr;
-use crate::cluster::limits::{NOTICE_RECORDS_MAX, OUTCOME_RECORD_BYTES as OUTCOME_RECORD_LEN, RESYNC_CHUNK};
 use crate::fabric::{Fabric, Op};
 use crate::histogram::WriteStage;
+use crate::limits::{NOTICE_RECORDS_MAX, OUTCOME_RECORD_BYTES as OUTCOME_RECORD_LEN, RESYNC_CHUNK};
 use crate::queue::{key_of, Outcome};
 use crate::region_server::Taken;
 use crate::seal::{key_hash, Binding};
@@ -261,7 +261,7 @@ impl<F: Fabric> Node<F> {
         times[WriteStage::Encode as usize] = at();
 
         // Holders: the stripe's k + m fragments on consecutive nodes from the key's home.
-        let mut holders = [0u8; crate::codec_config::FRAGMENTS_MAX];
+        let mut holders = [0u8; crate::limits::FRAGMENTS_MAX];
         let home = (key_hash % self.n as u64) as usize;
         for (i, h) in holders.iter_mut().take(layout.fragments()).enumerate() {
             *h = ((home + i) % self.n) as u8;
@@ -290,14 +290,14 @@ impl<F: Fabric> Node<F> {
             notified: 0,
             phase: Phase::Replicating,
             end: None,
-            marks: [Mark::None; crate::cluster::format::control::NODES_MAX],
+            marks: [Mark::None; crate::limits::NODES_MAX],
             wrs: 0,
             // From arrival: a write held behind another of its key has waited already.
             deadline_ns: arrived + self.write_timeout_ns,
             times,
             lease: None,
             arrived_ns: arrived,
-            lease_priors: [None; crate::cluster::format::control::NODES_MAX],
+            lease_priors: [None; crate::limits::NODES_MAX],
             waiting_credit: 0,
         };
         if let Some(l) = &lease {

@@ -13,9 +13,9 @@
 
 use prescient_shim::directory::{SlotState, SlotWord};
 
-use crate::cluster::format::control::NODES_MAX;
-use crate::codec_config::FRAGMENTS_MAX;
 use crate::histogram::WriteStage;
+use crate::limits::FRAGMENTS_MAX;
+use crate::limits::NODES_MAX;
 use crate::region_server::Taken;
 use crate::stripe::StripeLayout;
 

@@ -97,7 +97,7 @@ pub fn region_config_for(config: &ClusterConfig, queue_pairs: u32, directory_slo
         queue_pairs,
         ring_entries: 256,
         host_buffers: 256 * queue_pairs,
-        dpu_buffers: crate::cluster::limits::WRITES_MAX + 8,
+        dpu_buffers: crate::limits::WRITES_MAX + 8,
         buffer_bytes,
         directory_slots,
     }

@@ -27,9 +27,8 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 
 use crate::cluster::format::hello::{Hello, HelloError, HelloRepr, HELLO_BYTES};
+use crate::limits::NODES_MAX;
 
-/// Most nodes of one cluster (node ids are one byte).
-pub const NODES_MAX: usize = 256;
 /// Hellos one node's [`LocalBoard`] queue holds; more are dropped and counted.
 pub const LOCAL_QUEUE_HELLOS: usize = 256;
 /// Received Hellos a [`TcpMailbox`] holds until [`Mailbox::try_recv`] takes them.

@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 use super::clock::Clock;
 use super::qp::QpInner;
 use super::spin::SpinLock;
-use crate::fabric::config::{CQ_DEPTH_MAX, QPS_PER_CQ_MAX, WAIT_SPINS};
 use crate::fabric::{Completion, CompletionQueue, FabricError, Result};
+use crate::limits::{CQ_DEPTH_MAX, QPS_PER_CQ_MAX, WAIT_SPINS};
 
 /// How long a blocked waiter sleeps before re-checking the clock and pending requests.
 const WAIT_SLICE: Duration = Duration::from_micros(500);

@@ -8,8 +8,8 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
-use crate::fabric::config::PARTITION_WINDOWS_MAX;
 use crate::fabric::{FabricError, Result};
+use crate::limits::PARTITION_WINDOWS_MAX;
 
 /// A period during which two nodes cannot reach each other.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,7 +58,7 @@ impl ModelConfig {
         self
     }
 
-    /// Checks the configuration against `fabric::config`.
+    /// Checks the configuration against `crate::limits`.
     pub fn validate(&self) -> Result<()> {
         if self.partitions.len() > PARTITION_WINDOWS_MAX {
             return Err(FabricError::Limit { what: "partition windows", limit: PARTITION_WINDOWS_MAX });

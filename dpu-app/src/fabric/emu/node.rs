@@ -11,8 +11,8 @@ use super::clock::Clock;
 use super::cq::EmuCq;
 use super::model::{Model, ModelConfig};
 use super::qp::{EmuQp, QpInner};
-use crate::fabric::config::{NODES_PER_NETWORK_MAX, QPS_PER_NODE_MAX, REGIONS_PER_NODE_MAX};
 use crate::fabric::{Access, Fabric, FabricError, Memory, MemoryRegion, QpOptions, QueuePair, Reset, Result};
+use crate::limits::{NODES_PER_NETWORK_MAX, QPS_PER_NODE_MAX, REGIONS_PER_NODE_MAX};
 
 /// A registered region as the NIC sees it.
 #[derive(Clone)]

@@ -37,11 +37,11 @@ use super::region_cache::RegionCache;
 use super::responder::{execute, Incoming, Nak, Payload, Sink};
 use super::spin::{SpinGuard, SpinLock};
 use super::tcp;
-use crate::fabric::config::{ATOMIC_BYTES, MESSAGE_BYTES_MAX};
 use crate::fabric::{
     Access, Completion, Endpoint, FabricError, InFlight, InFlightEntry, LocalBuf, Op, PostError, QpEvent, QpOptions,
     QpState, RawQp, Result, StateCell, WcOpcode, WcStatus, WorkRequest,
 };
+use crate::limits::{ATOMIC_BYTES, MESSAGE_BYTES_MAX};
 
 /// How a queue pair reaches its peer.
 pub(crate) enum Link {

@@ -18,8 +18,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::node::NodeInner;
-use crate::fabric::config::REGION_CACHE_ENTRIES;
 use crate::fabric::{Access, Memory};
+use crate::limits::REGION_CACHE_ENTRIES;
 
 /// Up to [`REGION_CACHE_ENTRIES`] regions of one peer node.
 #[derive(Default)]

@@ -6,8 +6,8 @@
 
 use super::qp::{Publish, QpInner};
 use super::region_cache::RegionCache;
-use crate::fabric::config::ATOMIC_BYTES;
 use crate::fabric::{Access, Completion, Memory, RemoteAddr, WcOpcode};
+use crate::limits::ATOMIC_BYTES;
 
 /// Where the bytes of a WRITE or SEND come from.
 pub(crate) enum Payload<'a> {

@@ -24,7 +24,7 @@ use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use crate::fabric::config::{SPIN_LOCK_BACKOFF_US, SPIN_LOCK_SPINS, SPIN_LOCK_YIELDS};
+use crate::limits::{SPIN_LOCK_BACKOFF_US, SPIN_LOCK_SPINS, SPIN_LOCK_YIELDS};
 
 /// A lock whose uncontended acquire is one compare-and-swap and whose release is a store.
 pub(crate) struct SpinLock<T> {

@@ -19,8 +19,8 @@ use super::node::{Attachment, EmuNode, NodeInner};
 use super::qp::{Link, QpInner, SendQueue, Transit, Waiting};
 use super::responder::{execute, Incoming, Nak, Payload, Sink};
 use super::wire::{hello, request, response, Hello, Kind, Request, Response, Status};
-use crate::fabric::config::MESSAGE_BYTES_MAX;
 use crate::fabric::{Completion, Endpoint, FabricError, Op, RemoteAddr, Result, WcStatus};
+use crate::limits::MESSAGE_BYTES_MAX;
 
 static CONNECTIONS: AtomicU64 = AtomicU64::new(1);
 

@@ -2,8 +2,8 @@
 //! pair, requests (one per work request) and responses. Little-endian, fixed headers
 //! followed by the payload; every frame from a peer is parsed with a checked parse.
 
-use crate::fabric::config::MESSAGE_BYTES_MAX;
 use crate::fabric::{FabricError, Result};
+use crate::limits::MESSAGE_BYTES_MAX;
 
 /// Byte ranges of the hello frame.
 pub mod hello {

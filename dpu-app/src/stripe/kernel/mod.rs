@@ -38,7 +38,7 @@ mod gfni_avx512;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 
-use crate::codec_config::FRAGMENTS_MAX;
+use crate::limits::FRAGMENTS_MAX;
 use backend::Isa;
 pub use backend::{Backend, TableKind};
 pub use tables::Tables;

@@ -4,7 +4,7 @@
 
 use super::super::gf;
 use super::backend::{Backend, TableKind};
-use crate::codec_config::FRAGMENTS_MAX;
+use crate::limits::FRAGMENTS_MAX;
 
 /// Tables for `rows x k` coefficients (`rows <= rows_max`) laid out for one
 /// [`Backend`]: coefficient (r, j) is bytes `(r * k + j) * kind.bytes()..` of

@@ -4,7 +4,7 @@
 //! them afterwards.
 #![forbid(unsafe_code)]
 
-use crate::fabric::config::{MESSAGE_BYTES_MAX, REGION_BYTES_MAX};
+use super::{MESSAGE_BYTES_MAX, NODES_MAX, REGION_BYTES_MAX};
 use crate::stripe::HEADER_LEN as FRAGMENT_HEADER_BYTES;
 
 /// Bytes of the header page at the start of every cluster file. The body starts after it,
@@ -13,12 +13,12 @@ pub const HEADER_PAGE_BYTES: usize = 4096;
 /// Slots, records and outcome entries are multiples of this, so each starts on its own
 /// cache line and every aligned 8-byte word in them can be stored atomically.
 pub const LINE_BYTES: usize = 64;
-/// Most nodes in a cluster: node ids index `u32` bit masks of holders.
-pub const NODES_MAX: usize = 32;
 
 /// Bytes of a fragment log entry header.
 pub const ENTRY_HEADER_BYTES: usize = 64;
-/// Most slots one fragment log may have.
+/// Fewest slots of a fragment log.
+pub const LOG_SLOTS_MIN: u32 = 8;
+/// Most slots of a fragment log.
 pub const LOG_SLOTS_MAX: u32 = 1 << 16;
 /// Largest payload of one log entry: header and payload of a slot travel in one RDMA
 /// message.
@@ -66,8 +66,10 @@ pub const STORE_LOCKS: usize = 64;
 pub const OUTCOME_ENTRY_BYTES: usize = 64;
 /// Entries of an outcome table unless configured otherwise.
 pub const OUTCOME_ENTRIES_DEFAULT: u32 = 1 << 16;
-/// Most entries one outcome table may have (a power of two).
-pub const OUTCOME_ENTRIES_MAX: u32 = 1 << 22;
+/// Fewest entries of an outcome table.
+pub const OUTCOME_ENTRIES_MIN: u32 = 1 << 10;
+/// Most entries of an outcome table (a power of two).
+pub const OUTCOME_ENTRIES_MAX: u32 = 1 << 20;
 
 const _: () = assert!(HEADER_PAGE_BYTES % LINE_BYTES == 0 && HEADER_PAGE_BYTES.is_power_of_two());
 const _: () = assert!(LINE_BYTES % 8 == 0, "aligned 8-byte words never straddle a line");
@@ -98,33 +100,3 @@ const _: () =
 // Aligned words of the files are stored with native-endian atomics; the formats say
 // little-endian.
 const _: () = assert!(cfg!(target_endian = "little"));
-
-// ---- The node (protocol state, all sized at start) ------------------------------
-
-/// Writes one node keeps in flight (each also holds a DPU buffer of its host's region
-/// for parity and headers, so a region needs at least this many DPU buffers).
-pub const WRITES_MAX: u32 = 64;
-/// GETs one node keeps in flight.
-pub const GETS_MAX: u32 = 16;
-/// Predictor leases with marks out at once.
-pub const LEASES_MAX: usize = 64;
-/// Outcome notices in flight to each peer.
-pub const NOTICES_MAX: u32 = 4;
-/// Outcome records one notice carries.
-pub const NOTICE_RECORDS_MAX: usize = 64;
-/// Payload bytes of a full notice.
-pub const NOTICE_PAYLOAD_BYTES: usize = NOTICE_RECORDS_MAX * OUTCOME_RECORD_BYTES;
-/// Completions taken from a completion queue per poll.
-pub const POLL_BATCH: usize = 128;
-/// Poll rounds per call while completions keep coming.
-pub const POLL_ROUNDS_MAX: u32 = 4;
-/// Repairs (fragments rebuilt for a holder that missed them) in flight at once.
-pub const REPAIRS_MAX: u32 = 4;
-/// Outcome-table entries a resync examines per heartbeat and peer.
-pub const RESYNC_CHUNK: u64 = 4096;
-/// Ways of each store set (a GET READs a whole set from every peer).
-pub const STORE_WAYS: u32 = 16;
-
-const _: () = assert!(NOTICE_RECORDS_MAX <= OUTCOMES_PER_ENTRY_MAX);
-const _: () = assert!(STORE_WAYS <= STORE_WAYS_MAX);
-const _: () = assert!(WRITES_MAX as u64 * 32 <= (1 << 24), "write slot and fragment fit a work-request index");
