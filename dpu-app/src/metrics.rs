@@ -76,6 +76,20 @@ impl Metrics {
         }
     }
 
+    /// Adds `other`'s counts to these (the totals of several regions).
+    pub fn add(&mut self, other: &Metrics) {
+        self.completed += other.completed;
+        self.ok += other.ok;
+        for (mine, theirs) in self.errors.iter_mut().zip(&other.errors) {
+            *mine += theirs;
+        }
+        self.fences += other.fences;
+        self.host_deaths += other.host_deaths;
+        self.buffers_reclaimed += other.buffers_reclaimed;
+        self.restart_failed += other.restart_failed;
+        self.sleeps += other.sleeps;
+    }
+
     /// A one-paragraph summary.
     pub fn summary(&self) -> String {
         let mut s = format!(
