@@ -50,8 +50,6 @@ pub struct Metrics {
     pub ok: u64,
     /// Error completions, by status code (codes at or above the last bucket share it).
     pub errors: [u64; 32],
-    /// Requests a stage failed.
-    pub stage_failures: u64,
     /// Queue pairs fenced off.
     pub fences: u64,
     /// Hosts seen to die.
