@@ -14,8 +14,8 @@ use prescient_shim::{Completion, HostOptions, RegionConfig, ShimError, Sla, Stat
 fn requests_survive_a_dpu_crash_completed_or_failed_exactly_once() {
     let config = RegionConfig {
         queue_pairs: 1,
-        ring_entries: 64,
-        host_buffers: 128,
+        ring_entries: 1024,
+        host_buffers: 1024,
         dpu_buffers: 4,
         buffer_bytes: 4096,
         directory_slots: 0,
@@ -26,7 +26,8 @@ fn requests_survive_a_dpu_crash_completed_or_failed_exactly_once() {
     let options = HostOptions { pin: false, dpu_timeout: Duration::from_millis(300) };
     let host = prescient_shim::Host::attach(&region.0, options).unwrap();
     let mut qp = host.queue_pair(0).unwrap();
-    let submitted = 40u64;
+    // Enough that a DPU app let run for a moment is still busy with them.
+    let submitted = 1000u64;
     // Every fifth request is a GET (of a key never written): a crash must hand its
     // buffer back to the host.
     let is_get = |tag: u64| tag % 5 == 4;
@@ -104,6 +105,6 @@ fn requests_survive_a_dpu_crash_completed_or_failed_exactly_once() {
         assert!(*status == answered || *status == Status::DpuRestarted, "request {tag}: {status:?}");
     }
     // Every buffer is back in the arena.
-    let all: Vec<_> = (0..128).map(|_| host.take_buffer().unwrap()).collect();
-    assert_eq!(all.len(), 128);
+    let all: Vec<_> = (0..1024).map(|_| host.take_buffer().unwrap()).collect();
+    assert_eq!(all.len(), 1024);
 }
