@@ -315,9 +315,8 @@ fn run(cli: Cli) -> Result<(), String> {
             let stop = signal::install().map_err(|e| e.to_string())?;
             let summary = match config {
                 Some(path) => {
-                    let [region] = <[PathBuf; 1]>::try_from(region).map_err(|r| {
-                        format!("--config serves exactly one host region; {} were given", r.len())
-                    })?;
+                    let [region] = <[PathBuf; 1]>::try_from(region)
+                        .map_err(|r| format!("--config serves exactly one host region; {} were given", r.len()))?;
                     let config = ClusterConfig::load(&path).map_err(|e| e.to_string())?;
                     let opts = ServeCluster { config: Arc::new(config), id: node, region, pin: !no_pin, host_timeout };
                     process::serve(&opts, stop).map_err(|e| e.to_string())?
