@@ -267,8 +267,8 @@ impl RegionServer {
             words.fence_reason().store(0, Ordering::Release);
             *q = q.for_new_host();
         }
-        // Requests of the old host still in flight (cluster mode) complete by buffer
-        // only (see `complete`); every other buffer goes back.
+        // Requests of the old host still in flight (a write waiting for its holders)
+        // complete by buffer only (see `complete`); every other buffer goes back.
         metrics.buffers_reclaimed += self.reclaim(&[BufferState::Host, BufferState::Submitted, BufferState::Dpu]);
         self.host = Watch::new(self.region.u64_at(header::HOST_HEARTBEAT), self.host.timeout(), now);
         self.served = generation;
