@@ -1,7 +1,7 @@
 //! `prescient-dpu serve` without `--config`: each region is served by a cluster of one
 //! node. A GET reads back what a PUT wrote, also after the DPU app was killed and
-//! restarted from its data folder; and a DPU app that has gone to sleep on the host's
-//! doorbell is woken by the next submission.
+//! restarted from its data folder; a DPU app that has gone to sleep on the host's
+//! doorbell is woken by the next submission; and `--model` feeds the predictor.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -101,4 +101,22 @@ fn a_dpu_app_asleep_on_the_doorbell_is_woken_by_a_submission() {
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no sleep count in the summary: {stdout}"));
     assert!(slept >= 3, "slept {slept} times: {stdout}");
+}
+
+#[test]
+fn a_model_feeds_the_predictor_with_every_write() {
+    let model = concat!(env!("CARGO_MANIFEST_DIR"), "/models/shipped/OLTP.model");
+    let (_region, host, dpu) = host_and_dpu("one-node-model", config(), &["--model", model]);
+    let mut qp = host.queue_pair(0).unwrap();
+    // A write stream that repeats itself: the predictor learns which key follows which.
+    for round in 0..20u64 {
+        for key in 0..8u64 {
+            let c = put(&host, &mut qp, format!("k{key}").as_bytes(), b"v", round * 8 + key);
+            assert_eq!(c.status, Status::Ok);
+        }
+    }
+    let (clean, stdout, stderr) = dpu.stop();
+    assert!(clean, "{stderr}");
+    assert!(stdout.contains("completed 160 requests (160 ok)"), "{stdout}");
+    assert!(stdout.contains("predictor:") && stdout.contains("hits"), "{stdout}");
 }
