@@ -65,8 +65,11 @@ enum Command {
         /// the largest the region's buffers carry sealed. Store records are sized for it.
         #[arg(long)]
         value_bytes_max: Option<usize>,
-        /// Bytes of each region's fragment store file, allocated when it is created
-        /// (about 1,100 keys per MiB at 4 KiB values; `prescient-dpu fill` measures).
+        /// Bytes of each region's fragment store file, allocated when it is created. A
+        /// record holds one version of a key at up to --value-bytes-max (plus 104 bytes,
+        /// rounded up to 64); keep keys under half the records, where the store stays
+        /// well below refusing (`prescient-dpu fill` measures). 64 MiB holds about 17,000
+        /// records of the 3712-byte values of 4 KiB buffers.
         #[arg(long, default_value_t = STORE_BYTES_DEFAULT)]
         store_bytes: usize,
         /// Serve as node `--node` of the replicated cluster in this file (writes

@@ -34,7 +34,8 @@ use crate::fabric::emu::{EmuNode, ModelConfig, Network};
 use crate::metrics::Metrics;
 
 /// Default size of each region's fragment store file (`--store-bytes`): 64 MiB, about
-/// 36,000 keys of 4 KiB values at the half load the store is sized for.
+/// 17,000 records of the largest value 4 KiB buffers carry (3712 bytes; a record is the
+/// value plus 104 bytes, rounded up to 64), so about 8,500 keys at half load.
 pub const STORE_BYTES_DEFAULT: usize = 64 << 20;
 /// What `<region>` becomes in the name of its default data folder, beside it.
 pub const DATA_DIR_SUFFIX: &str = ".prescient";
