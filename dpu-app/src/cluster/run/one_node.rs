@@ -312,6 +312,15 @@ mod tests {
     }
 
     #[test]
+    fn the_default_store_holds_what_its_doc_says() {
+        let dir = PathBuf::from("/nonexistent");
+        let config = ClusterConfig::single_node(dir.clone(), dir, None, 3712, STORE_BYTES_DEFAULT);
+        let geometry = crate::cluster::protocol::node::store_geometry(&config).unwrap();
+        let records = geometry.sets() * geometry.ways();
+        assert!((16_000..=18_000).contains(&records), "{records} records of {} bytes", geometry.record_bytes());
+    }
+
+    #[test]
     fn a_one_node_cluster_gets_back_what_was_put_and_refuses_a_region_it_cannot_serve() {
         use prescient_shim::{Host, HostOptions, Sla, Status};
         use std::sync::atomic::{AtomicBool, Ordering};
