@@ -1,8 +1,8 @@
-//! A buggy or hostile host against a real `prescient-dpu` process: every malformed
-//! descriptor gets an error completion that names the problem, a ring index moved
-//! backwards or past capacity fences only that queue pair, and the DPU app keeps
-//! serving the others. A GET, which this DPU app does not serve yet, is refused as
-//! unsupported and its buffer comes back to the host.
+//! A buggy or hostile host against a real `prescient-dpu` process (a one-node
+//! cluster): every malformed descriptor gets an error completion that names the
+//! problem, a ring index moved backwards or past capacity fences only that queue pair,
+//! and the DPU app keeps serving the others. A GET's buffer comes back to the host
+//! with its answer, the value that was PUT or "not found".
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -19,7 +19,7 @@ fn config() -> RegionConfig {
         queue_pairs: 3,
         ring_entries: 16,
         host_buffers: 32,
-        dpu_buffers: 0,
+        dpu_buffers: 4,
         buffer_bytes: 4096,
         directory_slots: 0,
     }
@@ -96,8 +96,10 @@ fn malformed_descriptors_get_error_completions_and_other_queue_pairs_keep_servin
 
 #[test]
 fn a_buffer_submitted_twice_or_freed_in_flight_is_refused() {
-    let (_region, host, _dpu) = host_and_dpu("double", config(), &["--delay-us", "200000"]);
+    let (_region, host, dpu) = host_and_dpu("double", config(), &[]);
     let mut qp = host.queue_pair(0).unwrap();
+    // The DPU app frozen, the PUT stays submitted while the host misbehaves.
+    dpu.pause();
     let mut buf = host.take_buffer().unwrap();
     let (index, generation) = (buf.index(), buf.generation());
     buf.value_mut()[0] = 1;
@@ -105,8 +107,8 @@ fn a_buffer_submitted_twice_or_freed_in_flight_is_refused() {
     // Freeing a buffer in flight: the shim refuses and names its state.
     let err = host.free_raw(index, generation).unwrap_err();
     assert!(matches!(err, ShimError::BufferState { .. }), "{err}");
-    // A hostile host publishes a second descriptor for the same buffer while the DPU
-    // app holds it (the delay stage keeps it in flight).
+    // A hostile host publishes a second descriptor for the same buffer while the first
+    // is in flight: the DPU app takes both in one batch once it runs again.
     let shape = ArenaShape { host_buffers: 32, buffer_bytes: 4096 };
     let again = Descriptor {
         op: OpCode::Put,
@@ -122,6 +124,7 @@ fn a_buffer_submitted_twice_or_freed_in_flight_is_refused() {
     again.emit(&mut bytes);
     qp.push_raw(&bytes).unwrap();
     qp.flush().unwrap();
+    dpu.resume();
     let mut got = complete_all(&mut qp);
     got.sort_by_key(|c| c.user_data);
     assert_eq!(got[0].status, Status::Ok);
@@ -168,7 +171,7 @@ fn ring_indices_moved_backwards_or_past_capacity_fence_only_that_queue_pair() {
 }
 
 #[test]
-fn a_get_is_unsupported_and_its_buffer_comes_back() {
+fn a_get_returns_what_was_put_and_its_buffer_comes_back() {
     let (_region, host, dpu) = host_and_dpu("get", config(), &[]);
     let mut qp = host.queue_pair(0).unwrap();
     let buf = host.take_buffer().unwrap();
@@ -179,16 +182,21 @@ fn a_get_is_unsupported_and_its_buffer_comes_back() {
     let got = complete_all(&mut qp);
     assert_eq!(got.len(), 1);
     let c = got[0];
-    assert_eq!((c.user_data, c.status, c.op), (7, Status::Unsupported, OpCode::Get as u8));
-    assert!(c.status.describe().contains("does not serve"), "{}", c.status);
+    // Nothing was written under the key yet.
+    assert_eq!((c.user_data, c.status, c.op), (7, Status::NotFound, OpCode::Get as u8));
     let back = qp.take_value(&c).expect("the GET's buffer comes back");
     assert_eq!((back.index(), back.generation()), (index, generation));
     assert!(qp.take_value(&c).is_none(), "once");
-    // The buffer is the host's again: it can carry a PUT.
+    // The buffer is the host's again: it can carry a PUT, which a GET then reads back.
     let mut back = back;
     back.value_mut()[..2].copy_from_slice(b"ok");
     qp.put(b"some-key", back, 2, Sla::Stale, 8).map_err(|(e, _)| e).unwrap();
-    assert_eq!(complete_all(&mut qp)[0].status, Status::Ok);
+    let put = complete_all(&mut qp)[0];
+    assert_eq!(put.status, Status::Ok);
+    qp.get(b"some-key", host.take_buffer().unwrap(), Sla::Fresh, 10).map_err(|(e, _)| e).unwrap();
+    let c = complete_all(&mut qp)[0];
+    assert_eq!((c.user_data, c.status, c.version, c.detail), (10, Status::Ok, put.version, 2), "{c:?}");
+    assert_eq!(&qp.take_value(&c).expect("the value comes back in the buffer").value()[..2], b"ok");
 
     // A raw GET that names a value length is refused like any bad descriptor.
     let shape = ArenaShape { host_buffers: 32, buffer_bytes: 4096 };
@@ -208,5 +216,6 @@ fn a_get_is_unsupported_and_its_buffer_comes_back() {
     qp.flush().unwrap();
     assert_eq!(complete_all(&mut qp)[0].status, Status::BadValueLength);
     let (_, stdout, _) = dpu.stop();
-    assert!(stdout.contains("1 x this DPU app does not serve this op"), "{stdout}");
+    assert!(stdout.contains("completed 4 requests (2 ok)"), "{stdout}");
+    assert!(stdout.contains("1 x no committed value for the key"), "{stdout}");
 }

@@ -170,7 +170,7 @@ fn the_writers_dpu_app_killed_mid_write_leaves_no_pending_mark_and_fails_its_req
     // Three times what the DPU app takes in at once (64 writes in flight): the writes
     // complete in waves. A loaded machine may wake the host only after all three, so a
     // last wave goes in once the first completions show, just before the kill: those
-    // are in the ring or the pipeline when it lands.
+    // are in the ring or in flight when it lands.
     let keys: Vec<u32> = (0..256).collect();
     let push = |qp: &mut prescient_shim::QueuePair, keys: &[u32]| {
         for key in keys {

@@ -18,7 +18,7 @@ fn config() -> RegionConfig {
         queue_pairs: 1,
         ring_entries: 16,
         host_buffers: 16,
-        dpu_buffers: 0,
+        dpu_buffers: 2,
         buffer_bytes: 4096,
         directory_slots: 0,
     }

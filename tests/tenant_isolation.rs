@@ -1,7 +1,8 @@
 //! One DPU app, several hosts, one of them bad: a region that cannot be attached is
 //! refused with an error naming it and the others are served; a queue pair whose
-//! restart journal is impossible is fenced off alone; and a PUT too large for sealing
-//! and striping is refused at the door, never failed in a stage.
+//! restart journal is impossible is fenced off alone; and a PUT larger than the write
+//! path carries (sealed and striped in the region's buffers, or above the limit the
+//! DPU app was given) is refused at the door, never failed in a stage.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -17,7 +18,7 @@ fn config() -> RegionConfig {
         queue_pairs: 2,
         ring_entries: 16,
         host_buffers: 32,
-        dpu_buffers: 1,
+        dpu_buffers: 4,
         buffer_bytes: 4096,
         directory_slots: 0,
     }
@@ -82,39 +83,48 @@ fn a_restart_with_every_region_bad_exits_listing_each() {
 }
 
 #[test]
-fn puts_too_large_for_sealing_and_striping_are_refused_at_the_door() {
+fn puts_larger_than_the_write_path_carries_are_refused_at_the_door() {
     let dir = std::env::temp_dir().join(format!("prescient-door-keys-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(dir.join("keys")).unwrap();
     let key = dir.join("keys/1.key");
     std::fs::write(&key, [0x42u8; 32]).unwrap();
     std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
-    let (key_dir, epoch) = (dir.join("keys").display().to_string(), dir.join("epoch").display().to_string());
-    let region = TempRegion::new("tenant-door");
-    let host = Host::create(&region.0, config(), host_options()).unwrap();
-    let dpu = DpuProcess::serve(&[&region.0], &["--key-dir", &key_dir, "--epoch-file", &epoch, "--stripe", "4+2"]);
-    assert!(wait_served(&host));
-    let mut qp = host.queue_pair(0).unwrap();
-    // 4096-byte buffers, RS(4, 2): a sealed frame is the value + 32 bytes, cut into 4
-    // fragments of a multiple of 64 that must fit the 3776 bytes after the value's
-    // offset: values up to 3552 bytes. The arena alone would take 3712.
+    let key_dir = dir.join("keys").display().to_string();
+    // One region with a limit below what its buffers carry, one without: 4096-byte
+    // buffers carry 3712 bytes (the arena keeps 64 of tailroom; a value sealed, 32
+    // bytes more, and padded to a whole fragment fits the 3776 after the value's
+    // offset), the largest the shim lets a host submit: all of it goes through.
+    let (limited, default) = (TempRegion::new("tenant-door"), TempRegion::new("tenant-door-default"));
+    let hosts = [&limited, &default].map(|r| Host::create(&r.0, config(), host_options()).unwrap());
+    let dpu = DpuProcess::serve(&[&limited.0], &["--key-dir", &key_dir, "--value-bytes-max", "3000"]);
+    let other = DpuProcess::serve(&[&default.0], &["--key-dir", &key_dir]);
+    assert!(hosts.iter().all(|h| wait_served(h)));
     let mut statuses = Vec::new();
-    for (tag, len) in [1, 1000, 3552, 3553, 3600, 3712].into_iter().enumerate() {
-        let c = put(&mut qp, &host, len, tag as u64);
-        assert_eq!(c.user_data, tag as u64);
-        statuses.push((len, c.status, c.detail));
+    for (host, max, lens) in
+        [(&hosts[0], 3000, [1, 1000, 3000, 3001, 3600, 3712]), (&hosts[1], 3712, [1, 1000, 3000, 3001, 3600, 3712])]
+    {
+        let mut qp = host.queue_pair(0).unwrap();
+        for (tag, len) in lens.into_iter().enumerate() {
+            let c = put(&mut qp, host, len, tag as u64);
+            assert_eq!(c.user_data, tag as u64);
+            statuses.push((max, len, c.status, c.detail));
+        }
     }
-    let (_, stdout, stderr) = dpu.stop();
+    let outputs = [dpu.stop(), other.stop()];
     let _ = std::fs::remove_dir_all(&dir);
-    for &(len, status, detail) in &statuses {
-        if len <= 3552 {
-            assert_eq!(status, Status::Ok, "{len}-byte PUT: {statuses:?}\n{stderr}");
+    for &(max, len, status, detail) in &statuses {
+        if len <= max {
+            assert_eq!(status, Status::Ok, "{len}-byte PUT, limit {max}: {statuses:?}\n{outputs:?}");
         } else {
             assert_eq!((status, detail), (Status::BadValueLength, len as u32), "{len}-byte PUT: {statuses:?}");
         }
     }
-    assert!(!stdout.contains("stage failed") && !stderr.contains("leaves no room"), "{stdout}\n{stderr}");
-    assert!(stdout.contains("3 x value length does not fit the buffer"), "{stdout}");
+    for (_, stdout, stderr) in &outputs {
+        assert!(!stdout.contains("stage failed") && !stderr.contains("write refused"), "{stdout}\n{stderr}");
+    }
+    assert!(outputs[0].1.contains("3 x value length does not fit the buffer"), "{}", outputs[0].1);
+    assert!(!outputs[1].1.contains("value length does not fit the buffer"), "{}", outputs[1].1);
 }
 
 #[test]
@@ -124,7 +134,9 @@ fn versions_keep_rising_when_the_region_with_the_newest_epoch_is_gone_at_restart
     let host_b = Host::create(&b.0, config(), host_options()).unwrap();
     // B's host writes a far newer DPU epoch into its region than A's has.
     host_b.region().u32_at(header::DPU_EPOCH).store(1000, Ordering::Release);
-    // B first: the epoch of the first region once seeded the sequencer alone.
+    // B first. (Versions once came from one sequencer seeded by the regions' epoch
+    // words; each region's node now stamps them from its clock, above the floor it
+    // keeps in its data folder, so a word a host writes cannot move them back.)
     let mut first = DpuProcess::serve(&[&b.0, &a.0], &[]);
     assert!(wait_served(&host_a));
     let mut qp = host_a.queue_pair(0).unwrap();

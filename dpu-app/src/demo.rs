@@ -6,11 +6,7 @@
 //! GET, and prints what happened: throughput, latencies per stage, the predictor,
 //! invalidation timing, the readers' cache, bytes moved and faults.
 //!
-//! The load is [`crate::load::driver`]'s, as in `prescient-dpu bench cluster`; the old
-//! single-node demo (one real `prescient-dpu serve` process, no cluster) is
-//! [`single_node`], reachable as `demo --single-node`.
-
-pub mod single_node;
+//! The load is [`crate::load::driver`]'s, as in `prescient-dpu bench cluster`.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;

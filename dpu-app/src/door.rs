@@ -4,10 +4,10 @@
 //!
 //! Every check is made here, at the door: a descriptor that is accepted can be
 //! processed. Beside the descriptor's own fields (checked against the arena's shape)
-//! and its buffer's ownership, a PUT's value must fit what the pipeline's stages need
-//! in this region's buffers (sealing adds a trailer, striping pads to k fragments
-//! and writes parity into a side buffer): [`Door::limit_put_values`] is set once at
-//! start from [`crate::pipeline::Pipeline::put_value_max`].
+//! and its buffer's ownership, a PUT's value must fit what the write path needs in
+//! this region's buffers (sealing adds a trailer, striping pads to k fragments and
+//! writes parity into a side buffer): [`Door::limit_put_values`] is set once at start
+//! from the cluster's `value_bytes_max`, which the node checked against the buffers.
 //!
 //! One door per region, kept across host take-overs: a host that re-attaches over and
 //! over does not get a fresh log budget each time.
@@ -32,12 +32,10 @@ pub enum Line {
     BufferInFlight,
     /// A descriptor named a buffer whose ownership word does not say Submitted.
     BufferNotSubmitted,
-    /// A PUT's value is larger than the pipeline can process in this region.
+    /// A PUT's value is larger than the write path can process in this region.
     ValueTooLarge,
     /// A queue pair was fenced off.
     Fence,
-    /// A stage failed a request.
-    StageFailed,
     /// A new host generation was taken over.
     TakeOver,
     /// The host was found dead.
@@ -46,7 +44,7 @@ pub enum Line {
 
 impl Line {
     /// Number of lines.
-    pub const COUNT: usize = 8;
+    pub const COUNT: usize = 7;
 }
 
 /// One region's door.
@@ -194,7 +192,7 @@ struct Refusal {
     status: Status,
     detail: u64,
     user_data: u64,
-    /// A well-formed PUT whose value the pipeline cannot process in this region.
+    /// A well-formed PUT whose value the write path cannot process in this region.
     too_large: bool,
 }
 
@@ -215,7 +213,7 @@ mod tests {
     }
 
     #[test]
-    fn a_put_larger_than_the_pipeline_can_process_is_refused_at_the_door() {
+    fn a_put_larger_than_the_write_path_can_process_is_refused_at_the_door() {
         let path = std::env::temp_dir().join(format!("prescient-door-{}", std::process::id()));
         let _ = std::fs::remove_file(&path);
         let region = Region::create(&path, config(), false).unwrap();

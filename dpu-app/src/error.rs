@@ -22,12 +22,6 @@ pub enum DpuError {
         /// The other DPU app.
         pid: u32,
     },
-    /// No region given could be served; each one's reason.
-    #[error("none of the {} regions can be served; fix or remove each:{}", .failures.len(), list(.failures))]
-    NoRegionServed {
-        /// Why each region was refused.
-        failures: Vec<DpuError>,
-    },
     /// Installing the signal handler failed.
     #[error("cannot install the {signal} handler: {source}")]
     Signal {
@@ -36,8 +30,4 @@ pub enum DpuError {
         /// Why.
         source: std::io::Error,
     },
-}
-
-fn list(failures: &[DpuError]) -> String {
-    failures.iter().map(|e| format!("\n  {e}")).collect()
 }

@@ -3,21 +3,26 @@
 //! Runs on the Arm cores of a BlueField DPU, or as an ordinary process in
 //! CPU-emulation mode. It maps each host's shared region, polls every queue pair,
 //! validates every descriptor against the region's shape and its own in-flight
-//! table, and passes each request through a [`pipeline::Pipeline`] of stages.
+//! table, and serves each request as a node of a cluster: a write is sealed, striped
+//! and replicated to the key's holders while every host's cache directory is kept
+//! honest; a GET rebuilds the newest committed value from any k fragments. Without a
+//! cluster file each region is served by a cluster of one node.
 //!
-//! Module map: [`serve`] (the loop) -> [`region_server`] (one host: attach, recovery,
-//! host death) -> [`queue`] (one queue pair: take, complete) and [`door`] (every
-//! check a descriptor passes) ->
-//! [`pipeline`] (stages, e.g. [`sequence`]). [`mod@bench`] measures the ring and the
-//! cluster against references; [`load`] drives an in-process cluster from its hosts;
-//! [`demo`] runs it for the README's main command.
-//! [`cluster`] holds what the nodes of a replicated cluster share (the configuration
-//! file, version stamps); [`histogram`] keeps latencies per stage in fixed memory.
+//! Module map, top down: [`cluster`] (the nodes: [`cluster::run::process`] is the
+//! `serve` loop, [`cluster::protocol::node::Node`] one node's state machine) ->
+//! [`region_server`] (one host: attach, recovery, host death) -> [`queue`] (one queue
+//! pair: take, complete) and [`door`] (every check a descriptor passes, with
+//! [`inflight`], the buffers held). Beside them: [`seal`] and [`stripe`] (the codecs),
+//! [`fabric`] (RDMA: verbs and the emulated NIC), [`limits`] (every limit, once),
+//! [`metrics`], [`histogram`] (latencies per stage in fixed memory), [`log_limit`],
+//! [`signal`] and [`error`]. Commands: [`sim`] (the deterministic simulator), [`demo`]
+//! (the README's main command), [`load`] (an in-process cluster driven from its
+//! hosts), [`mod@bench`] (the ring and the cluster against references), [`soak`] (a
+//! kill -9 soak of a cluster of processes) and [`fill`] (a node's store filled).
 #![deny(unsafe_code)]
 
 pub mod bench;
 pub mod cluster;
-pub mod delay;
 pub mod demo;
 pub mod door;
 pub mod error;
@@ -29,13 +34,9 @@ pub mod limits;
 pub mod load;
 pub mod log_limit;
 pub mod metrics;
-pub mod pipeline;
-pub mod predict;
 pub mod queue;
 pub mod region_server;
 pub mod seal;
-pub mod sequence;
-pub mod serve;
 pub mod signal;
 pub mod sim;
 pub mod soak;

@@ -2,20 +2,16 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use prescient_dpu::delay::Delay;
+use prescient_dpu::cluster::config::ClusterConfig;
+use prescient_dpu::cluster::run::one_node::{ServeRegions, STORE_BYTES_DEFAULT};
+use prescient_dpu::cluster::run::process::{self, ServeCluster};
 use prescient_dpu::load::setup::{Network, Policy};
-use prescient_dpu::pipeline::Pipeline;
-use prescient_dpu::predict::PredictStage;
-use prescient_dpu::seal::{SealStage, Sealer};
-use prescient_dpu::sequence::Sequencer;
-use prescient_dpu::serve::{ServeOptions, Server};
-use prescient_dpu::stripe::{ReedSolomon, StripeStage};
 use prescient_dpu::{bench, demo, signal};
 use prescient_models::trace::shared_traces_dir;
-use prescient_models::{Model, Predictor};
 use prescient_shim::config::HOST_TIMEOUT_MS_DEFAULT;
 
 /// Prescient's DPU offload engine.
@@ -28,13 +24,18 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Serve one or more host regions (one per KV-store process).
+    /// Serve one or more host regions (one per KV-store process). Without `--config`
+    /// each region is served by a cluster of one node (its values sealed and kept whole
+    /// in its own files, GETs served, its cache directory kept); with `--config`, the one
+    /// region is served as node `--node` of that replicated cluster.
     Serve {
         /// CPU-emulation mode: run on this host's cores, reading the region file
         /// directly (the only mode this build has).
         #[arg(long)]
         emulate: bool,
-        /// A region file created by the host shim (repeatable).
+        /// A region file created by the host shim (repeatable; exactly one with
+        /// `--config`). Regions are failure domains: one that cannot be served is
+        /// refused, naming it, and the others are served.
         #[arg(long, required = true)]
         region: Vec<PathBuf>,
         /// Do not mlock the regions (for hosts with a small memlock limit).
@@ -43,32 +44,51 @@ enum Command {
         /// Milliseconds without a host heartbeat before its buffers are reclaimed.
         #[arg(long, default_value_t = HOST_TIMEOUT_MS_DEFAULT)]
         host_timeout_ms: u64,
-        /// Hold every request this many microseconds in an extra stage (emulates
-        /// latency of work done elsewhere; at most 1 s).
-        #[arg(long, default_value_t = 0)]
-        delay_us: u64,
-        /// Seal every PUT with the keys in this folder (`<id>.key` files of 32 bytes,
-        /// readable by the owner only) and stripe it with Reed-Solomon.
-        #[arg(long, requires = "epoch_file")]
-        key_dir: Option<PathBuf>,
-        /// File holding the key epoch, bumped at every start so nonces never repeat.
+        /// Folder for each region's files (fragment store, outcome table, epochs,
+        /// keys), one subfolder per region named for its file. Default: `<region>.prescient`
+        /// beside each region file. A restarted DPU app finds its values there.
         #[arg(long)]
-        epoch_file: Option<PathBuf>,
-        /// This node's id, part of every nonce.
-        #[arg(long, default_value_t = 0)]
-        node: u16,
-        /// Reed-Solomon data and parity fragments, as K+M.
-        #[arg(long, default_value = "4+2")]
-        stripe: String,
+        data_dir: Option<PathBuf>,
+        /// Seal every value with the keys in this folder (`<id>.key` files of 32 bytes,
+        /// readable by the owner only; the highest id seals), shared by every region.
+        /// Default: `keys/` in each region's data folder, made with one random key on
+        /// first start.
+        #[arg(long)]
+        key_dir: Option<PathBuf>,
         /// A predictor model file (e.g. models/shipped/OLTP.model): every written key
-        /// feeds it, and its leases are reported in the summary.
+        /// feeds it, and the keys it predicts are marked in the host's cache directory
+        /// before their write arrives (leases; reported in the summary). Default: no
+        /// predictor.
         #[arg(long)]
         model: Option<PathBuf>,
-        /// Serve as node `--node` of the cluster in this file (replicated writes, GETs,
-        /// cache-directory invalidation); exactly one `--region`. Keys, the stripe and
-        /// the model then come from the file.
-        #[arg(long, conflicts_with_all = ["key_dir", "epoch_file", "model", "delay_us"])]
+        /// Largest PUT value, in bytes; larger ones are refused at the door. Default:
+        /// the largest the region's buffers carry sealed. Store records are sized for it.
+        #[arg(long)]
+        value_bytes_max: Option<usize>,
+        /// Bytes of each region's fragment store file, allocated when it is created. A
+        /// record holds one version of a key at up to --value-bytes-max (plus 104 bytes,
+        /// rounded up to 64); keep keys under half the records, where the store stays
+        /// well below refusing (`prescient-dpu fill` measures). 64 MiB holds about 17,000
+        /// records of the 3712-byte values of 4 KiB buffers.
+        #[arg(long, default_value_t = STORE_BYTES_DEFAULT)]
+        store_bytes: usize,
+        /// Serve as node `--node` of the replicated cluster in this file (writes
+        /// replicated across its nodes, GETs, cache-directory invalidation); exactly one
+        /// `--region`. Keys, the data folder, the model and sizes then come from the file.
+        #[arg(long, conflicts_with_all = ["data_dir", "key_dir", "model", "value_bytes_max", "store_bytes"])]
         config: Option<PathBuf>,
+        /// With `--config`: this node's id in the file.
+        #[arg(long, requires = "config", default_value_t = 0)]
+        node: u8,
+        /// Removed (there is no stage pipeline to delay); refused with what to do.
+        #[arg(long, hide = true)]
+        delay_us: Option<String>,
+        /// Removed (a one-node cluster keeps each value whole); refused with what to do.
+        #[arg(long, hide = true)]
+        stripe: Option<String>,
+        /// Removed (the key epoch is in the data folder); refused with what to do.
+        #[arg(long, hide = true)]
+        epoch_file: Option<PathBuf>,
     },
     /// Deterministic simulation of a whole cluster with random faults (see
     /// `prescient_dpu::sim`); a failing seed prints the command that replays it.
@@ -131,19 +151,6 @@ enum Command {
         /// Seed of the network model and the readers.
         #[arg(long, default_value_t = 1)]
         seed: u64,
-        /// The old demo instead: PUTs from host threads against one real DPU-app
-        /// process, no cluster.
-        #[arg(long)]
-        single_node: bool,
-        /// --single-node: host threads (one queue pair each).
-        #[arg(long, default_value_t = 4, requires = "single_node")]
-        threads: u32,
-        /// --single-node: bytes per value.
-        #[arg(long, default_value_t = 1024, requires = "single_node")]
-        value_bytes: usize,
-        /// --single-node: requests in flight per thread.
-        #[arg(long, default_value_t = 64, requires = "single_node")]
-        depth: u32,
     },
     /// A kill -9 soak of a five-process cluster (this binary's `serve --config`, one
     /// process per node): writers keep PUTs in flight on every host while a random
@@ -284,67 +291,54 @@ fn run(cli: Cli) -> Result<(), String> {
             region,
             no_pin,
             host_timeout_ms,
-            delay_us,
+            data_dir,
             key_dir,
-            epoch_file,
-            node,
-            stripe,
             model,
+            value_bytes_max,
+            store_bytes,
             config,
+            node,
+            delay_us,
+            stripe,
+            epoch_file,
         } => {
+            if delay_us.is_some() {
+                return Err("--delay-us is gone with the stage pipeline it delayed: every request now takes the cluster's write or GET path; drop the flag".into());
+            }
+            if stripe.is_some() {
+                return Err("--stripe is gone: a region served without --config is a one-node cluster, which keeps each value whole (RS(1, 0)); to stripe values across nodes, serve a cluster with --config (k and m are in its file)".into());
+            }
+            if epoch_file.is_some() {
+                return Err("--epoch-file is gone: the key epoch is kept in each region's data folder (see --data-dir); drop the flag".into());
+            }
             if !emulate {
                 return Err("this build serves only in CPU-emulation mode: pass --emulate (the BlueField DOCA link is not built in)".into());
             }
-            if let Some(path) = config {
-                let [region] = <[PathBuf; 1]>::try_from(region)
-                    .map_err(|r| format!("--config serves exactly one host region; {} were given", r.len()))?;
-                let config = prescient_dpu::cluster::config::ClusterConfig::load(&path).map_err(|e| e.to_string())?;
-                let opts = prescient_dpu::cluster::run::process::ServeCluster {
-                    config: std::sync::Arc::new(config),
-                    id: u8::try_from(node).map_err(|_| format!("--node {node}: a cluster has at most 32 nodes"))?,
-                    region,
-                    pin: !no_pin,
-                    host_timeout: Duration::from_millis(host_timeout_ms),
-                };
-                let stop = signal::install().map_err(|e| e.to_string())?;
-                let summary = prescient_dpu::cluster::run::process::serve(&opts, stop).map_err(|e| e.to_string())?;
-                println!("{summary}");
-                return Ok(());
-            }
-            let options = ServeOptions {
-                regions: region,
-                pin: !no_pin,
-                host_timeout: Duration::from_millis(host_timeout_ms),
-                idle_sleep: Duration::from_millis(5),
-            };
+            let host_timeout = Duration::from_millis(host_timeout_ms);
             let stop = signal::install().map_err(|e| e.to_string())?;
-            let mut server = Server::attach(&options).map_err(|e| e.to_string())?;
-            let mut pipeline = Pipeline::new();
-            if let Some(path) = model {
-                let model = Model::load(&path).map_err(|e| format!("--model {}: {e}", path.display()))?;
-                let predictor = Predictor::from_model(model).map_err(|e| format!("--model {}: {e}", path.display()))?;
-                pipeline.push(Box::new(PredictStage::new(predictor)));
-            }
-            pipeline.push(Box::new(Sequencer::new(server.epoch())));
-            if let (Some(key_dir), Some(epoch_file)) = (key_dir, epoch_file) {
-                let (k, m) = parse_stripe(&stripe)?;
-                let sealer = Sealer::start(&key_dir, &epoch_file, node).map_err(|e| e.to_string())?;
-                let rs = ReedSolomon::new(k.into(), m.into()).map_err(|e| e.to_string())?;
-                pipeline.push(Box::new(SealStage::new(sealer, k, m)));
-                pipeline.push(Box::new(StripeStage::new(rs)));
-            }
-            if delay_us > 0 {
-                let delay = Delay::new(Duration::from_micros(delay_us)).ok_or_else(|| {
-                    format!("--delay-us {delay_us} is above the limit of {:?}", prescient_dpu::delay::DELAY_MAX)
-                })?;
-                pipeline.push(Box::new(delay));
-            }
-            tracing::info!(stages = ?pipeline.names(), regions = options.regions.len(), "serving");
-            server.run(&mut pipeline, &options, stop);
-            println!("{}", server.summary());
-            for line in pipeline.summaries() {
-                println!("{line}");
-            }
+            let summary = match config {
+                Some(path) => {
+                    let [region] = <[PathBuf; 1]>::try_from(region)
+                        .map_err(|r| format!("--config serves exactly one host region; {} were given", r.len()))?;
+                    let config = ClusterConfig::load(&path).map_err(|e| e.to_string())?;
+                    let opts = ServeCluster { config: Arc::new(config), id: node, region, pin: !no_pin, host_timeout };
+                    process::serve(&opts, stop).map_err(|e| e.to_string())?
+                }
+                None => {
+                    let opts = ServeRegions {
+                        regions: region,
+                        data_dir,
+                        key_dir,
+                        model,
+                        value_bytes_max,
+                        store_bytes,
+                        pin: !no_pin,
+                        host_timeout,
+                    };
+                    process::serve_regions(&opts, stop).map_err(|e| e.to_string())?
+                }
+            };
+            println!("{}", summary.trim_end());
             Ok(())
         }
         Command::Model { command } => prescient_models::cli::run(command).map_err(|e| e.to_string()),
@@ -377,15 +371,9 @@ fn run(cli: Cli) -> Result<(), String> {
             }
             Ok(())
         }
-        Command::Demo { seconds, trace, model, seed, single_node, threads, value_bytes, depth } => {
+        Command::Demo { seconds, trace, model, seed } => {
             let shipped = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../models/shipped/OLTP.model"));
             let model = model.or_else(|| shipped.exists().then_some(shipped));
-            if single_node {
-                let demo =
-                    demo::single_node::Demo { threads, seconds, value_bytes, depth, dpu_binary: self_binary()?, model };
-                println!("{}", demo::single_node::run(&demo)?);
-                return Ok(());
-            }
             let trace = trace.unwrap_or_else(|| shared_traces_dir().join("OLTP.lis.zst"));
             let demo = demo::ClusterDemo { seconds, trace, model, seed };
             print!("{}", demo::run(&demo).map_err(|e| e.to_string())?);

@@ -50,8 +50,6 @@ pub struct Metrics {
     pub ok: u64,
     /// Error completions, by status code (codes at or above the last bucket share it).
     pub errors: [u64; 32],
-    /// Requests a stage failed.
-    pub stage_failures: u64,
     /// Queue pairs fenced off.
     pub fences: u64,
     /// Hosts seen to die.
@@ -74,6 +72,20 @@ impl Metrics {
             let slot = (status as u16 as usize).min(self.errors.len() - 1);
             self.errors[slot] += 1;
         }
+    }
+
+    /// Adds `other`'s counts to these (the totals of several regions).
+    pub fn add(&mut self, other: &Metrics) {
+        self.completed += other.completed;
+        self.ok += other.ok;
+        for (mine, theirs) in self.errors.iter_mut().zip(&other.errors) {
+            *mine += theirs;
+        }
+        self.fences += other.fences;
+        self.host_deaths += other.host_deaths;
+        self.buffers_reclaimed += other.buffers_reclaimed;
+        self.restart_failed += other.restart_failed;
+        self.sleeps += other.sleeps;
     }
 
     /// A one-paragraph summary.

@@ -23,7 +23,7 @@
 use std::sync::atomic::{fence, Ordering};
 
 use prescient_shim::arena::{self, BufferState};
-use prescient_shim::config::{BATCH_MAX, DESCRIPTOR_BYTES, KEY_BYTES_MAX, VALUE_OFFSET};
+use prescient_shim::config::{BATCH_MAX, DESCRIPTOR_BYTES, KEY_BYTES_MAX};
 use prescient_shim::descriptor::{Descriptor, OpCode};
 use prescient_shim::queue::{Completions, FenceReason, QueueWords, Submissions};
 use prescient_shim::region::Region;
@@ -32,7 +32,6 @@ use prescient_shim::{sys, CompletionEntry, Status};
 
 use crate::door::{Door, Line};
 use crate::metrics::Metrics;
-use crate::pipeline::{CodecInfo, Op, Pipeline, Request};
 
 /// A request taken from a queue pair and accepted: its buffer is held by the DPU app
 /// (ownership word `Dpu`, private in-flight table) until [`QueueServer::complete`].
@@ -46,17 +45,6 @@ pub struct Accepted {
     pub desc: Descriptor,
     /// The host buffer it names.
     pub buffer: u32,
-}
-
-impl Accepted {
-    /// The pipeline's view of the operation (`None` for ops the pipeline does not run).
-    pub fn op(&self) -> Option<Op> {
-        match self.desc.op {
-            OpCode::Put => Some(Op::Put),
-            OpCode::Delete => Some(Op::Delete),
-            _ => None,
-        }
-    }
 }
 
 /// How a request ends: its status, the version it got and the op-specific detail
@@ -377,28 +365,6 @@ impl QueueServer {
             self.sq.release_to(release);
         }
     }
-
-    /// Serves one batch of at most `max` descriptors synchronously through `pipeline`
-    /// (the single-node mode: every request completes before the next is taken);
-    /// returns the descriptors taken.
-    pub fn serve(
-        &mut self,
-        region: &Region,
-        door: &mut Door,
-        pipeline: &mut Pipeline,
-        batch: &mut Vec<Accepted>,
-        max: u32,
-        metrics: &mut Metrics,
-    ) -> u32 {
-        batch.clear();
-        let taken = self.take(region, door, max.min(BATCH_MAX), batch, metrics);
-        for accepted in batch.iter() {
-            let outcome = run_pipeline(region, accepted, pipeline, door, metrics);
-            self.complete(region, door, accepted, outcome, metrics);
-        }
-        self.flush();
-        taken
-    }
 }
 
 /// The key of an accepted request, copied out of its buffer.
@@ -406,61 +372,6 @@ pub fn key_of<'k>(region: &Region, accepted: &Accepted, key: &'k mut [u8; KEY_BY
     let key = &mut key[..accepted.desc.key_len as usize];
     region.read_bytes(region.layout().buffer(accepted.buffer), key);
     key
-}
-
-/// Runs an accepted request through `pipeline` in place (single-node mode).
-fn run_pipeline(
-    region: &Region,
-    accepted: &Accepted,
-    pipeline: &mut Pipeline,
-    door: &mut Door,
-    metrics: &mut Metrics,
-) -> Outcome {
-    let Some(op) = accepted.op() else {
-        return Outcome::failed(Status::Unsupported, accepted.desc.op as u32);
-    };
-    let config = region.layout().config;
-    let buffer_offset = region.layout().buffer(accepted.buffer);
-    let mut key = [0u8; KEY_BYTES_MAX];
-    let key = key_of(region, accepted, &mut key);
-    #[allow(unsafe_code)]
-    // SAFETY: the ownership word moved Submitted -> Dpu for this generation and the
-    // private in-flight table holds the buffer, so this is the only view of it in the
-    // DPU app until the request completes. A host that writes it anyway breaks the
-    // protocol and changes only the bytes the stages see.
-    let buf = unsafe { region.bytes_mut(buffer_offset, config.buffer_bytes as usize) };
-    let side: &mut [u8] = if config.dpu_buffers > 0 {
-        #[allow(unsafe_code)]
-        // SAFETY: the first DPU scratch buffer (index host_buffers) is the pipeline's
-        // side buffer. Host descriptors cannot name it (they are checked against
-        // host_buffers), the single-node pipeline runs one request at a time on this
-        // thread, and the slice dies with the request below.
-        unsafe {
-            region.bytes_mut(region.layout().buffer(config.host_buffers), config.buffer_bytes as usize)
-        }
-    } else {
-        &mut []
-    };
-    let mut request = Request {
-        op,
-        key,
-        buf,
-        payload: VALUE_OFFSET..VALUE_OFFSET + accepted.desc.value_len as usize,
-        version: 0,
-        side,
-        codec: CodecInfo::default(),
-    };
-    match pipeline.run(&mut request) {
-        Ok(()) => Outcome::ok(request.version),
-        Err(e) => {
-            metrics.stage_failures += 1;
-            if let Some(left_out) = door.log(Line::StageFailed) {
-                let region = region.path().display().to_string();
-                tracing::warn!(region, qp = accepted.qp, sq_index = accepted.sq_index, error = %e, left_out, "stage failed");
-            }
-            Outcome::failed(Status::StageFailed, 0)
-        }
-    }
 }
 
 #[cfg(test)]

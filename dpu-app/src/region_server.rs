@@ -1,5 +1,6 @@
 //! Serving one host's region: attach (and recover a dead predecessor's requests),
-//! serve its queue pairs, watch the host, and reclaim a dead host's buffers.
+//! take requests from its queue pairs and complete them, watch the host, and reclaim
+//! a dead host's buffers.
 //!
 //! A region is a failure domain. Whatever its host writes, it can fence its own queue
 //! pairs or have its region refused at attach, never stop the others: every word this
@@ -29,7 +30,6 @@ use crate::door::{Door, Line};
 use crate::error::DpuError;
 use crate::limits::{HOST_CHECK_PERIOD_MS, REGION_TURN_DESCRIPTORS, TAKE_OVER_INTERVAL_MS};
 use crate::metrics::Metrics;
-use crate::pipeline::{Pipeline, Room};
 use crate::queue::{Accepted, Outcome, QueueServer};
 
 const HOST_CHECK_PERIOD: Duration = Duration::from_millis(HOST_CHECK_PERIOD_MS);
@@ -56,7 +56,7 @@ pub struct RegionServer {
     /// The DPU epoch this attach bumped the region to.
     epoch: u32,
 
-    /// Scratch for the single-node mode's batches (allocated once).
+    /// Scratch for one queue pair's batch of a take (allocated once).
     batch: Vec<Accepted>,
     /// Where the next `take` starts, so no queue pair starves the others.
     next_queue: usize,
@@ -267,8 +267,8 @@ impl RegionServer {
             words.fence_reason().store(0, Ordering::Release);
             *q = q.for_new_host();
         }
-        // Requests of the old host still in flight (cluster mode) complete by buffer
-        // only (see `complete`); every other buffer goes back.
+        // Requests of the old host still in flight (a write waiting for its holders)
+        // complete by buffer only (see `complete`); every other buffer goes back.
         metrics.buffers_reclaimed += self.reclaim(&[BufferState::Host, BufferState::Submitted, BufferState::Dpu]);
         self.host = Watch::new(self.region.u64_at(header::HOST_HEARTBEAT), self.host.timeout(), now);
         self.served = generation;
@@ -278,19 +278,6 @@ impl RegionServer {
         if let Some(left_out) = self.door.log(Line::TakeOver) {
             tracing::info!(region = %self.region.path().display(), generation, left_out, "serving a new host");
         }
-    }
-
-    /// Refuses PUT values larger than `pipeline` can process in this region's buffers
-    /// (checked at the door; see [`Door::limit_put_values`]). Returns the limit.
-    pub fn limit_put_values(&mut self, pipeline: &Pipeline) -> u32 {
-        let config = self.region.layout().config;
-        let room = Room {
-            payload: config.buffer_bytes as usize - prescient_shim::config::VALUE_OFFSET,
-            side: if config.dpu_buffers > 0 { config.buffer_bytes as usize } else { 0 },
-        };
-        let max = pipeline.put_value_max(room, self.door.put_value_max() as usize).unwrap_or(0);
-        self.door.limit_put_values(max as u32);
-        self.door.put_value_max()
     }
 
     /// Refuses PUT values above `max` bytes at the door (a limit the caller worked
@@ -309,14 +296,6 @@ impl RegionServer {
         self.epoch
     }
 
-    /// Records `epoch` (the newest of every region this DPU app serves, which seeds
-    /// its one sequencer) as this region's, so that the next start, which bumps each
-    /// region's word, opens an epoch above it whatever another region's host wrote.
-    pub fn adopt_epoch(&mut self, epoch: u32) {
-        self.epoch = epoch;
-        self.region.u32_at(header::DPU_EPOCH).store(epoch, Ordering::Release);
-    }
-
     /// The region.
     pub fn region(&self) -> &Arc<Region> {
         &self.region
@@ -327,37 +306,15 @@ impl RegionServer {
         self.serving.is_some() && self.queues.iter().any(QueueServer::has_work)
     }
 
-    /// Serves one batch of every queue pair synchronously through `pipeline`;
-    /// returns requests completed.
-    /// At most [`REGION_TURN_DESCRIPTORS`] descriptors are taken per call, round robin
-    /// over the queue pairs from where the last call stopped, so a region whose every
-    /// queue pair is full costs the other regions one bounded turn per round.
-    pub fn serve(&mut self, pipeline: &mut Pipeline, metrics: &mut Metrics) -> u32 {
-        if self.serving.is_none() {
-            return 0;
-        }
-        let queues = self.queues.len();
-        let mut done = 0;
-        for i in 0..queues {
-            let budget = REGION_TURN_DESCRIPTORS - done;
-            if budget == 0 {
-                // Resume at this queue pair next turn.
-                self.next_queue = (self.next_queue + i) % queues;
-                return done;
-            }
-            let q = &mut self.queues[(self.next_queue + i) % queues];
-            done += q.serve(&self.region, &mut self.door, pipeline, &mut self.batch, budget, metrics);
-        }
-        self.next_queue = (self.next_queue + 1) % queues.max(1);
-        done
-    }
-
     /// Takes up to `max` requests from the queue pairs, round robin, into `out` (whose
     /// capacity the caller reserved); each must be completed with
     /// [`RegionServer::complete`]. Refused descriptors and NOPs complete at once.
-    /// Returns the descriptors taken.
+    /// Returns the descriptors taken: at most [`REGION_TURN_DESCRIPTORS`] a call, from
+    /// the queue pair after the one the last call started at, so a region whose every
+    /// queue pair is full costs the other regions one bounded turn per round.
     pub fn take(&mut self, max: u32, out: &mut Vec<Taken>, metrics: &mut Metrics) -> u32 {
         let Some(generation) = self.serving else { return 0 };
+        let max = max.min(REGION_TURN_DESCRIPTORS);
         let queues = self.queues.len();
         let mut taken = 0;
         for i in 0..queues {
@@ -456,7 +413,7 @@ mod tests {
     use prescient_shim::{Host, HostOptions, RegionConfig};
 
     #[test]
-    fn a_region_flooding_every_queue_pair_gets_one_bounded_turn_per_round() {
+    fn a_region_flooding_every_queue_pair_gets_one_bounded_turn_per_take() {
         let path = std::env::temp_dir().join(format!("prescient-turn-{}", std::process::id()));
         let _ = std::fs::remove_file(&path);
         let config = RegionConfig {
@@ -478,13 +435,14 @@ mod tests {
             }
             qp.flush().unwrap();
         }
-        let mut pipeline = Pipeline::new();
+        let mut out = Vec::with_capacity(REGION_TURN_DESCRIPTORS as usize);
         let total = 8 * 256;
         let mut served = 0;
         let mut turns = 0;
         while served < total {
-            let done = server.serve(&mut pipeline, &mut metrics);
-            assert!(done > 0 && done <= REGION_TURN_DESCRIPTORS, "turn {turns} served {done}");
+            let done = server.take(u32::MAX, &mut out, &mut metrics);
+            assert!(out.is_empty(), "NOPs complete at the door");
+            assert!(done > 0 && done <= REGION_TURN_DESCRIPTORS, "turn {turns} took {done}");
             served += done;
             turns += 1;
             // The host drains its completions so the flood keeps being served.
@@ -493,7 +451,7 @@ mod tests {
             }
         }
         assert_eq!(served, total);
-        assert_eq!(turns, total.div_ceil(REGION_TURN_DESCRIPTORS), "every turn but the last is a full one");
+        assert!(turns >= total.div_ceil(REGION_TURN_DESCRIPTORS), "{turns} turns");
         drop(server);
         let _ = std::fs::remove_file(&path);
     }

@@ -53,3 +53,22 @@ fn a_file_that_is_not_a_region_is_refused() {
     std::fs::remove_file(&path).unwrap();
     assert!(err.contains("not a Prescient region"), "{err}");
 }
+
+#[test]
+fn the_flags_of_the_old_single_node_pipeline_are_refused_with_what_to_do_instead() {
+    let region = ["serve", "--emulate", "--no-pin", "--region", "/dev/shm/prescient-cli-unused"];
+    for (flag, value, says) in [
+        ("--delay-us", "1000", "stage pipeline"),
+        ("--stripe", "4+2", "--config"),
+        ("--epoch-file", "/tmp/epoch", "--data-dir"),
+    ] {
+        let err = stderr_of(dpu().args(region).args([flag, value]));
+        assert!(err.contains(flag) && err.contains(says), "{flag}: {err}");
+    }
+    // --node names a node of a cluster file.
+    let err = stderr_of(dpu().args(region).args(["--node", "1"]));
+    assert!(err.contains("--config"), "{err}");
+    // The one-node options and a cluster file exclude each other.
+    let err = stderr_of(dpu().args(region).args(["--config", "c.toml", "--data-dir", "/tmp/d"]));
+    assert!(err.contains("--data-dir") && err.contains("--config"), "{err}");
+}

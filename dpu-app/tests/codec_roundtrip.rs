@@ -1,5 +1,5 @@
-//! Property tests of the write path's codecs end to end: seal and stripe through
-//! the pipeline stages, lose fragments, rebuild, open.
+//! Property tests of the write path's codecs end to end: seal and stripe in place as
+//! a writer does (`cluster/protocol/replicate.rs`), lose fragments, rebuild, open.
 //!
 //! open(decode(encode(seal(x)))) == x for sizes 0 B to 4 MiB, random RS(k, m)
 //! and random loss of up to m fragments, with every striping kernel this CPU runs
@@ -8,9 +8,10 @@
 //! its header, or the sealed frame (tag included) is an error, never different
 //! plaintext.
 
-use prescient_dpu::pipeline::{Op, Pipeline, Request};
-use prescient_dpu::seal::{open_in_place, Binding, KeyRing, NonceSequence, SealStage, Sealer, FRAME_OVERHEAD};
-use prescient_dpu::stripe::{decode_stripe, fragment, Backend, Fragment, ReedSolomon, StripeLayout, StripeStage};
+use prescient_dpu::seal::{key_hash, open_in_place, Binding, KeyRing, NonceSequence, Sealer, FRAME_OVERHEAD};
+use prescient_dpu::stripe::{
+    decode_stripe, encode_stripe, fragment, Backend, Fragment, ReedSolomon, StripeId, StripeLayout,
+};
 use proptest::prelude::*;
 
 const KEY: [u8; 32] = [0x5a; 32];
@@ -21,8 +22,8 @@ fn keys() -> KeyRing {
     ring
 }
 
-/// Everything a write leaves behind: the arena buffer, the side buffer, and
-/// what the stages recorded.
+/// Everything a write leaves behind: the arena buffer, the side buffer, and the
+/// stripe's shape and key.
 struct Written {
     buf: Vec<u8>,
     side: Vec<u8>,
@@ -40,31 +41,21 @@ fn write(value: &[u8], key: &[u8], version: u64, k: usize, m: usize, start: usiz
     write_with(Backend::detect(), value, key, version, k, m, start)
 }
 
-/// Seals and stripes `value` through the pipeline, striping with `backend`'s
-/// kernels. Nonces restart at the same point each call, so two writes of one
-/// value differ only if the kernels do.
+/// Seals and stripes `value` in place, striping with `backend`'s kernels. Nonces
+/// restart at the same point each call, so two writes of one value differ only if the
+/// kernels do.
 fn write_with(backend: Backend, value: &[u8], key: &[u8], version: u64, k: usize, m: usize, start: usize) -> Written {
-    let mut pipeline = Pipeline::new();
-    let sealer = Sealer::new(keys(), NonceSequence::new(9, 1)).unwrap();
-    pipeline.push(Box::new(SealStage::new(sealer, k as u8, m as u8)));
-    pipeline.push(Box::new(StripeStage::new(ReedSolomon::with_backend(k, m, backend).unwrap())));
+    let mut sealer = Sealer::new(keys(), NonceSequence::new(9, 1)).unwrap();
+    let rs = ReedSolomon::with_backend(k, m, backend).unwrap();
     let layout = StripeLayout::new(k, m, value.len() + FRAME_OVERHEAD).unwrap();
     let mut buf = vec![0xeeu8; start + layout.data_len()];
     buf[start..start + value.len()].copy_from_slice(value);
     let mut side = vec![0u8; layout.side_len()];
-    let mut req = Request {
-        op: Op::Put,
-        key,
-        buf: &mut buf,
-        payload: start..start + value.len(),
-        version,
-        side: &mut side,
-        codec: Default::default(),
-    };
-    pipeline.run(&mut req).unwrap();
-    assert_eq!(req.payload.len(), layout.frame_len());
-    assert_eq!((usize::from(req.codec.k), usize::from(req.codec.m)), (k, m));
-    let key_hash = req.codec.key_hash;
+    let key_hash = key_hash(key);
+    let binding = Binding { key_hash, version, k: k as u8, m: m as u8, tombstone: false };
+    let frame_len = sealer.seal_in_place(&mut buf[start..], value.len(), &binding).unwrap();
+    assert_eq!(frame_len, layout.frame_len());
+    encode_stripe(&rs, &layout, StripeId { key_hash, version }, &mut buf[start..], &mut side).unwrap();
     Written { buf, side, layout, start, key_hash }
 }
 
@@ -84,7 +75,7 @@ fn read_with(backend: Backend, frags: &[Fragment<'_>], k: usize, m: usize, key: 
     let mut rs = ReedSolomon::with_backend(k, m, backend).unwrap();
     let mut out = vec![0u8; StripeLayout::new(k, m, 0).unwrap().data_len().max(frags[0].payload.len() * k)];
     let (layout, id) = decode_stripe(&mut rs, frags, &mut out).map_err(|e| e.to_string())?;
-    if id.key_hash != prescient_dpu::seal::key_hash(key) {
+    if id.key_hash != key_hash(key) {
         return Err("fragments of another key".into());
     }
     let binding = Binding { key_hash: id.key_hash, version: id.version, k: k as u8, m: m as u8, tombstone: false };

@@ -19,7 +19,7 @@ pub enum BufferState {
     Host = 1,
     /// Named by a descriptor the host published.
     Submitted = 2,
-    /// Accepted by the DPU app, in its pipeline.
+    /// Accepted by the DPU app, in flight there.
     Dpu = 3,
 }
 

@@ -137,7 +137,7 @@ pub mod qp {
     pub const CQ_DOORBELL: usize = 4 * LINE_BYTES;
     /// `u32` host waiting flag.
     pub const HOST_WAITING: usize = 4 * LINE_BYTES + 4;
-    /// DPU journal line: `u32` taken index (descriptors handed to the pipeline),
+    /// DPU journal line: `u32` taken index (descriptors taken into flight),
     /// written every batch and read by the host never, so it has its own line.
     pub const SQ_TAKEN: usize = 5 * LINE_BYTES;
     /// DPU fence line, which the host reads on every submission: `u32` fence reason

@@ -115,7 +115,7 @@ impl QueueWords {
     pub fn host_waiting(&self) -> &AtomicU32 {
         self.word(qp::HOST_WAITING)
     }
-    /// DPU-written: descriptors handed to the pipeline (restart journal).
+    /// DPU-written: descriptors taken into flight (restart journal).
     pub fn sq_taken(&self) -> &AtomicU32 {
         self.word(qp::SQ_TAKEN)
     }

@@ -25,7 +25,7 @@ pub enum Status {
     BufferInFlight = 8,
     /// The DPU app that took the request died; its successor fails it.
     DpuRestarted = 9,
-    /// A pipeline stage failed the request.
+    /// A stage of the write path (versioning, sealing, striping) failed the request.
     StageFailed = 10,
     /// A GET found no committed value for the key.
     NotFound = 11,
@@ -37,8 +37,8 @@ pub enum Status {
     Unavailable = 13,
     /// A bounded queue, log or store of the DPU app is full.
     Overloaded = 14,
-    /// This DPU app does not serve this op (e.g. a GET without a cluster
-    /// configuration).
+    /// This DPU app does not serve this op (an op code it knows of but does not
+    /// implement).
     Unsupported = 15,
     /// A status this build does not know (from a newer DPU app).
     Unknown = u16::MAX,
@@ -81,7 +81,7 @@ impl Status {
             Self::BufferNotSubmitted => "buffer not submitted by the host",
             Self::BufferInFlight => "buffer already in flight (submitted twice)",
             Self::DpuRestarted => "the DPU app restarted while the request was in flight",
-            Self::StageFailed => "a pipeline stage failed the request",
+            Self::StageFailed => "a stage of the write path (versioning, sealing, striping) failed the request",
             Self::NotFound => "no committed value for the key",
             Self::NotDurable => {
                 "the write reached fewer holders than the quorum and was rolled back: nothing of it is visible; retry it"
@@ -93,7 +93,7 @@ impl Status {
                 "a bounded queue, log or store of the DPU app is full: retry, or raise the limit its log names"
             }
             Self::Unsupported => {
-                "this DPU app does not serve this op (GET needs a cluster configuration): configure one, or use the KV store's own read path"
+                "this DPU app does not serve this op: use the KV store's own path for it"
             }
             Self::Unknown => "unknown status",
         }

@@ -5,9 +5,9 @@
  * writes `count` values straight into arena buffers and submits them as PUTs, and
  * checks every completion. It also checks that the shim refuses a doubly submitted
  * buffer and a buffer freed while in flight, reads the fresh region's cache directory
- * (every slot valid, but no lease, so nothing may be served), and sends one GET, which
- * this DPU app does not serve yet: it completes "unsupported" and its buffer comes
- * back. Returns 0 on success, or a negative line number of the first failed check. */
+ * (every slot valid, but no lease, so nothing may be served), and GETs the first key
+ * back: the value it PUT comes back in the GET's buffer. Returns 0 on success, or a
+ * negative line number of the first failed check. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
 #include <stdio.h>
@@ -114,10 +114,13 @@ int prescient_c_client_run(const char *region_path, const char *ready_path, uint
     size_t got = 0;
     CHECK(prescient_wait(qp, 10000, done, 16, &got) == PRESCIENT_RC_OK);
     CHECK(got == 1 && done[0].user_data == 7777 && done[0].op == 3);
-    CHECK(done[0].status == 15); /* unsupported: this DPU app serves no reads yet */
+    CHECK(done[0].status == 0); /* ok: the value PUT first */
+    static const char first[] = "value 0 from C";
+    CHECK(done[0].detail == sizeof first - 1);
     PrescientBuffer back;
     CHECK(prescient_take_value(qp, &done[0], &back) == PRESCIENT_RC_OK);
     CHECK(back.index == get_buf.index && back.generation == get_buf.generation);
+    CHECK(memcmp(back.value, first, sizeof first - 1) == 0);
     CHECK(prescient_take_value(qp, &done[0], &back) == PRESCIENT_RC_NO_VALUE);
     CHECK(prescient_buffer_free(host, &back) == PRESCIENT_RC_OK);
 

@@ -33,7 +33,8 @@ pub fn dpu_binary() -> PathBuf {
     bin
 }
 
-/// A unique region path under /dev/shm for `name`, removed on drop.
+/// A unique region path under /dev/shm for `name`, removed on drop with the data
+/// folder `prescient-dpu serve` keeps beside it (`<region>.prescient`).
 pub struct TempRegion(pub PathBuf);
 
 impl TempRegion {
@@ -41,13 +42,26 @@ impl TempRegion {
     pub fn new(name: &str) -> Self {
         let path = PathBuf::from(format!("/dev/shm/prescient-test-{name}-{}", std::process::id()));
         let _ = std::fs::remove_file(&path);
+        let _ = std::fs::remove_dir_all(data_dir_of(&path));
         Self(path)
     }
+
+    /// The data folder a one-node `prescient-dpu serve` keeps for this region.
+    pub fn data_dir(&self) -> PathBuf {
+        data_dir_of(&self.0)
+    }
+}
+
+fn data_dir_of(region: &Path) -> PathBuf {
+    let mut name = region.as_os_str().to_owned();
+    name.push(".prescient");
+    PathBuf::from(name)
 }
 
 impl Drop for TempRegion {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
+        let _ = std::fs::remove_dir_all(self.data_dir());
     }
 }
 
@@ -77,6 +91,36 @@ impl DpuProcess {
         }
         cmd.args(extra).stdout(file(&logs[0])).stderr(file(&logs[1]));
         Self { child: cmd.spawn().expect("start prescient-dpu"), logs }
+    }
+
+    /// Freezes the process with SIGSTOP and returns once it is stopped: whatever it had
+    /// taken from a ring stays where it was, and nothing more is taken until
+    /// [`DpuProcess::resume`].
+    pub fn pause(&self) {
+        self.signal(libc::SIGSTOP);
+        let stat = format!("/proc/{}/stat", self.child.id());
+        let stopped = wait_until(Duration::from_secs(10), || {
+            // The state is the field after the parenthesised command name.
+            std::fs::read_to_string(&stat)
+                .ok()
+                .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| rest.starts_with('T') || rest.starts_with('t')))
+                .unwrap_or(false)
+        });
+        assert!(stopped, "prescient-dpu did not stop at SIGSTOP");
+    }
+
+    /// Lets a paused process run again (SIGCONT).
+    pub fn resume(&self) {
+        self.signal(libc::SIGCONT);
+    }
+
+    fn signal(&self, signal: libc::c_int) {
+        let pid = libc::pid_t::try_from(self.child.id()).expect("a pid fits pid_t");
+        // The child is ours and not reaped yet, so its pid names it.
+        #[allow(unsafe_code)]
+        // SAFETY: kill reads no memory of ours; it only sends `signal` to `pid`.
+        let rc = unsafe { libc::kill(pid, signal) };
+        assert_eq!(rc, 0, "cannot signal prescient-dpu: {}", std::io::Error::last_os_error());
     }
 
     /// Kills the process with SIGKILL (a crash) and reaps it.

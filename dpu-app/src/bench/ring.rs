@@ -85,6 +85,7 @@ impl Drop for DpuChild {
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::fs::remove_file(&self.path);
+        let _ = std::fs::remove_dir_all(crate::cluster::run::one_node::data_dir_for(&self.path, None));
     }
 }
 
@@ -95,7 +96,8 @@ fn start_dpu(bench: &RingBench, cores: Option<Cores>) -> Result<(Arc<Host>, DpuC
         queue_pairs: QUEUE_PAIRS,
         ring_entries: 1024,
         host_buffers: 64,
-        dpu_buffers: 0,
+        // NOPs only: the fewest a node serves a region with.
+        dpu_buffers: 2,
         buffer_bytes: 4096,
         directory_slots: 0,
     };

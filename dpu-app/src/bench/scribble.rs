@@ -129,7 +129,7 @@ fn honest_config() -> RegionConfig {
         queue_pairs: 1,
         ring_entries: 64,
         host_buffers: 128,
-        dpu_buffers: 0,
+        dpu_buffers: 16,
         buffer_bytes: 4096,
         directory_slots: 0,
     }
@@ -141,7 +141,7 @@ fn hostile_config() -> RegionConfig {
         queue_pairs: 8,
         ring_entries: 256,
         host_buffers: 256,
-        dpu_buffers: 0,
+        dpu_buffers: 16,
         buffer_bytes: 4096,
         directory_slots: 0,
     }
@@ -328,6 +328,7 @@ impl Drop for DpuChild {
         let _ = self.child.wait();
         for p in &self.paths {
             let _ = std::fs::remove_file(p);
+            let _ = std::fs::remove_dir_all(crate::cluster::run::one_node::data_dir_for(p, None));
         }
     }
 }
@@ -430,6 +431,9 @@ pub fn run(bench: &ScribbleBench) -> Result<ScribbleReport, String> {
         .arg(&a_path)
         .arg("--region")
         .arg(&b_path)
+        // A's values are 8 bytes: small records keep the stores (and the DPU app's
+        // resident memory, which the test bounds) small whatever B writes.
+        .args(["--value-bytes-max", "64", "--store-bytes", "4194304"])
         .stdin(Stdio::null())
         .stdout(file(&out_path)?)
         .stderr(file(&err_path)?)

@@ -419,6 +419,40 @@ impl ClusterConfig {
         }
     }
 
+    /// The one-node cluster that `prescient-dpu serve` runs for a region given without
+    /// `--config`: RS(1, 0) with quorum 1 (the node is the one holder of every value,
+    /// durable in its own files), its files in `data_dir`, sealing with the keys of
+    /// `key_dir`, the predictor of `model` pre-invalidating predicted keys (no model: no
+    /// predictor), values of at most `value_bytes_max` bytes, a store of `store_bytes`,
+    /// the host shim's heartbeat period, and an outcome table of 4096 writes (a write
+    /// settles as it is decided, with no holder to wait for; at most
+    /// [`crate::limits::WRITES_MAX`] are in flight). Its listener addresses are placeholders:
+    /// a one-node cluster runs on the in-process fabric and has no peer to meet.
+    /// Not checked: call [`ClusterConfig::validate`].
+    pub fn single_node(
+        data_dir: PathBuf,
+        key_dir: PathBuf,
+        model: Option<PathBuf>,
+        value_bytes_max: usize,
+        store_bytes: usize,
+    ) -> Self {
+        let mut config = Self::in_process(1, 1, 0, &data_dir);
+        config.origin = format!("one-node cluster in {}", data_dir.display());
+        config.name = "one-node".to_owned();
+        config.quorum = 1;
+        config.key_dir = key_dir;
+        config.predictive = model.is_some();
+        config.model = model;
+        config.value_bytes_max = value_bytes_max;
+        config.store_bytes = store_bytes;
+        config.outcome_entries = 4 * OUTCOME_ENTRIES_MIN as usize;
+        config.heartbeat_us = prescient_shim::config::HEARTBEAT_PERIOD_US;
+        config.lease_us = config.lease_us.max(LEASE_HEARTBEATS_MIN * config.heartbeat_us);
+        config.dead_after_us = config.dead_after_us.max(config.lease_us + 1);
+        config.nodes[0].data_dir = data_dir;
+        config
+    }
+
     /// Runs every check of loading: the first rule broken is the error.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.check_code()?;
@@ -456,7 +490,8 @@ impl ClusterConfig {
         if k < 1 {
             return Err(self.invalid("cluster.k", k, "must be at least 1 data fragment"));
         }
-        if m < 1 {
+        // One node has nowhere to put parity: its code is RS(1, 0) (k + m <= n below).
+        if m < 1 && n > 1 {
             return Err(self.invalid("cluster.m", m, "must be at least 1 parity fragment, or a lost node loses data"));
         }
         if k + m > FRAGMENTS_MAX {
@@ -955,8 +990,8 @@ mod tests {
     #[test]
     fn the_node_rules_name_their_field() {
         let fx = Fixture::new("nodes");
-        let mut c = ClusterConfig::in_process(1, 1, 1, &fx.conf);
-        assert_names(&c.validate().unwrap_err().to_string(), &["[[node]] entries = 1", "2 to 32"]);
+        let mut c = ClusterConfig::in_process(0, 1, 1, &fx.conf);
+        assert_names(&c.validate().unwrap_err().to_string(), &["[[node]] entries = 0", "1 to 32"]);
         c = ClusterConfig::in_process(33, 3, 2, &fx.conf);
         assert_names(&c.validate().unwrap_err().to_string(), &["[[node]] entries = 33", "6-bit writer"]);
         assert_names(&fx.error_with("id = 4", "id = 5"), &["[[node]] #5 id = 5", "exactly 0..4"]);
@@ -1100,6 +1135,22 @@ mod tests {
         let err = c.node(5).unwrap_err().to_string();
         assert_names(&err, &["--node 5", "\"demo\"", "0, 1, 2, 3, 4"]);
         assert!(c.node(u32::MAX).is_err());
+    }
+
+    #[test]
+    fn one_node_is_the_degenerate_cluster_rs_1_0_with_quorum_1() {
+        let fx = Fixture::new("one-node");
+        let c = ClusterConfig::single_node(fx.root.join("data"), fx.conf.join("keys"), None, 3712, 1 << 24);
+        c.validate().unwrap();
+        assert_eq!((c.nodes.len(), c.k, c.m, c.quorum, c.predictive), (1, 1, 0, 1, false));
+        assert_eq!(c.nodes[0].data_dir, fx.root.join("data"));
+        assert_eq!(c.heartbeat_us, prescient_shim::config::HEARTBEAT_PERIOD_US);
+        // Parity needs a second node; and with two nodes, m = 0 loses data with one.
+        let mut c = ClusterConfig::in_process(1, 1, 1, &fx.conf);
+        assert_names(&c.validate().unwrap_err().to_string(), &["cluster.k + cluster.m = 1 + 1 = 2", "1 [[node]]"]);
+        c = ClusterConfig::in_process(2, 1, 0, &fx.conf);
+        c.quorum = 1;
+        assert_names(&c.validate().unwrap_err().to_string(), &["cluster.m = 0", "at least 1 parity"]);
     }
 
     #[test]

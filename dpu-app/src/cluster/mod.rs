@@ -14,8 +14,9 @@
 //! - [`protocol`]: one single-threaded state machine per node
 //!   ([`protocol::node::Node`], driven by `poll(now)`) and its roles;
 //! - [`run`]: [`run::rendezvous`] (hello delivery in one process or over TCP),
-//!   [`run::inprocess`] (a whole cluster in one process) and [`run::process`]
-//!   (`prescient-dpu serve`).
+//!   [`run::inprocess`] (a whole cluster in one process), [`run::one_node`] (a
+//!   one-node cluster per region) and [`run::process`] (the `prescient-dpu serve`
+//!   loop, with [`run::idle`], how it sleeps and is woken).
 //!
 //! The protocol in one paragraph. A write is stamped with a hybrid-logical-clock
 //! version, sealed and striped in place; fragment i goes to holder i of the key, and,

@@ -11,8 +11,10 @@ pub const SLOT_WRITER_BITS: u32 = 6;
 pub const SLOT_VERSION_BITS: u32 = 56;
 /// Bits of the node field of a version stamp (`version << 8 | node`).
 pub const STAMP_NODE_BITS: u32 = 8;
-/// Fewest nodes of a cluster: one node replicates to nobody.
-pub const NODES_MIN: usize = 2;
+/// Fewest nodes of a cluster. One node replicates to nobody: it is the degenerate
+/// cluster `prescient-dpu serve` runs for each region without `--config`
+/// (`ClusterConfig::single_node`: RS(1, 0), quorum 1), durable in its own files only.
+pub const NODES_MIN: usize = 1;
 /// Most nodes of a cluster: node ids are the directory slot word's 6-bit writer field
 /// and index `u32` bit masks of holders.
 pub const NODES_MAX: usize = 32;
@@ -37,14 +39,16 @@ const _: () = assert!(NODES_MAX <= 1 << SLOT_WRITER_BITS);
 const _: () = assert!(NODES_MAX <= 1 << STAMP_NODE_BITS);
 const _: () = assert!(2 + SLOT_WRITER_BITS + SLOT_VERSION_BITS == 64, "state, writer, version: one u64");
 const _: () = assert!(SLOT_VERSION_BITS + STAMP_NODE_BITS == 64, "a stamp is one u64");
-const _: () = assert!(NODES_MIN >= 2 && NODES_MIN <= NODES_MAX);
-// The smallest code, k = m = 1, is a stripe of two fragments on two nodes.
-const _: () = assert!(FRAGMENTS_MAX >= NODES_MIN);
+const _: () = assert!(NODES_MIN >= 1 && NODES_MIN <= NODES_MAX);
+// The smallest replicated code, k = m = 1, is a stripe of two fragments on two nodes.
+const _: () = assert!(FRAGMENTS_MAX >= 2);
 const _: () = assert!(VALUE_BYTES_LIMIT <= super::FRAME_LEN_MAX / 2);
 const _: () = assert!(VALUE_BYTES_LIMIT <= u32::MAX as usize);
 const _: () = assert!(LOG_SLOTS_MIN.is_power_of_two() && LOG_SLOTS_MAX.is_power_of_two());
 const _: () = assert!(OUTCOME_ENTRIES_MIN.is_power_of_two() && OUTCOME_ENTRIES_MAX.is_power_of_two());
 const _: () = assert!(STORE_BYTES_MIN < STORE_BYTES_LIMIT);
+// A one-node cluster's outcome table holds many times the writes it has in flight.
+const _: () = assert!(4 * OUTCOME_ENTRIES_MIN >= 16 * super::WRITES_MAX);
 const _: () = assert!(HEARTBEAT_US_MIN * LEASE_HEARTBEATS_MIN < TIMING_US_MAX);
 
 // Cross-checked against the host shim's cache-directory word (`prescient_shim::directory`).

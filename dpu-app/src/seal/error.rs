@@ -25,6 +25,16 @@ pub enum SealError {
         /// Its permission bits.
         mode: u32,
     },
+    /// A key folder or key file could not be created.
+    #[error("cannot {what} {path}: {source}")]
+    KeyCreate {
+        /// What was being done.
+        what: &'static str,
+        /// The folder or file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
     /// A key file of the wrong length.
     #[error("key file {path} holds {len} bytes; an AES-256 key file holds exactly 32 raw bytes")]
     KeyFileLength {

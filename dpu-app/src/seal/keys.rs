@@ -124,6 +124,35 @@ pub fn read_key_file(path: &Path) -> Result<[u8; KEY_LEN], SealError> {
     Ok(key)
 }
 
+/// Makes `dir` a key folder if it is not one yet: creates it (mode 700) with one key,
+/// `1.key`, of 32 random bytes from `/dev/urandom` (mode 600). Returns whether it made
+/// one; a folder that exists is left as it is, for [`KeyRing::load_dir`] to check.
+pub fn create_key_dir(dir: &Path) -> Result<bool, SealError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    if dir.exists() {
+        return Ok(false);
+    }
+    let err = |what, path: &Path| {
+        let path = path.to_owned();
+        move |source| SealError::KeyCreate { what, path, source }
+    };
+    fs::create_dir_all(dir).map_err(err("create the key folder", dir))?;
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o700)).map_err(err("restrict the key folder", dir))?;
+    let mut key = [0u8; KEY_LEN];
+    let urandom = Path::new("/dev/urandom");
+    fs::File::open(urandom).and_then(|mut f| f.read_exact(&mut key)).map_err(err("read", urandom))?;
+    let file = dir.join("1.key");
+    let written = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&file)
+        .and_then(|mut out| std::io::Write::write_all(&mut out, &key));
+    key.fill(0);
+    written.map_err(err("write the key file", &file))?;
+    Ok(true)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -138,6 +167,19 @@ mod tests {
     fn write_key(path: &Path, byte: u8, mode: u32) {
         fs::write(path, [byte; KEY_LEN]).unwrap();
         fs::set_permissions(path, fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    #[test]
+    fn a_missing_key_folder_is_created_with_one_private_random_key_and_an_existing_one_kept() {
+        let dir = temp_dir("create").join("keys");
+        assert!(create_key_dir(&dir).unwrap());
+        let ring = KeyRing::load_dir(&dir).unwrap();
+        assert_eq!(ring.ids().collect::<Vec<_>>(), vec![1]);
+        assert_eq!(fs::metadata(dir.join("1.key")).unwrap().permissions().mode() & 0o777, 0o600);
+        let key = fs::read(dir.join("1.key")).unwrap();
+        assert!(!create_key_dir(&dir).unwrap(), "an existing folder is left alone");
+        assert_eq!(fs::read(dir.join("1.key")).unwrap(), key);
+        fs::remove_dir_all(dir.parent().unwrap()).unwrap();
     }
 
     #[test]

@@ -20,7 +20,6 @@ pub mod frame;
 pub mod keys;
 pub mod nonce;
 pub mod sealer;
-pub mod stage;
 
 pub use aead::AeadBackend;
 pub use binding::{key_hash, Binding};
@@ -30,4 +29,3 @@ pub use frame::{FRAME_OVERHEAD, TAG_LEN};
 pub use keys::{KeyId, KeyRing};
 pub use nonce::NonceSequence;
 pub use sealer::{open_in_place, Sealer};
-pub use stage::SealStage;

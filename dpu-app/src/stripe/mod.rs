@@ -3,8 +3,8 @@
 //! Layers, lowest first: [`gf`] (field and matrices), [`kernel`] (SIMD dot
 //! products, the only `unsafe` here), [`rs`] (the code over equal-length
 //! fragments), [`layout`] and [`header`] (the stripe's shape and the checked
-//! on-wire header), [`fragments`] (frame to fragments and back), and [`stage`]
-//! (the pipeline stage).
+//! on-wire header), and [`fragments`] (frame to fragments and back, in place in a
+//! write's buffers).
 //!
 //! Kernels ([`kernel`]): GFNI `vgf2p8affineqb` on zmm or ymm, split-table
 //! `vpshufb` on zmm or ymm (x86-64), NEON `tbl` (aarch64), portable table look-ups
@@ -17,7 +17,6 @@ pub mod header;
 pub mod kernel;
 pub mod layout;
 pub mod rs;
-pub mod stage;
 
 pub use error::StripeError;
 pub use fragments::{decode_stripe, encode_stripe, fragment, Fragment, StripeId};
@@ -25,4 +24,3 @@ pub use header::{FragmentHeader, HeaderRepr, HEADER_LEN};
 pub use kernel::Backend;
 pub use layout::StripeLayout;
 pub use rs::ReedSolomon;
-pub use stage::StripeStage;

@@ -474,8 +474,14 @@ impl<F: Fabric> Node<F> {
         }
         let side_free = (0..writes_max).map(|i| rc.host_buffers + i).rev().collect();
         let directory_slots = rc.directory_slots;
-        let entry_buf =
-            EntryBuf::new(logs.iter().flatten().next().map(|(l, _)| l.geometry()).expect("a cluster has peers"));
+        // Every log has this geometry; a one-node cluster has none, and a buffer anyway.
+        let entry_buf = EntryBuf::new(
+            crate::cluster::format::log::LogGeometry::new(
+                config.log_slots as u32,
+                payload_max.max(NOTICE_PAYLOAD_BYTES as u32),
+            )
+            .map_err(NodeError::Log)?,
+        );
         let mut node = Self {
             me,
             n,
@@ -619,6 +625,17 @@ impl<F: Fabric> Node<F> {
     /// (never more than the log's slots: the credits).
     pub fn log_outstanding(&self, peer: u8) -> usize {
         self.links.peer(peer).map_or(0, |p| p.sent.len())
+    }
+
+    /// Whether the host has published requests this node has not taken (one shared
+    /// read per queue pair, no clock): a serving loop checks it before it sleeps.
+    pub fn has_host_work(&self) -> bool {
+        self.host.has_work()
+    }
+
+    /// The host region's door: descriptors refused, queue pairs fenced.
+    pub fn door(&self) -> &crate::door::Door {
+        self.host.door()
     }
 
     /// Whether node `peer` is connected and answering.

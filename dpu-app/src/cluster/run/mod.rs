@@ -1,7 +1,11 @@
 //! Running nodes: [`rendezvous`] (hello delivery in one process or over TCP),
 //! [`inprocess`] (a whole cluster in one process, stepped or threaded, on a real or a
-//! manual clock) and [`process`] (`prescient-dpu serve --config`).
+//! manual clock), [`one_node`] (a one-node cluster per region, `prescient-dpu serve`
+//! without `--config`), [`idle`] (how a serving loop sleeps and is woken) and
+//! [`process`] (the `prescient-dpu serve` loop).
 
+pub mod idle;
 pub mod inprocess;
+pub mod one_node;
 pub mod process;
 pub mod rendezvous;

@@ -1,26 +1,29 @@
-//! One node per process: `prescient-dpu serve --config cluster.toml --node N --region
-//! PATH`. The node's NIC is an emulated node over TCP at its `fabric` address, its
-//! hellos go through a TCP mailbox at its `control` address, and it polls until
-//! SIGTERM, backing off when idle (spin, then sleeps of at most `IDLE_SLEEP`).
+//! The `prescient-dpu serve` process: one loop polling the nodes it runs until
+//! SIGTERM, backing off with the idle protocol of [`super::idle`] (spin, then sleep on
+//! the host's doorbell, woken by a submission).
+//!
+//! - [`serve`]: node N of a replicated cluster (`serve --config cluster.toml --node N
+//!   --region PATH`). Its NIC is an emulated node over TCP at its `fabric` address and
+//!   its hellos go through a TCP mailbox at its `control` address.
+//! - [`serve_regions`]: a one-node cluster for each `--region` (`serve --region A
+//!   --region B ...`, see [`super::one_node`]), all polled by the one loop.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::idle::Idle;
 use super::inprocess::{ClusterClock, MonotonicClock};
+use super::one_node::{ServeError, ServeRegions, ServedRegions};
 use super::rendezvous::TcpMailbox;
 use crate::cluster::config::ClusterConfig;
 use crate::cluster::protocol::node::{Node, NodeSetup};
 use crate::cluster::NodeError;
 use crate::fabric::emu::{EmuNode, ModelConfig};
+use crate::fabric::Fabric;
 
-/// Longest idle sleep between polls.
-const IDLE_SLEEP: Duration = Duration::from_micros(200);
-/// Idle polls before the first sleep.
-const IDLE_SPINS: u32 = 2_000;
-
-/// How to serve.
+/// How to serve as a node of a replicated cluster.
 #[derive(Debug, Clone)]
 pub struct ServeCluster {
     /// The cluster.
@@ -43,7 +46,7 @@ pub fn serve(opts: &ServeCluster, stop: &AtomicBool) -> Result<String, NodeError
     let peers = opts.config.nodes.iter().filter(|n| n.id != opts.id).map(|n| (n.id, n.control)).collect();
     let mailbox = TcpMailbox::bind(opts.id, cfg.control, peers).map_err(NodeError::Rendezvous)?;
     let clock = ClusterClock::Real;
-    let mut node = Node::start(NodeSetup {
+    let node = Node::start(NodeSetup {
         config: Arc::clone(&opts.config),
         id: opts.id,
         fabric: Arc::new(fabric),
@@ -54,19 +57,37 @@ pub fn serve(opts: &ServeCluster, stop: &AtomicBool) -> Result<String, NodeError
         now: clock.now(),
     })?;
     tracing::info!(node = opts.id, fabric = %cfg.fabric, control = %cfg.control, "serving");
-    let mut idle = 0u32;
-    while !stop.load(Ordering::Relaxed) {
-        if node.poll(clock.now()) {
-            idle = 0;
-        } else {
-            idle = idle.saturating_add(1);
-            if idle > IDLE_SPINS {
-                std::thread::sleep(IDLE_SLEEP);
-            } else {
-                std::hint::spin_loop();
-            }
-        }
-    }
+    let heartbeat = Duration::from_micros(opts.config.heartbeat_us);
+    let mut idle = Idle::new(heartbeat, 1, opts.config.nodes.len() > 1);
+    let mut nodes = [node];
+    run(&mut nodes, &clock, &mut idle, stop);
+    let [node] = nodes;
     node.detach();
-    Ok(node.summary())
+    Ok(format!("{}  loop: slept {} times\n", node.summary(), idle.sleeps()))
+}
+
+/// Serves every region of `opts` that can be served, each as a one-node cluster, until
+/// `stop`; returns the summary. Fails only if no region can be served.
+pub fn serve_regions(opts: &ServeRegions, stop: &AtomicBool) -> Result<String, ServeError> {
+    let clock = ClusterClock::Real;
+    let mut served = ServedRegions::start(opts, &clock)?;
+    let heartbeat = Duration::from_micros(prescient_shim::config::HEARTBEAT_PERIOD_US);
+    let mut idle = Idle::new(heartbeat, served.nodes().len(), false);
+    tracing::info!(regions = served.nodes().len(), refused = served.refused().len(), "serving");
+    run(served.nodes_mut(), &clock, &mut idle, stop);
+    served.detach();
+    Ok(served.summary(idle.sleeps()))
+}
+
+/// Polls every node once a round at the time of the round until `stop`, backing off
+/// through `idle` when a round did nothing.
+fn run<F: Fabric>(nodes: &mut [Node<F>], clock: &ClusterClock, idle: &mut Idle, stop: &AtomicBool) {
+    while !stop.load(Ordering::Relaxed) {
+        let now = clock.now();
+        let mut busy = false;
+        for node in nodes.iter_mut() {
+            busy |= node.poll(now);
+        }
+        idle.after_round(busy, nodes);
+    }
 }
