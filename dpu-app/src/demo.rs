@@ -18,7 +18,7 @@ use crate::load::driver::{Driver, LoadConfig};
 use crate::load::keys::KeyStream;
 use crate::load::setup::{self, ClusterSpec, Network, Policy, RunDir};
 use crate::load::tally::{self, PredictorCounts};
-use crate::load::LoadError;
+use crate::Error;
 
 /// Bytes per value.
 pub const VALUE_BYTES: usize = 4096;
@@ -75,9 +75,9 @@ fn steady(h: &crate::load::driver::HostStats) -> String {
 }
 
 /// Runs the demo and returns its summary.
-pub fn run(demo: &ClusterDemo) -> Result<String, LoadError> {
+pub fn run(demo: &ClusterDemo) -> Result<String, Error> {
     if !(demo.seconds.is_finite() && demo.seconds > 0.0 && demo.seconds <= 3600.0) {
-        return Err(LoadError::Option {
+        return Err(Error::Option {
             option: "--seconds",
             value: demo.seconds.to_string(),
             allowed: "more than 0 and at most 3600".into(),

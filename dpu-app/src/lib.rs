@@ -26,6 +26,7 @@ pub mod cluster;
 pub mod demo;
 pub mod door;
 pub mod error;
+pub use error::Error;
 pub mod fabric;
 pub mod fill;
 pub mod histogram;

@@ -284,7 +284,11 @@ fn self_binary() -> Result<PathBuf, String> {
     std::env::current_exe().map_err(|e| format!("cannot find the prescient-dpu binary: {e}"))
 }
 
-fn run(cli: Cli) -> Result<(), String> {
+/// What stopped a command: the library's error (printed with its causes) or a
+/// message about the command line.
+type Failure = Box<dyn std::error::Error>;
+
+fn run(cli: Cli) -> Result<(), Failure> {
     match cli.command {
         Command::Serve {
             emulate,
@@ -315,14 +319,14 @@ fn run(cli: Cli) -> Result<(), String> {
                 return Err("this build serves only in CPU-emulation mode: pass --emulate (the BlueField DOCA link is not built in)".into());
             }
             let host_timeout = Duration::from_millis(host_timeout_ms);
-            let stop = signal::install().map_err(|e| e.to_string())?;
+            let stop = signal::install()?;
             let summary = match config {
                 Some(path) => {
                     let [region] = <[PathBuf; 1]>::try_from(region)
                         .map_err(|r| format!("--config serves exactly one host region; {} were given", r.len()))?;
-                    let config = ClusterConfig::load(&path).map_err(|e| e.to_string())?;
+                    let config = ClusterConfig::load(&path)?;
                     let opts = ServeCluster { config: Arc::new(config), id: node, region, pin: !no_pin, host_timeout };
-                    process::serve(&opts, stop).map_err(|e| e.to_string())?
+                    process::serve(&opts, stop)?
                 }
                 None => {
                     let opts = ServeRegions {
@@ -335,13 +339,13 @@ fn run(cli: Cli) -> Result<(), String> {
                         pin: !no_pin,
                         host_timeout,
                     };
-                    process::serve_regions(&opts, stop).map_err(|e| e.to_string())?
+                    process::serve_regions(&opts, stop)?
                 }
             };
             println!("{}", summary.trim_end());
             Ok(())
         }
-        Command::Model { command } => prescient_models::cli::run(command).map_err(|e| e.to_string()),
+        Command::Model { command } => Ok(prescient_models::cli::run(command)?),
         Command::Sim { seed, seeds, from, steps, nodes, k, m, quorum, keys, no_faults, predictive } => {
             let dir = std::env::temp_dir().join("prescient-sim");
             let seeds: Vec<u64> = match seed {
@@ -376,11 +380,11 @@ fn run(cli: Cli) -> Result<(), String> {
             let model = model.or_else(|| shipped.exists().then_some(shipped));
             let trace = trace.unwrap_or_else(|| shared_traces_dir().join("OLTP.lis.zst"));
             let demo = demo::ClusterDemo { seconds, trace, model, seed };
-            print!("{}", demo::run(&demo).map_err(|e| e.to_string())?);
+            print!("{}", demo::run(&demo)?);
             Ok(())
         }
         Command::Fill { keys, value_bytes, k, m, dir, store_bytes, keep } => {
-            prescient_dpu::fill::run(&prescient_dpu::fill::FillOptions {
+            Ok(prescient_dpu::fill::run(&prescient_dpu::fill::FillOptions {
                 keys,
                 value_bytes,
                 k,
@@ -388,7 +392,7 @@ fn run(cli: Cli) -> Result<(), String> {
                 dir,
                 store_bytes,
                 keep,
-            })
+            })?)
         }
         Command::Soak { seconds, kill_every, down_for, keys, depth, seed, settle } => {
             let secs = |option: &'static str, v: f64| {
@@ -410,10 +414,10 @@ fn run(cli: Cli) -> Result<(), String> {
                 dpu_binary: self_binary()?,
                 settle: secs("--settle", settle)?,
             };
-            let report = prescient_dpu::soak::run(&opts).map_err(|e| e.to_string())?;
+            let report = prescient_dpu::soak::run(&opts)?;
             print!("{}", report.render(&opts));
             if report.lost() > 0 {
-                return Err(format!("{} acknowledged writes were lost", report.lost()));
+                return Err(format!("{} acknowledged writes were lost", report.lost()).into());
             }
             Ok(())
         }
@@ -425,7 +429,8 @@ fn run(cli: Cli) -> Result<(), String> {
                 return Err(format!(
                     "--stripe {stripe}: each fragment goes to its own node and the cluster has {} nodes; use 3+2 or 4+1",
                     bench::cluster::NODES
-                ));
+                )
+                .into());
             }
             let shipped = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../models/shipped/OLTP.model"));
             let bench = bench::cluster::ClusterBench {
@@ -438,12 +443,12 @@ fn run(cli: Cli) -> Result<(), String> {
                 model: model.or_else(|| shipped.exists().then_some(shipped)),
                 seed,
             };
-            print!("{}", bench::cluster::run(&bench).map_err(|e| e.to_string())?.render());
+            print!("{}", bench::cluster::run(&bench)?.render());
             Ok(())
         }
         Command::Bench { what: BenchWhat::Scribble { seconds, seed } } => {
             if !(seconds.is_finite() && seconds > 0.0 && seconds <= 3600.0) {
-                return Err(format!("--seconds {seconds} is out of range: more than 0, at most 3600"));
+                return Err(format!("--seconds {seconds} is out of range: more than 0, at most 3600").into());
             }
             let bench = bench::scribble::ScribbleBench { seconds, seed, dpu_binary: self_binary()? };
             let report = bench::scribble::run(&bench)?;
@@ -476,8 +481,8 @@ fn main() -> ExitCode {
         .init();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
-            eprintln!("prescient-dpu: error: {message}");
+        Err(failure) => {
+            eprintln!("prescient-dpu: error: {:#}", prescient_dpu::error::Report(&*failure));
             ExitCode::FAILURE
         }
     }

@@ -27,10 +27,10 @@ use prescient_shim::ring::RingMemory;
 use prescient_shim::Status;
 
 use crate::door::{Door, Line};
-use crate::error::DpuError;
 use crate::limits::{HOST_CHECK_PERIOD_MS, REGION_TURN_DESCRIPTORS, TAKE_OVER_INTERVAL_MS};
 use crate::metrics::Metrics;
 use crate::queue::{Accepted, Outcome, QueueServer};
+use crate::Error;
 
 const HOST_CHECK_PERIOD: Duration = Duration::from_millis(HOST_CHECK_PERIOD_MS);
 const TAKE_OVER_INTERVAL: Duration = Duration::from_millis(TAKE_OVER_INTERVAL_MS);
@@ -76,14 +76,14 @@ impl RegionServer {
     /// Maps the region at `path`, claims it for this process and recovers whatever a
     /// dead predecessor left: requests it took but did not complete are failed with
     /// [`Status::DpuRestarted`], and buffers it held go back to the arena.
-    pub fn attach(path: &Path, pin: bool, host_timeout: Duration, metrics: &mut Metrics) -> Result<Self, DpuError> {
-        let region = Region::open(path, pin).map_err(|source| DpuError::Attach { path: path.into(), source })?;
+    pub fn attach(path: &Path, pin: bool, host_timeout: Duration, metrics: &mut Metrics) -> Result<Self, Error> {
+        let region = Region::open(path, pin).map_err(|source| Error::Attach { path: path.into(), source })?;
         let region = Arc::new(region);
         let me = std::process::id();
         let pid_word = region.u32_at(header::DPU_PID);
         let other = pid_word.load(Ordering::Acquire);
         if other != 0 && other != me && process_alive(other) {
-            return Err(DpuError::AlreadyServed { path: path.into(), pid: other });
+            return Err(Error::AlreadyServed { path: path.into(), pid: other });
         }
         pid_word.store(me, Ordering::Release);
         // Read once, here: from now on the epoch, heartbeat and served generation are

@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::error::DpuError;
+use crate::Error;
 
 /// Set when SIGINT or SIGTERM arrives.
 pub static STOP: AtomicBool = AtomicBool::new(false);
@@ -15,7 +15,7 @@ extern "C" fn on_signal(_signal: libc::c_int) {
 }
 
 /// Installs the handler for SIGINT and SIGTERM.
-pub fn install() -> Result<&'static AtomicBool, DpuError> {
+pub fn install() -> Result<&'static AtomicBool, Error> {
     for (signal, name) in [(libc::SIGINT, "SIGINT"), (libc::SIGTERM, "SIGTERM")] {
         // SAFETY: `on_signal` is an `extern "C"` function that only stores to an
         // atomic, which is async-signal-safe; the sigaction struct is fully initialised.
@@ -26,7 +26,7 @@ pub fn install() -> Result<&'static AtomicBool, DpuError> {
             libc::sigaction(signal, &action, std::ptr::null_mut())
         };
         if rc != 0 {
-            return Err(DpuError::Signal { signal: name, source: std::io::Error::last_os_error() });
+            return Err(Error::Signal { signal: name, source: std::io::Error::last_os_error() });
         }
     }
     Ok(&STOP)

@@ -28,9 +28,9 @@ use crate::load::keys::KeyStream;
 use crate::load::setup::{self, ClusterSpec, Network, Policy, RunDir};
 use crate::load::tally::{self, PredictorCounts};
 use crate::load::watch::WatchStats;
-use crate::load::LoadError;
 use crate::seal::{Binding, KeyRing, NonceSequence, Sealer, FRAME_OVERHEAD};
 use crate::stripe::{encode_stripe, ReedSolomon, StripeId, StripeLayout};
+use crate::Error;
 
 /// Bytes per value.
 pub const VALUE_BYTES: usize = 4096;
@@ -156,14 +156,13 @@ pub struct ClusterReport {
 
 /// Measures sealing and striping of `value_bytes` values with RS(`k`, `m`) on this
 /// thread for about `seconds` of CPU time.
-pub fn seal_and_stripe(k: u8, m: u8, value_bytes: usize, seconds: f64) -> Result<CodecFigure, LoadError> {
-    let codec = |e: &dyn std::fmt::Display| LoadError::Codec(e.to_string());
+pub fn seal_and_stripe(k: u8, m: u8, value_bytes: usize, seconds: f64) -> Result<CodecFigure, Error> {
     let mut keys = KeyRing::new();
-    keys.insert(1, &[0x5c; 32]).map_err(|e| codec(&e))?;
+    keys.insert(1, &[0x5c; 32])?;
     let aead = keys.backend().name();
-    let mut sealer = Sealer::new(keys, NonceSequence::new(0, 1)).map_err(|e| codec(&e))?;
-    let rs = ReedSolomon::new(k.into(), m.into()).map_err(|e| codec(&e))?;
-    let layout = StripeLayout::new(k.into(), m.into(), value_bytes + FRAME_OVERHEAD).map_err(|e| codec(&e))?;
+    let mut sealer = Sealer::new(keys, NonceSequence::new(0, 1))?;
+    let rs = ReedSolomon::new(k.into(), m.into())?;
+    let layout = StripeLayout::new(k.into(), m.into(), value_bytes + FRAME_OVERHEAD)?;
     let mut data = vec![0x3a_u8; layout.data_len().max(value_bytes + FRAME_OVERHEAD)];
     let mut side = vec![0u8; layout.side_len()];
     let start = cpu_seconds(Who::Thread);
@@ -171,9 +170,8 @@ pub fn seal_and_stripe(k: u8, m: u8, value_bytes: usize, seconds: f64) -> Result
     loop {
         for _ in 0..64 {
             let binding = Binding { key_hash: done, version: done, k, m, tombstone: false };
-            sealer.seal_in_place(&mut data, value_bytes, &binding).map_err(|e| codec(&e))?;
-            encode_stripe(&rs, &layout, StripeId { key_hash: done, version: done }, &mut data, &mut side)
-                .map_err(|e| codec(&e))?;
+            sealer.seal_in_place(&mut data, value_bytes, &binding)?;
+            encode_stripe(&rs, &layout, StripeId { key_hash: done, version: done }, &mut data, &mut side)?;
             done += 1;
         }
         let used = cpu_seconds(Who::Thread) - start;
@@ -184,9 +182,9 @@ pub fn seal_and_stripe(k: u8, m: u8, value_bytes: usize, seconds: f64) -> Result
 }
 
 /// Runs every cell of `bench`.
-pub fn run(bench: &ClusterBench) -> Result<ClusterReport, LoadError> {
+pub fn run(bench: &ClusterBench) -> Result<ClusterReport, Error> {
     if let Some(seconds) = bench.seconds.filter(|s| !(s.is_finite() && *s > 0.0 && *s <= 600.0)) {
-        return Err(LoadError::Option {
+        return Err(Error::Option {
             option: "--seconds",
             value: seconds.to_string(),
             allowed: "more than 0 and at most 600 per cell".into(),
@@ -236,7 +234,7 @@ pub fn run(bench: &ClusterBench) -> Result<ClusterReport, LoadError> {
     })
 }
 
-fn run_cell(spec: &ClusterSpec, stream: &KeyStream, warmup: f64, seconds: f64, seed: u64) -> Result<Cell, LoadError> {
+fn run_cell(spec: &ClusterSpec, stream: &KeyStream, warmup: f64, seconds: f64, seed: u64) -> Result<Cell, Error> {
     let name = format!("bench-{}-{}", spec.network.name(), spec.policy.name().replace('+', "-"));
     let dir = RunDir::create(&name, spec.files_bytes()?)?;
     let mut cluster = setup::start(spec, &dir)?;

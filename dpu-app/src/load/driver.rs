@@ -27,11 +27,11 @@ use prescient_shim::{Completion, Host, QueuePair, ReadCheck, ShimError, Sla, Sta
 use super::cache::ReaderCache;
 use super::keys::{key_bytes, Cursor, KeyStream};
 use super::watch::{WatchId, Watches};
-use super::LoadError;
 use crate::cluster::protocol::stats::{NodeStats, COMMIT_LOG_ENTRIES};
 use crate::cluster::run::inprocess::InProcess;
 use crate::histogram::Histogram;
 use crate::sim::rng::Rng;
+use crate::Error;
 
 /// Commit-log entries searched, newest first, for a completed write's commit point:
 /// a write completes shortly after it commits, so its entry is among the newest.
@@ -257,11 +257,11 @@ impl std::fmt::Debug for Driver {
 impl Driver {
     /// The load of `config` on every node of `cluster`, each writer on its share of
     /// `stream`. Uses queue pair 0 of each host for the writer and 1 for the reader.
-    pub fn new(cluster: &InProcess, stream: &KeyStream, config: LoadConfig) -> Result<Self, LoadError> {
+    pub fn new(cluster: &InProcess, stream: &KeyStream, config: LoadConfig) -> Result<Self, Error> {
         let n = cluster.len() as u8;
         let hosts: Vec<Arc<Host>> = (0..n).map(|i| Arc::clone(cluster.host(i))).collect();
         let qp = |node: u8, index: u32| {
-            hosts[node as usize].queue_pair(index).map_err(|source| LoadError::Host { node, source })
+            hosts[node as usize].queue_pair(index).map_err(|source| Error::Host { node, source })
         };
         let depth = config.writer_depth.max(1);
         let mut writers = Vec::with_capacity(n.into());
@@ -342,7 +342,7 @@ impl Driver {
 
     /// Runs ticks until `seconds` have passed; `submit` false lets what is in flight
     /// finish without starting more.
-    pub fn run_for(&mut self, cluster: &mut InProcess, seconds: f64, submit: bool) -> Result<(), LoadError> {
+    pub fn run_for(&mut self, cluster: &mut InProcess, seconds: f64, submit: bool) -> Result<(), Error> {
         let end = monotonic_ns() + (seconds.max(0.0) * 1e9) as u64;
         while monotonic_ns() < end {
             self.tick(cluster, submit)?;
@@ -354,7 +354,7 @@ impl Driver {
     }
 
     /// One round: submit, step the cluster, reap, poll the watches.
-    pub fn tick(&mut self, cluster: &mut InProcess, submit: bool) -> Result<(), LoadError> {
+    pub fn tick(&mut self, cluster: &mut InProcess, submit: bool) -> Result<(), Error> {
         if submit {
             let now = monotonic_ns();
             for w in 0..self.writers.len() {
@@ -420,7 +420,7 @@ impl Driver {
         (depth * elapsed / self.config.ramp_ns.max(1)).max(1) as usize
     }
 
-    fn submit_puts(&mut self, w: usize, now: u64) -> Result<(), LoadError> {
+    fn submit_puts(&mut self, w: usize, now: u64) -> Result<(), Error> {
         let mut skips = 0;
         let depth = self.depth_at(now);
         while let Some(&index) = self.writers[w].free.last() {
@@ -443,7 +443,7 @@ impl Driver {
             let mut buf = match writer.host.take_buffer() {
                 Ok(buf) => buf,
                 Err(ShimError::ArenaExhausted { .. }) => break,
-                Err(source) => return Err(LoadError::Host { node: writer.node, source }),
+                Err(source) => return Err(Error::Host { node: writer.node, source }),
             };
             let len = self.config.value_bytes.min(buf.capacity());
             let value = &mut buf.value_mut()[..len];
@@ -457,7 +457,7 @@ impl Driver {
             match writer.qp.push_put(&key_bytes(key), buf, len, Sla::Fresh, u64::from(index)) {
                 Ok(()) => {}
                 Err((ShimError::RingFull { .. }, _buf)) => break,
-                Err((source, _buf)) => return Err(LoadError::Host { node: writer.node, source }),
+                Err((source, _buf)) => return Err(Error::Host { node: writer.node, source }),
             }
             writer.free.pop();
             writer.seq += 1;
@@ -467,14 +467,14 @@ impl Driver {
             self.writers[w].slots[index as usize] = Some(PutSlot { key_id: key, submitted_ns, watch });
         }
         let writer = &mut self.writers[w];
-        writer.qp.flush().map_err(|source| LoadError::Host { node: writer.node, source })
+        writer.qp.flush().map_err(|source| Error::Host { node: writer.node, source })
     }
 
-    fn reap_puts(&mut self, w: usize, cluster: &InProcess, now: u64) -> Result<(), LoadError> {
+    fn reap_puts(&mut self, w: usize, cluster: &InProcess, now: u64) -> Result<(), Error> {
         let mut done = std::mem::take(&mut self.completions);
         done.clear();
         let node = self.writers[w].node;
-        self.writers[w].qp.poll(|c| done.push(c)).map_err(|source| LoadError::Host { node, source })?;
+        self.writers[w].qp.poll(|c| done.push(c)).map_err(|source| Error::Host { node, source })?;
         for c in done.drain(..) {
             let Some(slot) = self.writers[w].slots.get_mut(c.user_data as usize).and_then(Option::take) else {
                 continue;
@@ -621,11 +621,11 @@ impl Driver {
         }
     }
 
-    fn reap_gets(&mut self, r: usize, now: u64) -> Result<(), LoadError> {
+    fn reap_gets(&mut self, r: usize, now: u64) -> Result<(), Error> {
         let mut done = std::mem::take(&mut self.completions);
         done.clear();
         let reader = &mut self.readers[r];
-        reader.qp.poll(|c| done.push(c)).map_err(|source| LoadError::Host { node: r as u8, source })?;
+        reader.qp.poll(|c| done.push(c)).map_err(|source| Error::Host { node: r as u8, source })?;
         for c in done.drain(..) {
             let Some(slot) = reader.gets.get_mut(c.user_data as usize).and_then(Option::take) else { continue };
             reader.free.push(c.user_data as u32);

@@ -17,8 +17,8 @@ use std::sync::Arc;
 
 use prescient_models::trace::{read_trace, TraceFormat};
 
-use super::LoadError;
 use crate::sim::rng::Rng;
+use crate::Error;
 
 /// Keys of the synthetic stream's key space (per node).
 pub const SYNTHETIC_KEYS: u64 = 1_000_000;
@@ -55,7 +55,7 @@ pub struct KeyStream {
 impl KeyStream {
     /// The trace at `path`, or the synthetic stream from `seed` if there is no file
     /// there (an unreadable or malformed file is an error, not a fallback).
-    pub fn trace_or_synthetic(path: &Path, seed: u64) -> Result<Self, LoadError> {
+    pub fn trace_or_synthetic(path: &Path, seed: u64) -> Result<Self, Error> {
         match std::fs::metadata(path) {
             Ok(_) => Self::from_trace(path),
             Err(e) => Ok(Self::synthetic(seed, format!("no trace at {} ({e})", path.display()))),
@@ -63,11 +63,11 @@ impl KeyStream {
     }
 
     /// The writes of the ARC `.lis` (or `.lis.zst`) trace at `path`.
-    pub fn from_trace(path: &Path) -> Result<Self, LoadError> {
+    pub fn from_trace(path: &Path) -> Result<Self, Error> {
         let keys = read_trace(path, TraceFormat::from_path(path))
-            .map_err(|source| LoadError::Trace { path: path.to_owned(), source })?;
+            .map_err(|source| Error::Trace { path: path.to_owned(), source })?;
         if keys.is_empty() {
-            return Err(LoadError::Option {
+            return Err(Error::Option {
                 option: "trace",
                 value: path.display().to_string(),
                 allowed: "a trace with at least one write".into(),

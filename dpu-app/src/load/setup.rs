@@ -7,10 +7,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::LoadError;
 use crate::cluster::config::{ClusterConfig, Invalidation};
 use crate::cluster::run::inprocess::{region_config_for, ClusterClock, InProcess};
 use crate::fabric::emu::ModelConfig;
+use crate::Error;
 
 /// Queue pairs per host: one for the writer, one for the reader.
 pub const QUEUE_PAIRS: u32 = 2;
@@ -250,7 +250,7 @@ impl ClusterSpec {
     }
 
     /// The cluster configuration, with the nodes' files under `dir`.
-    pub fn config(&self, dir: &Path) -> Result<ClusterConfig, LoadError> {
+    pub fn config(&self, dir: &Path) -> Result<ClusterConfig, Error> {
         let c = self.config_unchecked(dir);
         c.validate()?;
         Ok(c)
@@ -276,13 +276,13 @@ impl ClusterSpec {
 
     /// Bytes of the files a run of this cluster creates: every node's store, logs and
     /// outcome table, and every host's shared region.
-    pub fn files_bytes(&self) -> Result<u64, LoadError> {
+    pub fn files_bytes(&self) -> Result<u64, Error> {
         let config = self.config_unchecked(Path::new("/nonexistent"));
         let node = crate::cluster::files_bytes(&config)?;
         let region = region_config_for(&config, QUEUE_PAIRS, DIRECTORY_SLOTS);
         // Every host's region has this layout; node 0's is named for the error.
         let region = prescient_shim::layout::Layout::new(region)
-            .map_err(|source| LoadError::Host { node: 0, source })?
+            .map_err(|source| Error::Host { node: 0, source })?
             .region_bytes as u64;
         Ok(u64::from(self.nodes) * (node + region))
     }
@@ -300,7 +300,7 @@ impl RunDir {
     /// A fresh folder named after `name` and this process, with a key folder holding
     /// one random key readable by the owner only, on a filesystem with `bytes` free if
     /// `/dev/shm` is not one.
-    pub fn create(name: &str, bytes: u64) -> Result<Self, LoadError> {
+    pub fn create(name: &str, bytes: u64) -> Result<Self, Error> {
         use std::io::Read;
         use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
         let shm = Path::new("/dev/shm");
@@ -312,7 +312,7 @@ impl RunDir {
         let path = base.join(format!("prescient-{name}-{}", std::process::id()));
         let io = |what: &'static str, path: &Path| {
             let path = path.to_owned();
-            move |source| LoadError::Io { what, path, source }
+            move |source| Error::Io { what, path, source }
         };
         let _ = std::fs::remove_dir_all(&path);
         let keys = path.join("keys");
@@ -348,7 +348,7 @@ impl Drop for RunDir {
 
 /// Starts the cluster of `spec` with its files in `dir` on the real clock and steps it
 /// until every node is connected to every other and every host holds a directory lease.
-pub fn start(spec: &ClusterSpec, dir: &RunDir) -> Result<InProcess, LoadError> {
+pub fn start(spec: &ClusterSpec, dir: &RunDir) -> Result<InProcess, Error> {
     let config = spec.config(dir.path())?;
     let region = region_config_for(&config, QUEUE_PAIRS, DIRECTORY_SLOTS);
     let mut cluster = InProcess::start(
@@ -364,7 +364,7 @@ pub fn start(spec: &ClusterSpec, dir: &RunDir) -> Result<InProcess, LoadError> {
         |c: &InProcess| (0..n).all(|i| (0..n).all(|j| i == j || c.node(i).is_some_and(|node| node.peer_up(j))));
     while !connected(&cluster) {
         if Instant::now() >= deadline {
-            return Err(LoadError::NotConnected {
+            return Err(Error::NotConnected {
                 seconds: spec.network.ready_timeout().as_secs(),
                 network: spec.network.name(),
             });
@@ -377,7 +377,7 @@ pub fn start(spec: &ClusterSpec, dir: &RunDir) -> Result<InProcess, LoadError> {
         let now = prescient_shim::sys::monotonic_ns();
         let Some(waiting) = (0..n).find(|&i| !cluster.host(i).lease_valid(now)) else { break };
         if Instant::now() >= deadline {
-            return Err(LoadError::NoLease { node: waiting, seconds: spec.network.ready_timeout().as_secs() });
+            return Err(Error::NoLease { node: waiting, seconds: spec.network.ready_timeout().as_secs() });
         }
         if !cluster.step() {
             std::thread::yield_now();

@@ -18,6 +18,7 @@
 pub mod checker;
 pub mod procs;
 
+use crate::Error;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -54,25 +55,6 @@ pub struct SoakOptions {
     pub dpu_binary: PathBuf,
     /// How long the final reads may wait for repair to settle.
     pub settle: Duration,
-}
-
-/// What went wrong running the soak (not a finding of the checker: those are in the
-/// report).
-#[derive(Debug, thiserror::Error)]
-pub enum SoakError {
-    /// An option is out of range.
-    #[error("soak {option} = {value} is out of range: {limit}")]
-    Option {
-        /// The option.
-        option: &'static str,
-        /// Its value.
-        value: String,
-        /// What is allowed.
-        limit: &'static str,
-    },
-    /// Setting up the cluster failed.
-    #[error("soak: {0}")]
-    Setup(String),
 }
 
 /// Counts shared between the writers and the main thread.
@@ -182,20 +164,24 @@ impl SoakReport {
 }
 
 /// Runs the soak; `Ok` carries the report, which says whether anything was lost.
-pub fn run(opts: &SoakOptions) -> Result<SoakReport, SoakError> {
+pub fn run(opts: &SoakOptions) -> Result<SoakReport, Error> {
     if !(opts.seconds.is_finite() && opts.seconds > 0.0 && opts.seconds <= 24.0 * 3600.0) {
-        return Err(SoakError::Option { option: "--seconds", value: opts.seconds.to_string(), limit: "0 to 86400" });
-    }
-    if opts.m == 0 || opts.m + 2 > opts.nodes {
-        return Err(SoakError::Option {
-            option: "--m",
-            value: opts.m.to_string(),
-            limit: "1 or more, leaving at least two data fragments (k = nodes - m)",
+        return Err(Error::Option {
+            option: "--seconds",
+            value: opts.seconds.to_string(),
+            allowed: "0 to 86400".into(),
         });
     }
-    let mut cluster = ProcessCluster::start(opts).map_err(SoakError::Setup)?;
+    if opts.m == 0 || opts.m + 2 > opts.nodes {
+        return Err(Error::Option {
+            option: "--m",
+            value: opts.m.to_string(),
+            allowed: "1 or more, leaving at least two data fragments (k = nodes - m)".into(),
+        });
+    }
+    let mut cluster = ProcessCluster::start(opts).map_err(Error::soak)?;
     if !cluster.wait_connected(Duration::from_secs(60)) {
-        return Err(SoakError::Setup(format!("the cluster did not connect in 60 s: {}", cluster.log_tails())));
+        return Err(Error::soak(format!("the cluster did not connect in 60 s: {}", cluster.log_tails())));
     }
     let checker = Arc::new(Mutex::new(Checker::default()));
     let tally = Arc::new(Tally::default());
@@ -229,7 +215,7 @@ pub fn run(opts: &SoakOptions) -> Result<SoakReport, SoakError> {
         let now = Instant::now();
         for (i, at) in back_at.iter_mut().enumerate() {
             if at.is_some_and(|t| now >= t) {
-                cluster.spawn(i).map_err(SoakError::Setup)?;
+                cluster.spawn(i).map_err(Error::soak)?;
                 *at = None;
                 last_event = format!("node {i} restarted at {:.1} s", secs(now));
             }
@@ -268,7 +254,7 @@ pub fn run(opts: &SoakOptions) -> Result<SoakReport, SoakError> {
     // Every node back, the writers drain.
     for (i, at) in back_at.iter_mut().enumerate() {
         if at.take().is_some() {
-            cluster.spawn(i).map_err(SoakError::Setup)?;
+            cluster.spawn(i).map_err(Error::soak)?;
         }
     }
     stop.store(true, Ordering::Release);
@@ -283,7 +269,7 @@ pub fn run(opts: &SoakOptions) -> Result<SoakReport, SoakError> {
         }
     }
     if !cluster.wait_connected(Duration::from_secs(60)) {
-        return Err(SoakError::Setup(format!("the cluster did not reconnect in 60 s: {}", cluster.log_tails())));
+        return Err(Error::soak(format!("the cluster did not reconnect in 60 s: {}", cluster.log_tails())));
     }
     let checker = std::mem::take(&mut *checker.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
     report.keys = checker.keys() as u64;

@@ -39,7 +39,6 @@ use crate::cluster::format::outcome::OutcomeTable;
 use crate::cluster::format::store::{Store, StoreGeometry};
 use crate::cluster::hlc::{Hlc, HlcFloor};
 use crate::cluster::run::rendezvous::Mailbox;
-use crate::cluster::NodeError;
 use crate::fabric::{
     Access, Completion, CompletionQueue, Fabric, LocalBuf, MemoryRegion, Op, QpOptions, WcOpcode, WcStatus,
 };
@@ -49,6 +48,7 @@ use crate::metrics::Metrics;
 use crate::region_server::{RegionServer, Taken};
 use crate::seal::{bump_epoch, Sealer};
 use crate::stripe::{ReedSolomon, StripeLayout};
+use crate::Error;
 
 /// The time a poll runs at: a monotonic clock (leases, timers; the same clock the
 /// host's directory lease is read against) and wall-clock microseconds (versions).
@@ -274,14 +274,14 @@ pub const FRAGMENT_HEAD_BYTES: usize = ENTRY_HEADER_LEN + crate::stripe::HEADER_
 /// Bytes of the files one node of `config` keeps (its store, a log per writer, its
 /// outcome table), all allocated when they are created: what a node's data folder
 /// needs free.
-pub fn files_bytes(config: &ClusterConfig) -> Result<u64, NodeError> {
+pub fn files_bytes(config: &ClusterConfig) -> Result<u64, Error> {
     let (k, m) = (config.k, config.m);
     let stripe_max =
-        StripeLayout::new(k, m, config.value_bytes_max + crate::seal::FRAME_OVERHEAD).map_err(NodeError::Stripe)?;
+        StripeLayout::new(k, m, config.value_bytes_max + crate::seal::FRAME_OVERHEAD).map_err(Error::Stripe)?;
     let store = store_geometry(config)?;
     let payload_max = ((crate::stripe::HEADER_LEN + stripe_max.fragment_len()) as u32).max(NOTICE_PAYLOAD_BYTES as u32);
     let log =
-        crate::cluster::format::log::LogGeometry::new(config.log_slots as u32, payload_max).map_err(NodeError::Log)?;
+        crate::cluster::format::log::LogGeometry::new(config.log_slots as u32, payload_max).map_err(Error::Log)?;
     let outcomes =
         HEADER_PAGE_BYTES as u64 + config.outcome_entries as u64 * crate::cluster::format::outcome::ENTRY_LEN as u64;
     Ok(store.file_bytes() + (config.nodes.len() as u64 - 1) * log.file_bytes() + outcomes)
@@ -289,17 +289,17 @@ pub fn files_bytes(config: &ClusterConfig) -> Result<u64, NodeError> {
 
 /// Most fragment bytes a store record of a node of `config` holds: one fragment of the
 /// largest value.
-fn store_payload_max(config: &ClusterConfig) -> Result<u32, NodeError> {
+fn store_payload_max(config: &ClusterConfig) -> Result<u32, Error> {
     let stripe_max = StripeLayout::new(config.k, config.m, config.value_bytes_max + crate::seal::FRAME_OVERHEAD)
-        .map_err(NodeError::Stripe)?;
+        .map_err(Error::Stripe)?;
     Ok(stripe_max.fragment_len() as u32)
 }
 
 /// The fragment store of a node of `config`: as many sets as fit in `store_bytes`, each
 /// record holding one fragment of the largest value.
-pub fn store_geometry(config: &ClusterConfig) -> Result<StoreGeometry, NodeError> {
+pub fn store_geometry(config: &ClusterConfig) -> Result<StoreGeometry, Error> {
     StoreGeometry::for_bytes(config.store_bytes as u64, STORE_WAYS, store_payload_max(config)?)
-        .map_err(|e| NodeError::Store(e.into()))
+        .map_err(|e| Error::Store(e.into()))
 }
 
 /// Records a store keeps per key it is sized for: one key's newest value and room
@@ -309,8 +309,8 @@ pub const STORE_RECORDS_PER_KEY: u64 = 2;
 
 /// `store_bytes` for a node of `config` (its k, m and value_bytes_max) to hold `keys`
 /// keys at half load (at least [`crate::limits::STORE_BYTES_MIN`]).
-pub fn store_bytes_for_keys(config: &ClusterConfig, keys: u64) -> Result<usize, NodeError> {
-    let one = StoreGeometry::new(1, STORE_WAYS, store_payload_max(config)?).map_err(|e| NodeError::Store(e.into()))?;
+pub fn store_bytes_for_keys(config: &ClusterConfig, keys: u64) -> Result<usize, Error> {
+    let one = StoreGeometry::new(1, STORE_WAYS, store_payload_max(config)?).map_err(|e| Error::Store(e.into()))?;
     let sets = (keys * STORE_RECORDS_PER_KEY).div_ceil(u64::from(one.ways())).max(1);
     let bytes = HEADER_PAGE_BYTES as u64 + sets * one.set_bytes() as u64;
     Ok((bytes as usize).clamp(crate::limits::STORE_BYTES_MIN, crate::limits::STORE_BYTES_LIMIT))
@@ -326,21 +326,21 @@ impl<F: Fabric> Node<F> {
     /// Starts node `setup.id`: maps the host region, opens (or creates) its logs, store
     /// and outcome table under its data folder, replays what a crash left unapplied,
     /// registers everything with the fabric and creates a queue pair per peer.
-    pub fn start(setup: NodeSetup<F>) -> Result<Self, NodeError> {
+    pub fn start(setup: NodeSetup<F>) -> Result<Self, Error> {
         let NodeSetup { config, id: me, fabric, region: region_path, pin, host_timeout, mailbox, now } = setup;
-        let node_cfg = config.node(u32::from(me)).map_err(NodeError::Config)?.clone();
+        let node_cfg = config.node(u32::from(me)).map_err(Error::Config)?.clone();
         let n = config.nodes.len();
         let (k, m) = (config.k, config.m);
         let data_dir = node_cfg.data_dir.clone();
-        std::fs::create_dir_all(&data_dir).map_err(|source| NodeError::Io {
+        std::fs::create_dir_all(&data_dir).map_err(|source| Error::Io {
             what: "create the data folder",
             path: data_dir.clone(),
             source,
         })?;
-        let incarnation = bump_epoch(&data_dir.join("incarnation")).map_err(NodeError::Seal)?;
+        let incarnation = bump_epoch(&data_dir.join("incarnation")).map_err(Error::Seal)?;
 
         let mut metrics = Metrics::default();
-        let mut host = RegionServer::attach(&region_path, pin, host_timeout, &mut metrics).map_err(NodeError::Dpu)?;
+        let mut host = RegionServer::attach(&region_path, pin, host_timeout, &mut metrics)?;
         // Every check at the door: a PUT above the cluster's value limit is refused
         // when taken, not failed after sealing.
         host.limit_put_values_to(u32::try_from(config.value_bytes_max).unwrap_or(u32::MAX));
@@ -348,10 +348,10 @@ impl<F: Fabric> Node<F> {
         let rc = region.layout().config;
         let value_max = config.value_bytes_max;
         let frame_max = value_max + crate::seal::FRAME_OVERHEAD;
-        let stripe_max = StripeLayout::new(k, m, frame_max).map_err(NodeError::Stripe)?;
+        let stripe_max = StripeLayout::new(k, m, frame_max).map_err(Error::Stripe)?;
         let buffer_value_room = rc.buffer_bytes as usize - prescient_shim::config::VALUE_OFFSET;
         if stripe_max.data_len() > buffer_value_room || stripe_max.side_len() > rc.buffer_bytes as usize {
-            return Err(NodeError::Region {
+            return Err(Error::Region {
                 path: region_path,
                 why: format!(
                     "its {}-byte buffers cannot carry a {value_max}-byte value striped RS({k}, {m}) in place \
@@ -365,7 +365,7 @@ impl<F: Fabric> Node<F> {
             });
         }
         if rc.dpu_buffers < 2 {
-            return Err(NodeError::Region {
+            return Err(Error::Region {
                 path: region_path,
                 why: format!(
                     "it has {} DPU buffers; a cluster node needs one per write in flight: create it with dpu_buffers >= {WRITES_MAX}",
@@ -393,7 +393,7 @@ impl<F: Fabric> Node<F> {
             rnr_timer_us: (timeout_us / 2).max(20),
             ..QpOptions::default()
         };
-        let fab = |e| NodeError::Fabric(e);
+        let fab = |e| Error::Fabric(e);
         let send_cq = fabric.create_cq(crate::limits::CQ_DEPTH_MAX).map_err(fab)?;
         let recv_cq = fabric.create_cq(crate::limits::CQ_DEPTH_MAX).map_err(fab)?;
 
@@ -410,7 +410,7 @@ impl<F: Fabric> Node<F> {
 
         let payload_max = (crate::stripe::HEADER_LEN + stripe_max.fragment_len()) as u32;
         let geometry = store_geometry(&config)?;
-        let store = Store::open(&data_dir.join("store.prstore"), me, geometry).map_err(NodeError::Store)?;
+        let store = Store::open(&data_dir.join("store.prstore"), me, geometry).map_err(Error::Store)?;
         let store_mr = fabric.register(Arc::clone(store.memory()), Access::REMOTE_READ).map_err(fab)?;
         let mut logs = Vec::with_capacity(n);
         for w in 0..n as u8 {
@@ -425,30 +425,29 @@ impl<F: Fabric> Node<F> {
                 config.log_slots as u32,
                 payload_max.max(NOTICE_PAYLOAD_BYTES as u32),
             )
-            .map_err(NodeError::Log)?;
+            .map_err(Error::Log)?;
             let mr =
                 fabric.register(Arc::clone(log.memory()), Access::LOCAL_WRITE | Access::REMOTE_WRITE).map_err(fab)?;
             logs.push(Some((log, mr)));
         }
         let outcomes = OutcomeTable::open(&data_dir.join("outcomes.prout"), me, config.outcome_entries as u32)
-            .map_err(NodeError::Outcome)?;
+            .map_err(Error::Outcome)?;
         let next_write_seq = outcomes.next_write_seq();
 
-        let sealer =
-            Sealer::start(&config.key_dir, &data_dir.join("key-epoch"), u16::from(me)).map_err(NodeError::Seal)?;
-        let rs = ReedSolomon::new(k, m).map_err(NodeError::Stripe)?;
+        let sealer = Sealer::start(&config.key_dir, &data_dir.join("key-epoch"), u16::from(me)).map_err(Error::Seal)?;
+        let rs = ReedSolomon::new(k, m).map_err(Error::Stripe)?;
         let predictor = match &config.model {
             Some(path) => {
-                let model = Model::load(path).map_err(|e| NodeError::Model { path: path.clone(), source: e })?;
-                Some(Predictor::from_model(model).map_err(|e| NodeError::Model { path: path.clone(), source: e })?)
+                let model = Model::load(path).map_err(|e| Error::Model { path: path.clone(), source: e })?;
+                Some(Predictor::from_model(model).map_err(|e| Error::Model { path: path.clone(), source: e })?)
             }
             None if config.predictive => Some(
                 Predictor::new(prescient_models::ModelConfig::default())
-                    .map_err(|e| NodeError::Model { path: PathBuf::from("(online)"), source: e })?,
+                    .map_err(|e| Error::Model { path: PathBuf::from("(online)"), source: e })?,
             ),
             None => None,
         };
-        let hlc_floor = HlcFloor::open(&data_dir.join("hlc-floor")).map_err(NodeError::Hlc)?;
+        let hlc_floor = HlcFloor::open(&data_dir.join("hlc-floor")).map_err(Error::Hlc)?;
         let hlc = Hlc::new(me, hlc_floor.floor().max(now.wall_us));
 
         let gets_max = GETS_MAX;
@@ -480,7 +479,7 @@ impl<F: Fabric> Node<F> {
                 config.log_slots as u32,
                 payload_max.max(NOTICE_PAYLOAD_BYTES as u32),
             )
-            .map_err(NodeError::Log)?,
+            .map_err(Error::Log)?,
         );
         let mut node = Self {
             me,

@@ -15,9 +15,9 @@ use prescient_shim::{Host, HostOptions, RegionConfig};
 use super::rendezvous::{LocalBoard, Mailbox};
 use crate::cluster::config::ClusterConfig;
 use crate::cluster::protocol::node::{Node, NodeSetup, Now};
-use crate::cluster::NodeError;
 use crate::fabric::emu::{Clock, EmuNode, ManualClock, ModelConfig, Network};
 use crate::stripe::StripeLayout;
+use crate::Error;
 
 /// CLOCK_MONOTONIC, the clock hosts read their directory lease against.
 #[derive(Debug, Default)]
@@ -131,10 +131,10 @@ impl InProcess {
         model: ModelConfig,
         region: RegionConfig,
         region_dir: &Path,
-    ) -> Result<Self, NodeError> {
+    ) -> Result<Self, Error> {
         let n = config.nodes.len();
-        let network = Network::new(model, clock.fabric_clock()).map_err(NodeError::Fabric)?;
-        std::fs::create_dir_all(region_dir).map_err(|source| NodeError::Io {
+        let network = Network::new(model, clock.fabric_clock()).map_err(Error::Fabric)?;
+        std::fs::create_dir_all(region_dir).map_err(|source| Error::Io {
             what: "create the region folder",
             path: region_dir.into(),
             source,
@@ -148,7 +148,7 @@ impl InProcess {
             // simulated clock never makes a host give up on its DPU app.
             let options = HostOptions { pin: false, dpu_timeout: Duration::from_secs(3600) };
             let host = Host::create(&path, region, options)
-                .map_err(|e| NodeError::Region { path: path.clone(), why: e.to_string() })?;
+                .map_err(|e| Error::Region { path: path.clone(), why: e.to_string() })?;
             hosts.push(host);
             regions.push(path);
         }
@@ -242,9 +242,9 @@ impl InProcess {
     }
 
     /// Starts node `id` (again) from its files, on a fresh fabric node.
-    pub fn restart(&mut self, id: u8) -> Result<(), NodeError> {
+    pub fn restart(&mut self, id: u8) -> Result<(), Error> {
         assert!(self.nodes[id as usize].is_none(), "node {id} is running");
-        let fabric = Arc::new(self.network.node().map_err(NodeError::Fabric)?);
+        let fabric = Arc::new(self.network.node().map_err(Error::Fabric)?);
         let mailbox = self.mailboxes[id as usize].take().expect("a parked mailbox");
         let setup = NodeSetup {
             config: Arc::clone(&self.config),

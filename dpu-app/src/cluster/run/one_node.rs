@@ -12,7 +12,7 @@
 //! Regions are failure domains: one whose node cannot start (not a region, served by
 //! another live DPU app, its files unusable, ...) is refused with an error naming its
 //! path and the others are served; only when none can be does the DPU app exit,
-//! listing each ([`ServeError::NoRegionServed`]).
+//! listing each ([`Error::NoRegionServed`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -27,11 +27,11 @@ use super::inprocess::{ClusterClock, MonotonicClock};
 use super::rendezvous::LocalBoard;
 use crate::cluster::config::ClusterConfig;
 use crate::cluster::protocol::node::{Node, NodeSetup};
-use crate::cluster::NodeError;
-use crate::error::DpuError;
+use crate::error::Report;
 use crate::fabric::emu::{EmuNode, ModelConfig, Network};
 use crate::limits::FRAGMENT_ALIGN;
 use crate::metrics::Metrics;
+use crate::Error;
 
 /// Default size of each region's fragment store file (`--store-bytes`): 64 MiB, about
 /// 17,000 records of the largest value 4 KiB buffers carry (3712 bytes; a record is the
@@ -63,56 +63,6 @@ pub struct ServeRegions {
     pub host_timeout: Duration,
 }
 
-/// Why a region was refused.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum RegionRefused {
-    /// Its node could not start.
-    #[error("{}", start_failed(.path, .source))]
-    Start {
-        /// The region.
-        path: PathBuf,
-        /// Why.
-        source: NodeError,
-    },
-    /// Its data folder would be another region's.
-    #[error(
-        "region {path}: its data folder {dir} is also that of region {other}, given before; give the region files different names"
-    )]
-    SharedDataDir {
-        /// The region refused.
-        path: PathBuf,
-        /// The folder.
-        dir: PathBuf,
-        /// The region that has it.
-        other: PathBuf,
-    },
-}
-
-/// An attach error names the region already; every other is prefixed with it.
-fn start_failed(path: &Path, e: &NodeError) -> String {
-    match e {
-        NodeError::Dpu(_) | NodeError::Region { .. } => e.to_string(),
-        _ => format!("region {}: {e}", path.display()),
-    }
-}
-
-/// Why no region is served.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ServeError {
-    /// No region given could be served; each one's reason.
-    #[error("none of the {} regions can be served; fix or remove each:{}", .failures.len(), list(.failures))]
-    NoRegionServed {
-        /// Why each region was refused.
-        failures: Vec<RegionRefused>,
-    },
-}
-
-fn list(failures: &[RegionRefused]) -> String {
-    failures.iter().map(|e| format!("\n  {e}")).collect()
-}
-
 /// The data folder of the one-node cluster serving `region`: `<data_dir>/<file name>`,
 /// or `<region>.prescient` without a `data_dir`.
 pub fn data_dir_for(region: &Path, data_dir: Option<&Path>) -> PathBuf {
@@ -138,7 +88,7 @@ pub struct ServedRegions {
     nodes: Vec<Node<EmuNode>>,
     /// Each node's in-process network (it has no peer on it; kept for its lifetime).
     _networks: Vec<Network>,
-    refused: Vec<RegionRefused>,
+    refused: Vec<Error>,
 }
 
 impl std::fmt::Debug for ServedRegions {
@@ -151,17 +101,17 @@ impl ServedRegions {
     /// Starts a one-node cluster for every region of `opts` that can be served; each
     /// one that cannot is refused with an error naming it (logged, and listed in the
     /// summary). Fails only if none can be, listing each one's reason.
-    pub fn start(opts: &ServeRegions, clock: &ClusterClock) -> Result<Self, ServeError> {
+    pub fn start(opts: &ServeRegions, clock: &ClusterClock) -> Result<Self, Error> {
         let mut served = Self { nodes: Vec::new(), _networks: Vec::new(), refused: Vec::new() };
         let mut dirs: Vec<(PathBuf, &Path)> = Vec::with_capacity(opts.regions.len());
         for path in &opts.regions {
             let dir = data_dir_for(path, opts.data_dir.as_deref());
             let started = match dirs.iter().find(|(d, _)| *d == dir) {
                 Some((_, other)) => {
-                    Err(RegionRefused::SharedDataDir { path: path.clone(), dir: dir.clone(), other: other.into() })
+                    Err(Error::SharedDataDir { path: path.clone(), dir: dir.clone(), other: other.into() })
                 }
                 None => start_one(opts, path, &dir, clock)
-                    .map_err(|source| RegionRefused::Start { path: path.clone(), source }),
+                    .map_err(|source| Error::RegionStart { path: path.clone(), source: Box::new(source) }),
             };
             dirs.push((dir, path));
             match started {
@@ -170,13 +120,13 @@ impl ServedRegions {
                     served._networks.push(network);
                 }
                 Err(e) => {
-                    tracing::error!(region = %path.display(), "{e}; serving the other regions");
+                    tracing::error!(region = %path.display(), "{}; serving the other regions", Report(&e));
                     served.refused.push(e);
                 }
             }
         }
         if served.nodes.is_empty() {
-            return Err(ServeError::NoRegionServed { failures: served.refused });
+            return Err(Error::NoRegionServed { failures: served.refused });
         }
         Ok(served)
     }
@@ -192,7 +142,7 @@ impl ServedRegions {
     }
 
     /// The regions refused, with why.
-    pub fn refused(&self) -> &[RegionRefused] {
+    pub fn refused(&self) -> &[Error] {
         &self.refused
     }
 
@@ -214,7 +164,7 @@ impl ServedRegions {
         total.sleeps = sleeps;
         let mut s = total.summary();
         for e in &self.refused {
-            s.push_str(&format!("\n  refused at attach: {e}"));
+            s.push_str(&format!("\n  refused at attach: {}", Report(e)));
         }
         for node in &self.nodes {
             let door = node.door();
@@ -246,17 +196,15 @@ fn start_one(
     region: &Path,
     dir: &Path,
     clock: &ClusterClock,
-) -> Result<(Node<EmuNode>, Network), NodeError> {
+) -> Result<(Node<EmuNode>, Network), Error> {
     // The value limit follows from the region's buffers: a look at its header first.
-    let shape = Region::open(region, false)
-        .map_err(|source| NodeError::Dpu(DpuError::Attach { path: region.into(), source }))?
-        .layout()
-        .config;
+    let shape =
+        Region::open(region, false).map_err(|source| Error::Attach { path: region.into(), source })?.layout().config;
     let key_dir = match &opts.key_dir {
         Some(keys) => keys.clone(),
         None => {
             let keys = dir.join("keys");
-            if crate::seal::keys::create_key_dir(&keys).map_err(NodeError::Seal)? {
+            if crate::seal::keys::create_key_dir(&keys).map_err(Error::Seal)? {
                 tracing::info!(region = %region.display(), keys = %keys.display(), "made a sealing key");
             }
             keys
@@ -265,9 +213,9 @@ fn start_one(
     let value_bytes_max = opts.value_bytes_max.unwrap_or_else(|| value_bytes_max_for(&shape));
     let config =
         ClusterConfig::single_node(dir.to_owned(), key_dir, opts.model.clone(), value_bytes_max, opts.store_bytes);
-    config.validate().map_err(NodeError::Config)?;
-    let network = Network::new(ModelConfig::ideal(), Arc::new(MonotonicClock)).map_err(NodeError::Fabric)?;
-    let fabric = Arc::new(network.node().map_err(NodeError::Fabric)?);
+    config.validate().map_err(Error::Config)?;
+    let network = Network::new(ModelConfig::ideal(), Arc::new(MonotonicClock)).map_err(Error::Fabric)?;
+    let fabric = Arc::new(network.node().map_err(Error::Fabric)?);
     let mailbox = LocalBoard::new(1).pop().expect("a board of one node has its mailbox");
     let node = Node::start(NodeSetup {
         config: Arc::new(config),

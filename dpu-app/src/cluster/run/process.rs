@@ -15,13 +15,13 @@ use std::time::Duration;
 
 use super::idle::Idle;
 use super::inprocess::{ClusterClock, MonotonicClock};
-use super::one_node::{ServeError, ServeRegions, ServedRegions};
+use super::one_node::{ServeRegions, ServedRegions};
 use super::rendezvous::TcpMailbox;
 use crate::cluster::config::ClusterConfig;
 use crate::cluster::protocol::node::{Node, NodeSetup};
-use crate::cluster::NodeError;
 use crate::fabric::emu::{EmuNode, ModelConfig};
 use crate::fabric::Fabric;
+use crate::Error;
 
 /// How to serve as a node of a replicated cluster.
 #[derive(Debug, Clone)]
@@ -39,12 +39,12 @@ pub struct ServeCluster {
 }
 
 /// Serves node `opts.id` until `stop`; returns the node's summary.
-pub fn serve(opts: &ServeCluster, stop: &AtomicBool) -> Result<String, NodeError> {
-    let cfg = opts.config.node(u32::from(opts.id)).map_err(NodeError::Config)?.clone();
+pub fn serve(opts: &ServeCluster, stop: &AtomicBool) -> Result<String, Error> {
+    let cfg = opts.config.node(u32::from(opts.id)).map_err(Error::Config)?.clone();
     let fabric = EmuNode::tcp(u32::from(opts.id), cfg.fabric, ModelConfig::ideal(), Arc::new(MonotonicClock))
-        .map_err(NodeError::Fabric)?;
+        .map_err(Error::Fabric)?;
     let peers = opts.config.nodes.iter().filter(|n| n.id != opts.id).map(|n| (n.id, n.control)).collect();
-    let mailbox = TcpMailbox::bind(opts.id, cfg.control, peers).map_err(NodeError::Rendezvous)?;
+    let mailbox = TcpMailbox::bind(opts.id, cfg.control, peers).map_err(Error::Rendezvous)?;
     let clock = ClusterClock::Real;
     let node = Node::start(NodeSetup {
         config: Arc::clone(&opts.config),
@@ -68,7 +68,7 @@ pub fn serve(opts: &ServeCluster, stop: &AtomicBool) -> Result<String, NodeError
 
 /// Serves every region of `opts` that can be served, each as a one-node cluster, until
 /// `stop`; returns the summary. Fails only if no region can be served.
-pub fn serve_regions(opts: &ServeRegions, stop: &AtomicBool) -> Result<String, ServeError> {
+pub fn serve_regions(opts: &ServeRegions, stop: &AtomicBool) -> Result<String, Error> {
     let clock = ClusterClock::Real;
     let mut served = ServedRegions::start(opts, &clock)?;
     let heartbeat = Duration::from_micros(prescient_shim::config::HEARTBEAT_PERIOD_US);
