@@ -26,6 +26,7 @@ use super::lease::LeaseTable;
 use super::links::Links;
 use super::peer::{Conn, Peer};
 use super::pool::Pool;
+use super::repair::Repairer;
 use super::replicate::NoticeTable;
 use super::slotjob::{self, Finished, Intent, Job, Step};
 use super::stats::NodeStats;
@@ -225,7 +226,7 @@ pub struct Node<F: Fabric> {
     pub(super) recent_jobs: Vec<u32>,
     pub(super) gets: GetTable,
     pub(super) leases: LeaseTable,
-    pub(super) repairs: super::repair::RepairTable,
+    pub(super) repairer: Repairer,
     pub(super) notices: NoticeTable,
     pub(super) sealer: Sealer,
     pub(super) rs: ReedSolomon,
@@ -515,7 +516,8 @@ impl<F: Fabric> Node<F> {
             recent_jobs: vec![0; 1 << RECENT_JOBS_BITS],
             gets: GetTable::new(gets_max, n, geometry.set_bytes(), stripe_max.data_len()),
             leases: LeaseTable::new(LEASES_MAX as u32),
-            repairs: super::repair::RepairTable::new(n, geometry.set_bytes()),
+            // Its staging follows the reader's in the sets pool, the writer's in the header pool.
+            repairer: Repairer::new(n, geometry.set_bytes(), gets_max, writes_max * (k + m) as u32),
             notices: NoticeTable::new(n, NOTICES_MAX),
             sealer,
             rs,
