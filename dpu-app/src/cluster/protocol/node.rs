@@ -21,11 +21,12 @@ use prescient_shim::directory::{self, SlotWord};
 use prescient_shim::layout::header;
 use prescient_shim::region::Region;
 
-use super::get::GetTable;
+use super::get::Reader;
 use super::lease::LeaseTable;
 use super::links::Links;
 use super::peer::{Conn, Peer};
 use super::pool::Pool;
+use super::repair::Repairer;
 use super::replicate::NoticeTable;
 use super::slotjob::{self, Finished, Intent, Job, Step};
 use super::stats::NodeStats;
@@ -223,9 +224,9 @@ pub struct Node<F: Fabric> {
     /// The latest job started on each (host, slot), hashed (index + 1; 0: none): a
     /// job behind it on the same queue pair expects the word it places.
     pub(super) recent_jobs: Vec<u32>,
-    pub(super) gets: GetTable,
+    pub(super) reader: Reader,
     pub(super) leases: LeaseTable,
-    pub(super) repairs: super::repair::RepairTable,
+    pub(super) repairer: Repairer,
     pub(super) notices: NoticeTable,
     pub(super) sealer: Sealer,
     pub(super) rs: ReedSolomon,
@@ -457,7 +458,8 @@ impl<F: Fabric> Node<F> {
             cas: Pool::new(&*fabric, 2 * jobs_max as u32, 8).map_err(fab)?,
             control: Pool::new(&*fabric, n as u32, CONTROL_BYTES).map_err(fab)?,
             zero: Pool::new(&*fabric, 1, 8).map_err(fab)?,
-            // Per GET or repair and peer, a home set and a spill set ([`Self::spill_staging`]).
+            // Per GET or repair and peer, a home set (the pool's first half) and a spill set
+            // (its second half).
             sets: Pool::new(&*fabric, 2 * (gets_max + REPAIRS_MAX) * n as u32, store.set_bytes()).map_err(fab)?,
             notices: Pool::new(&*fabric, NOTICES_MAX * n as u32, ENTRY_HEADER_LEN + NOTICE_PAYLOAD_BYTES)
                 .map_err(fab)?,
@@ -516,9 +518,10 @@ impl<F: Fabric> Node<F> {
             jobs: (0..jobs_max).map(|_| None).collect(),
             free_jobs: (0..jobs_max as u32).rev().collect(),
             recent_jobs: vec![0; 1 << RECENT_JOBS_BITS],
-            gets: GetTable::new(gets_max, n, geometry.set_bytes(), stripe_max.data_len()),
+            reader: Reader::new(gets_max, n, geometry.set_bytes(), stripe_max.data_len()),
             leases: LeaseTable::new(LEASES_MAX as u32),
-            repairs: super::repair::RepairTable::new(n, geometry.set_bytes()),
+            // Its staging follows the reader's in the sets pool, the writer's in the header pool.
+            repairer: Repairer::new(n, geometry.set_bytes(), gets_max, writes_max * (k + m) as u32),
             notices: NoticeTable::new(n, NOTICES_MAX),
             sealer,
             rs,
@@ -609,7 +612,7 @@ impl<F: Fabric> Node<F> {
 
     /// Writes (held ones included) and GETs in flight.
     pub fn in_flight(&self) -> usize {
-        self.writes.in_flight() + self.held.len() + self.gets.in_flight()
+        self.writes.in_flight() + self.held.len() + self.reader.in_flight()
     }
 
     /// Writes in this node's outcome table that are not settled yet (undecided, or
@@ -753,12 +756,6 @@ impl<F: Fabric> Node<F> {
             Kind::RepairSpillRead => self.on_repair_read(id, ok, true),
             Kind::RepairWrite => self.on_repair_write(id, ok),
         }
-    }
-
-    /// The sets-pool slot of the spill-set READ beside home-set slot `staging` (the pool's
-    /// second half).
-    pub(super) fn spill_staging(&self, staging: u32) -> u32 {
-        staging + self.pools.sets.slots() / 2
     }
 
     pub(super) fn zero_buf(&self) -> LocalBuf {

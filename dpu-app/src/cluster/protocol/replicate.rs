@@ -90,7 +90,7 @@ impl<F: Fabric> Node<F> {
         }
         // Held writes will each take a write slot and a side buffer.
         let room = self.writes.available().min(self.side_free.len()).saturating_sub(self.held.len());
-        let room = room.min(self.gets.available()) as u32;
+        let room = room.min(self.reader.available()) as u32;
         if room == 0 {
             return false;
         }
