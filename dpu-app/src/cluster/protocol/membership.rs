@@ -180,7 +180,7 @@ impl<F: Fabric> Node<F> {
     /// Writes waiting on a failed mark at `j` go ahead: `j` has revoked its directory
     /// after our suspicion epoch `epoch`, or its lease has lapsed.
     fn skip_failed_marks(&mut self, j: u8, _epoch: u64) {
-        for w in self.writes.iter_mut() {
+        for (_, w) in self.writes.iter_mut() {
             if w.marks[j as usize] == Mark::Failed {
                 w.marks[j as usize] = Mark::Skipped;
             }
@@ -200,7 +200,7 @@ impl<F: Fabric> Node<F> {
         self.stats.dead_declared += 1;
         self.stats.marks_cleared += cleared;
         // Writes waiting on the dead peer's fragment stop waiting.
-        for w in self.writes.iter_mut() {
+        for (_, w) in self.writes.iter_mut() {
             if w.holder_mask() & (1 << j) != 0 && w.acked & (1 << j) == 0 {
                 w.failed |= 1 << j;
             }

@@ -28,9 +28,10 @@ use super::peer::{Conn, Peer};
 use super::pool::Pool;
 use super::replicate::NoticeTable;
 use super::slotjob::{self, Finished, Intent, Job, Step};
+use super::slots::{SlotTable, WriteId};
 use super::stats::NodeStats;
 use super::wr::{Kind, WrId, INDEX_MAX};
-use super::write::WriteTable;
+use super::write::Write;
 use crate::cluster::config::{ClusterConfig, Invalidation};
 use crate::cluster::format::control::{ControlBlock, CONTROL_BYTES};
 use crate::cluster::format::entry::HEADER_LEN as ENTRY_HEADER_LEN;
@@ -93,13 +94,8 @@ pub struct Policy {
 /// Who a directory job reports to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Owner {
-    /// The mark of write `slot` (generation `generation`) in host `host`'s directory.
-    Write {
-        /// Write slot.
-        slot: u32,
-        /// Its generation.
-        generation: u32,
-    },
+    /// The mark of a write in host `host`'s directory.
+    Write(WriteId),
     /// The mark of lease `slot` in host `host`'s directory.
     Lease {
         /// Lease slot.
@@ -217,7 +213,7 @@ pub struct Node<F: Fabric> {
     pub(super) next_write_seq: u64,
     pub(super) links: Links<F::Qp>,
     pub(super) mailbox: Box<dyn Mailbox>,
-    pub(super) writes: WriteTable,
+    pub(super) writes: SlotTable<Write, WriteId>,
     pub(super) jobs: Vec<Option<JobEntry>>,
     pub(super) free_jobs: Vec<u32>,
     /// The latest job started on each (host, slot), hashed (index + 1; 0: none): a
@@ -509,7 +505,7 @@ impl<F: Fabric> Node<F> {
             next_write_seq,
             links: Links::new(me, peers, qp_options, config.log_slots as u32 + 8, POLL_BATCH),
             mailbox,
-            writes: WriteTable::new(writes_max),
+            writes: SlotTable::new(writes_max),
             jobs: (0..jobs_max).map(|_| None).collect(),
             free_jobs: (0..jobs_max as u32).rev().collect(),
             recent_jobs: vec![0; 1 << RECENT_JOBS_BITS],
@@ -606,7 +602,7 @@ impl<F: Fabric> Node<F> {
 
     /// Writes (held ones included) and GETs in flight.
     pub fn in_flight(&self) -> usize {
-        self.writes.in_flight() + self.held.len() + self.gets.in_flight()
+        self.writes.in_use() + self.held.len() + self.gets.in_flight()
     }
 
     /// Writes in this node's outcome table that are not settled yet (undecided, or
@@ -884,13 +880,10 @@ impl<F: Fabric> Node<F> {
         let Some(entry) = self.jobs.get_mut(index as usize).and_then(Option::as_mut) else { return };
         entry.posted = entry.posted.saturating_sub(1);
         let (host, slot) = (entry.host, entry.slot);
-        if let (Intent::Mark { version }, Owner::Write { slot: w, generation }) = (entry.job.intent(), entry.owner) {
+        if let (Intent::Mark { version }, Owner::Write(w)) = (entry.job.intent(), entry.owner) {
             // Decided while this mark still looks for the slot's word: a retry goes
             // straight to the commit's Invalid (one round trip, not two).
-            let decided = self
-                .writes
-                .get_mut(w, generation)
-                .is_some_and(|w| w.phase == super::write::Phase::Deciding && w.end.is_none());
+            let decided = self.writes.get(w).is_some_and(|w| w.phase() == super::write::Phase::Deciding);
             let entry = self.jobs[index as usize].as_mut().expect("job exists");
             if decided {
                 entry.job.retry_as(Intent::Invalidate { version });
@@ -922,9 +915,7 @@ impl<F: Fabric> Node<F> {
                     // the newest word while the write has time (the others' CASes took,
                     // so someone progresses); a lease's gives up quietly.
                     let retry = match entry.owner {
-                        Owner::Write { slot, generation } => {
-                            self.writes.get_mut(slot, generation).is_some_and(|w| now.mono_ns < w.deadline_ns)
-                        }
+                        Owner::Write(w) => self.writes.get(w).is_some_and(|w| now.mono_ns < w.deadline_ns),
                         Owner::Lease { .. } | Owner::Detached => false,
                     };
                     self.stats.cas_contended += 1;
@@ -955,7 +946,7 @@ impl<F: Fabric> Node<F> {
     /// Tells a job's owner how it ended.
     pub(super) fn on_job_done(&mut self, owner: Owner, host: u8, dir_slot: u32, intent: Intent, f: Finished, now: Now) {
         match owner {
-            Owner::Write { slot, generation } => self.write_job_done(slot, generation, host, dir_slot, intent, f, now),
+            Owner::Write(w) => self.write_job_done(w, host, dir_slot, intent, f, now),
             Owner::Lease { slot, generation } => self.lease_job_done(slot, generation, host, dir_slot, intent, f, now),
             Owner::Detached => {}
         }

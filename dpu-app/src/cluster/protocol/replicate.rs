@@ -20,13 +20,14 @@ use prescient_shim::Status;
 use super::node::{rewind, Node, Noisy, Now, Owner, Started};
 use super::peer::{Sent, Trust};
 use super::slotjob::{Finished, Intent};
+use super::slots::{Handle, NoticeId, SlotTable, WriteId};
 use super::wr::{Kind, WrId};
-use super::write::{End, Mark, Phase, Write};
+use super::write::{End, Mark, NewWrite, Phase, Write};
 use crate::cluster::config::Invalidation;
 use crate::cluster::format::entry::{
     EntryKind, EntryRepr, Outcome as Decision, OutcomeRecordRepr, HEADER_LEN as ENTRY_HEADER_LEN,
 };
-use crate::cluster::format::outcome::WriteState;
+use crate::cluster::format::outcome::{OutcomeError, WriteState};
 use crate::cluster::format::record::RecordRepr;
 use crate::cluster::limits::{NOTICE_RECORDS_MAX, OUTCOME_RECORD_BYTES as OUTCOME_RECORD_LEN, RESYNC_CHUNK};
 use crate::fabric::{Fabric, Op};
@@ -49,16 +50,18 @@ pub struct Held {
 #[derive(Clone, Copy, Debug)]
 struct Pending {
     record: OutcomeRecordRepr,
-    owner: Option<(u32, u32)>,
+    owner: Option<WriteId>,
 }
 
-/// Outcome notices: per peer the records waiting to be sent, and per notice slot the
-/// writes whose decision it carries.
+/// Outcome notices: per peer the records waiting to be sent, and per notice in flight
+/// (its slot is its slot of the notices pool) the records it carries and the writes
+/// they speak for.
 #[derive(Debug)]
 pub struct NoticeTable {
     batches: Vec<Vec<Pending>>,
-    in_flight: Vec<Vec<Pending>>,
-    free: Vec<u32>,
+    in_flight: SlotTable<Vec<Pending>, NoticeId>,
+    /// Emptied batches, to swap in for one that goes out (no allocation per notice).
+    spare: Vec<Vec<Pending>>,
 }
 
 impl NoticeTable {
@@ -67,12 +70,12 @@ impl NoticeTable {
         let slots = per_peer * nodes as u32;
         Self {
             batches: (0..nodes).map(|_| Vec::with_capacity(NOTICE_RECORDS_MAX)).collect(),
-            in_flight: (0..slots).map(|_| Vec::with_capacity(NOTICE_RECORDS_MAX)).collect(),
-            free: (0..slots).rev().collect(),
+            in_flight: SlotTable::new(slots),
+            spare: (0..slots).map(|_| Vec::with_capacity(NOTICE_RECORDS_MAX)).collect(),
         }
     }
 
-    fn queue(&mut self, peer: u8, record: OutcomeRecordRepr, owner: Option<(u32, u32)>) -> bool {
+    fn queue(&mut self, peer: u8, record: OutcomeRecordRepr, owner: Option<WriteId>) -> bool {
         let batch = &mut self.batches[peer as usize];
         if batch.len() >= NOTICE_RECORDS_MAX {
             return false;
@@ -145,7 +148,7 @@ impl<F: Fabric> Node<F> {
     /// Whether a write of the key `key_hash` is in flight here, or among the first
     /// `held` held writes (all of them for a new request).
     fn key_busy(&self, key_hash: u64, held: usize) -> bool {
-        self.writes.iter().any(|w| w.key_hash == key_hash)
+        self.writes.iter().any(|(_, w)| w.key_hash == key_hash)
             || self.held.iter().take(held).any(|h| h.key_hash == key_hash)
     }
 
@@ -179,13 +182,13 @@ impl<F: Fabric> Node<F> {
     /// Starts a write; the caller checked that a write slot and a side buffer are free.
     fn start_write(&mut self, held: Held, now: Now) {
         let Held { taken: t, key_hash, key_id, arrived_ns: arrived } = held;
-        let (slot, generation) = self.writes.reserve().expect("the caller checked room");
+        let id = self.writes.reserve().expect("the caller checked room");
         let side = self.side_free.pop().expect("the caller checked room");
         let fail = |node: &mut Self, end: Status, why: String| {
             if let Some(left_out) = node.admit_log(Noisy::WriteRefused) {
                 tracing::warn!(node = node.me, sq_index = t.accepted.sq_index, why, left_out, "write refused");
             }
-            node.writes.unreserve(slot);
+            node.writes.unreserve(id);
             node.side_free.push(side);
             node.host.complete(&t, Outcome::failed(end, 0), &mut node.metrics);
         };
@@ -273,8 +276,7 @@ impl<F: Fabric> Node<F> {
         }
         self.next_write_seq += 1;
         let lease = if hit { self.leases.take_for(key_id) } else { None };
-        let mut write = Write {
-            generation,
+        let mut write = Write::new(NewWrite {
             taken: t,
             key_hash,
             key_id,
@@ -284,38 +286,26 @@ impl<F: Fabric> Node<F> {
             layout,
             side,
             holders,
-            acked: 0,
-            failed: 0,
-            decided: 0,
-            notified: 0,
-            phase: Phase::Replicating,
-            end: None,
-            marks: [Mark::None; crate::cluster::format::control::NODES_MAX],
-            wrs: 0,
             // From arrival: a write held behind another of its key has waited already.
             deadline_ns: arrived + self.write_timeout_ns,
             times,
-            lease: None,
             arrived_ns: arrived,
-            lease_priors: [None; crate::cluster::format::control::NODES_MAX],
-            waiting_credit: 0,
-        };
+        });
         if let Some(l) = &lease {
-            write.lease = Some(l.slot);
             for (j, mark) in l.marks.iter().enumerate() {
                 if let Mark::Placed { prior, .. } = mark {
                     write.lease_priors[j] = Some(*prior);
                 }
             }
         }
-        self.writes.put(slot, write);
+        self.writes.put(id, write);
 
         // 7. Replicate.
         for (i, &h) in holders.iter().enumerate().take(layout.fragments()) {
             if h == self.me {
-                self.persist_own_fragment(slot, generation, i);
+                self.persist_own_fragment(id, i);
             } else {
-                self.try_send_fragment(slot, generation, i, h);
+                self.try_send_fragment(id, i, h);
             }
         }
         // 4. Invalidate speculatively, in the same round trip.
@@ -325,7 +315,7 @@ impl<F: Fabric> Node<F> {
                     Mark::Placed { placed, .. } => Some(placed.pack()),
                     _ => None,
                 });
-                self.start_mark(slot, generation, j, Intent::Mark { version: stamp >> 8 }, guess, now);
+                self.start_mark(id, j, Intent::Mark { version: stamp >> 8 }, guess, now);
             }
         }
         if let Some(l) = lease {
@@ -333,17 +323,17 @@ impl<F: Fabric> Node<F> {
         }
     }
 
-    /// Starts (or skips) a directory job of write `slot` on host `j`.
-    fn start_mark(&mut self, slot: u32, generation: u32, j: u8, intent: Intent, guess: Option<u64>, now: Now) {
+    /// Starts (or skips) a directory job of write `id` on host `j`.
+    fn start_mark(&mut self, id: WriteId, j: u8, intent: Intent, guess: Option<u64>, now: Now) {
         if j != self.me {
             let trust = self.links.peer(j).map(|p| (p.trust(), p.is_up()));
             match trust {
                 Some((Trust::Excluded, _)) => {
-                    self.set_mark(slot, generation, j, Mark::Skipped);
+                    self.set_mark(id, j, Mark::Skipped);
                     return;
                 }
                 Some((Trust::Suspect { .. }, _)) | Some((_, false)) => {
-                    self.set_mark(slot, generation, j, Mark::Failed);
+                    self.set_mark(id, j, Mark::Failed);
                     if self.links.peer(j).is_some_and(|p| p.trust() == Trust::Trusted) {
                         self.suspect(j, now);
                     }
@@ -352,17 +342,16 @@ impl<F: Fabric> Node<F> {
                 _ => {}
             }
         }
-        let key_id = self.writes.get_mut(slot, generation).map(|w| w.key_id).unwrap_or_default();
+        let key_id = self.writes.get(id).map(|w| w.key_id).unwrap_or_default();
         let dir_slot = self.slot_for(j, key_id);
-        let owner = Owner::Write { slot, generation };
-        match self.start_job(owner, j, dir_slot, intent, guess) {
-            Started::Finished(f) => self.write_job_done(slot, generation, j, dir_slot, intent, f, now),
-            Started::Running(job) => self.set_mark(slot, generation, j, Mark::Running { job }),
+        match self.start_job(Owner::Write(id), j, dir_slot, intent, guess) {
+            Started::Finished(f) => self.write_job_done(id, j, dir_slot, intent, f, now),
+            Started::Running(job) => self.set_mark(id, j, Mark::Running { job }),
         }
     }
 
-    fn set_mark(&mut self, slot: u32, generation: u32, j: u8, mark: Mark) {
-        if let Some(w) = self.writes.get_mut(slot, generation) {
+    fn set_mark(&mut self, id: WriteId, j: u8, mark: Mark) {
+        if let Some(w) = self.writes.get_mut(id) {
             w.marks[j as usize] = mark;
         }
     }
@@ -381,20 +370,10 @@ impl<F: Fabric> Node<F> {
         }
     }
 
-    /// A directory job of a write ended.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn write_job_done(
-        &mut self,
-        slot: u32,
-        generation: u32,
-        j: u8,
-        dir_slot: u32,
-        intent: Intent,
-        f: Finished,
-        now: Now,
-    ) {
+    /// A directory job of write `id` ended.
+    pub(super) fn write_job_done(&mut self, id: WriteId, j: u8, dir_slot: u32, intent: Intent, f: Finished, now: Now) {
         let me = self.me;
-        let Some(w) = self.writes.get_mut(slot, generation) else {
+        let Some(w) = self.writes.get_mut(id) else {
             // The write is gone: a mark that landed after it ended must not stay.
             if let (Intent::Mark { .. }, Finished::Done { placed, replaced }) = (intent, f) {
                 let rollback = Intent::Rollback { placed, prior: directory::prior_of(replaced) };
@@ -405,7 +384,7 @@ impl<F: Fabric> Node<F> {
         match (intent, f) {
             (Intent::Mark { .. }, Finished::Done { placed, replaced }) => {
                 let prior = w.lease_priors[j as usize].unwrap_or_else(|| directory::prior_of(replaced));
-                if w.end.is_some() {
+                if let Phase::Finished(_) = w.phase() {
                     // Aborted while the CAS flew: roll it back now.
                     w.marks[j as usize] = Mark::Settled;
                     self.start_job(
@@ -420,17 +399,17 @@ impl<F: Fabric> Node<F> {
                     if w.marks_placed(self.n) {
                         w.stamp_stage(WriteStage::Invalidate, now.mono_ns);
                     }
-                    if w.phase == Phase::Deciding {
+                    if w.phase() == Phase::Deciding {
                         // Decided while the CAS flew: commit the mark now.
-                        self.commit_mark(slot, generation, j, now);
+                        self.commit_mark(id, j, now);
                     }
                 }
             }
             (Intent::Mark { .. }, Finished::NotNeeded { current }) => {
                 let prior = w.lease_priors[j as usize].unwrap_or(SlotState::Invalid);
                 w.marks[j as usize] = Mark::Placed { placed: current, prior };
-                if w.phase == Phase::Deciding {
-                    self.commit_mark(slot, generation, j, now);
+                if w.phase() == Phase::Deciding {
+                    self.commit_mark(id, j, now);
                 }
             }
             (Intent::Invalidate { .. } | Intent::Commit { .. }, Finished::Done { .. } | Finished::NotNeeded { .. }) => {
@@ -448,9 +427,9 @@ impl<F: Fabric> Node<F> {
     }
 
     /// This node holds fragment `i` of its own write: straight into its store.
-    fn persist_own_fragment(&mut self, slot: u32, generation: u32, i: usize) {
+    fn persist_own_fragment(&mut self, id: WriteId, i: usize) {
         let me = self.me;
-        let Some(w) = self.writes.get_mut(slot, generation) else { return };
+        let Some(w) = self.writes.get(id) else { return };
         let (layout, key_hash, stamp, write_seq, tombstone, side) =
             (w.layout, w.key_hash, w.stamp, w.write_seq, w.tombstone, w.side);
         let buffer = w.taken.accepted.buffer;
@@ -477,10 +456,13 @@ impl<F: Fabric> Node<F> {
             incarnation: self.incarnation,
         };
         let ok = self.store.insert(&record, f.header, f.payload).is_ok();
-        let w = self.writes.get_mut(slot, generation).expect("write exists");
+        let w = self.writes.get_mut(id).expect("write exists");
         if ok {
             w.acked |= 1 << me;
-            let _ = self.outcomes.set_acked(write_seq, me);
+            // Begun moments ago with this node among its holders: nothing can refuse it.
+            self.outcomes
+                .set_acked(write_seq, me)
+                .unwrap_or_else(|e| panic!("node {me}: recording write {write_seq}'s own fragment: {e}"));
         } else {
             w.failed |= 1 << me;
         }
@@ -490,10 +472,10 @@ impl<F: Fabric> Node<F> {
     /// holder is slow) or its send queue no room - marks it to retry: a write waits for
     /// log credit until its deadline rather than overwrite what the holder has not
     /// persisted. A holder that is down counts as failed at once.
-    fn try_send_fragment(&mut self, slot: u32, generation: u32, i: usize, h: u8) {
+    fn try_send_fragment(&mut self, id: WriteId, i: usize, h: u8) {
         let up = self.links.peer(h).is_some_and(|p| p.is_up());
-        let sent = up && self.send_fragment(slot, generation, i, h);
-        let Some(w) = self.writes.get_mut(slot, generation) else { return };
+        let sent = up && self.send_fragment(id, i, h);
+        let Some(w) = self.writes.get_mut(id) else { return };
         if sent {
             w.waiting_credit &= !(1 << i);
         } else if up {
@@ -506,12 +488,12 @@ impl<F: Fabric> Node<F> {
 
     /// Sends fragment `i` of a write to holder `h`: its bytes, then its entry header
     /// with the immediate. False if `h` cannot take it now (down, no log credit).
-    fn send_fragment(&mut self, slot: u32, generation: u32, i: usize, h: u8) -> bool {
+    fn send_fragment(&mut self, id: WriteId, i: usize, h: u8) -> bool {
         let Some(p) = self.links.peer(h) else { return false };
         if !p.is_up() || !p.has_credit() || !self.links.send_room(h, 2) {
             return false;
         }
-        let w = self.writes.get_mut(slot, generation).expect("write exists");
+        let w = self.writes.get(id).expect("write exists");
         let (layout, key_hash, stamp, write_seq, tombstone, side, buffer) =
             (w.layout, w.key_hash, w.stamp, w.write_seq, w.tombstone, w.side, w.taken.accepted.buffer);
         let f = layout.fragment_len();
@@ -531,7 +513,8 @@ impl<F: Fabric> Node<F> {
             u32::from_le_bytes(frag_header[32..36].try_into().expect("4 bytes")),
             f,
         );
-        let tag = (generation & 0xffff) << 8 | i as u32;
+        // b: the generation's low 16 bits and the fragment (a fragment index is 8 bits).
+        let tag = (id.generation() & 0xffff) << 8 | i as u32;
         let entry = EntryRepr {
             kind: EntryKind::Fragment,
             writer: self.me,
@@ -546,8 +529,8 @@ impl<F: Fabric> Node<F> {
             payload_crc,
             incarnation: self.incarnation,
         };
-        let staging = slot * (self.k + self.m) as u32 + i as u32;
-        let w = self.writes.get_mut(slot, generation).expect("write exists");
+        let staging = id.slot() * (self.k + self.m) as u32 + i as u32;
+        let w = self.writes.get_mut(id).expect("write exists");
         w.wrs += if f > 0 { 2 } else { 1 };
         self.post_fragment_entry(
             h,
@@ -555,8 +538,8 @@ impl<F: Fabric> Node<F> {
             &frag_header,
             entry,
             staging,
-            (WrId::new(Kind::FragmentBytes, h, slot, tag), WrId::new(Kind::FragmentHeader, h, slot, tag)),
-            Sent::Fragment { write: slot, generation, fragment: i as u8 },
+            (WrId::new(Kind::FragmentBytes, h, id.slot(), tag), WrId::new(Kind::FragmentHeader, h, id.slot(), tag)),
+            Sent::Fragment { write: id, fragment: i as u8 },
         );
         true
     }
@@ -609,10 +592,11 @@ impl<F: Fabric> Node<F> {
 
     /// A fragment's WRITE (bytes or header) completed.
     pub(super) fn on_fragment_sent(&mut self, id: WrId, ok: bool, _now: Now) {
-        let Some(w) = self.writes.slot_mut(id.a) else { return };
-        if w.generation & 0xffff != id.b >> 8 {
+        let Some(write) = self.writes.current(id.a) else { return };
+        if write.generation() & 0xffff != id.b >> 8 {
             return;
         }
+        let w = self.writes.get_mut(write).expect("current");
         w.wrs = w.wrs.saturating_sub(1);
         if !ok && w.acked & (1 << id.peer) == 0 {
             w.failed |= 1 << id.peer;
@@ -637,13 +621,20 @@ impl<F: Fabric> Node<F> {
             return;
         }
         match sent {
-            Sent::Fragment { write, generation, .. } => {
+            Sent::Fragment { write, .. } => {
                 let quorum_reached;
                 {
-                    let Some(w) = self.writes.get_mut(write, generation) else { return };
+                    let Some(w) = self.writes.get_mut(write) else { return };
                     if status == super::holder::ACK_OK {
                         w.acked |= 1 << peer;
-                        let _ = self.outcomes.set_acked(w.write_seq, peer);
+                        match self.outcomes.set_acked(w.write_seq, peer) {
+                            // A late acknowledgement of a write whose entry settled while
+                            // it waited for its marks or work requests, and a newer write
+                            // took the entry (the table wrapped): the table needs nothing
+                            // more of it.
+                            Ok(()) | Err(OutcomeError::NotFound { .. }) => {}
+                            Err(e) => panic!("node {me}: recording node {peer}'s fragment of a write: {e}"),
+                        }
                     } else {
                         w.failed |= 1 << peer;
                         self.stats.refusals += 1;
@@ -652,12 +643,12 @@ impl<F: Fabric> Node<F> {
                             tracing::warn!(node = me, peer, status, left_out, "holder refused a fragment");
                         }
                     }
-                    quorum_reached = w.phase != Phase::Replicating && status == super::holder::ACK_OK;
+                    quorum_reached = w.phase() != Phase::Replicating && status == super::holder::ACK_OK;
                 }
                 // A late holder of a decided write gets the decision too (an aborted
                 // write's, so it drops the fragment).
                 if quorum_reached {
-                    self.notify(write, generation, peer);
+                    self.notify(write, peer);
                 }
             }
             Sent::Notice { notice } => self.notice_done(notice, peer, status == super::holder::ACK_OK),
@@ -670,8 +661,8 @@ impl<F: Fabric> Node<F> {
     /// An entry written to `peer` was lost with its link.
     pub(super) fn entry_lost(&mut self, peer: u8, sent: Sent) {
         match sent {
-            Sent::Fragment { write, generation, .. } => {
-                if let Some(w) = self.writes.get_mut(write, generation) {
+            Sent::Fragment { write, .. } => {
+                if let Some(w) = self.writes.get_mut(write) {
                     if w.acked & (1 << peer) == 0 {
                         w.failed |= 1 << peer;
                     }
@@ -686,47 +677,47 @@ impl<F: Fabric> Node<F> {
     pub(super) fn advance_writes(&mut self, now: Now) -> bool {
         let mut busy = false;
         for slot in 0..self.writes.capacity() {
-            busy |= self.advance_write(slot, now);
+            if let Some(id) = self.writes.current(slot) {
+                busy |= self.advance_write(id, now);
+            }
         }
         busy
     }
 
-    fn advance_write(&mut self, slot: u32, now: Now) -> bool {
+    fn advance_write(&mut self, id: WriteId, now: Now) -> bool {
         let (quorum, n, decide_min) = (self.quorum, self.n, self.m as u32 + 1);
-        let Some(w) = self.writes.slot_mut(slot) else { return false };
-        let generation = w.generation;
-        match w.phase {
+        let Some(w) = self.writes.get_mut(id) else { return false };
+        match w.phase() {
             Phase::Replicating => {
                 if w.waiting_credit != 0 {
                     let (waiting, holders, fragments) = (w.waiting_credit, w.holders, w.layout.fragments());
                     for (i, &holder) in holders.iter().enumerate().take(fragments) {
                         if waiting & (1 << i) != 0 {
-                            self.try_send_fragment(slot, generation, i, holder);
+                            self.try_send_fragment(id, i, holder);
                         }
                     }
                 }
-                let w = self.writes.slot_mut(slot).expect("write exists");
+                let w = self.writes.get_mut(id).expect("write exists");
                 if w.acked.count_ones() >= quorum {
                     w.stamp_stage(WriteStage::Replicate, now.mono_ns);
-                    self.decide(slot, generation, now);
+                    self.decide(id, now);
                     true
                 } else if !w.quorum_possible(quorum) || now.mono_ns >= w.deadline_ns {
-                    self.abort(slot, generation, now);
+                    self.abort(id);
                     true
                 } else {
                     false
                 }
             }
             Phase::Deciding => {
-                self.renotify(slot, generation);
-                let w = self.writes.slot_mut(slot).expect("write exists");
+                self.renotify(id);
+                let w = self.writes.get_mut(id).expect("write exists");
                 if w.decided.count_ones() >= decide_min && w.marks_settled(n) {
                     w.stamp_stage(WriteStage::Decide, now.mono_ns);
-                    self.commit(slot, generation, now);
+                    self.commit(id, now);
                     true
                 } else if now.mono_ns >= w.deadline_ns {
-                    w.end = Some(End::Undecided);
-                    w.phase = Phase::Finished;
+                    w.set_phase(Phase::Finished(End::Undecided));
                     let (write_seq, decided) = (w.write_seq, w.decided);
                     if let Some(left_out) = self.admit_log(Noisy::Undecided) {
                         tracing::warn!(
@@ -745,20 +736,18 @@ impl<F: Fabric> Node<F> {
             Phase::Invalidating => {
                 if w.marks_settled(n) {
                     w.stamp_stage(WriteStage::Invalidate, now.mono_ns);
-                    w.end = Some(End::Committed);
-                    w.phase = Phase::Finished;
+                    w.set_phase(Phase::Finished(End::Committed));
                     true
                 } else if now.mono_ns >= w.deadline_ns {
-                    w.end = Some(End::Undecided);
-                    w.phase = Phase::Finished;
+                    w.set_phase(Phase::Finished(End::Undecided));
                     true
                 } else {
                     false
                 }
             }
-            Phase::Finished => {
+            Phase::Finished(_) => {
                 if w.wrs == 0 {
-                    self.retire(slot, now);
+                    self.retire(id, now);
                     true
                 } else {
                     false
@@ -768,33 +757,32 @@ impl<F: Fabric> Node<F> {
     }
 
     /// Phase 1 reached its quorum: the write is committed at the writer.
-    fn decide(&mut self, slot: u32, generation: u32, _now: Now) {
+    fn decide(&mut self, id: WriteId, now: Now) {
         let me = self.me;
-        let w = self.writes.get_mut(slot, generation).expect("write exists");
-        w.phase = Phase::Deciding;
+        let w = self.writes.get_mut(id).expect("write exists");
+        w.set_phase(Phase::Deciding);
         let (write_seq, key_hash, stamp, acked) = (w.write_seq, w.key_hash, w.stamp, w.acked);
         if let Err(e) = self.outcomes.set_state(write_seq, WriteState::Committed) {
             tracing::error!(node = me, write_seq, error = %e, "cannot record the commit");
         }
         if acked & (1 << me) != 0 && self.settle_own(write_seq, key_hash, stamp, Decision::Committed) {
-            let w = self.writes.get_mut(slot, generation).expect("write exists");
+            let w = self.writes.get_mut(id).expect("write exists");
             w.decided |= 1 << me;
         }
         // Every holder hears the decision, also those whose acknowledgement was lost
         // (they may hold the fragment); only acknowledged ones count towards m + 1.
-        let holders = self.writes.get_mut(slot, generation).map_or(0, |w| w.holder_mask());
+        let holders = self.writes.get(id).map_or(0, |w| w.holder_mask());
         for h in 0..self.n as u8 {
             if h != me && holders & (1 << h) != 0 {
-                self.notify(slot, generation, h);
+                self.notify(id, h);
             }
         }
-        let _ = acked;
         // The marks turn Invalid now, in the same round trip as the decision: the host
         // hears of the commit only once both are done, so no reader can refill a slot
         // from a value without this write after it (a reader's GET that sees this
         // write's fragments still undecided gets no refill either).
         for j in 0..self.n as u8 {
-            self.commit_mark(slot, generation, j, _now);
+            self.commit_mark(id, j, now);
         }
     }
 
@@ -816,9 +804,9 @@ impl<F: Fabric> Node<F> {
         true
     }
 
-    /// Turns write `slot`'s placed mark on host `j` Invalid, as a tracked job.
-    fn commit_mark(&mut self, slot: u32, generation: u32, j: u8, now: Now) {
-        let Some(w) = self.writes.get_mut(slot, generation) else { return };
+    /// Turns write `id`'s placed mark on host `j` Invalid, as a tracked job.
+    fn commit_mark(&mut self, id: WriteId, j: u8, now: Now) {
+        let Some(w) = self.writes.get_mut(id) else { return };
         let Mark::Placed { placed, .. } = w.marks[j as usize] else { return };
         if placed.state != SlotState::Pending {
             w.marks[j as usize] = Mark::Settled;
@@ -827,23 +815,25 @@ impl<F: Fabric> Node<F> {
         let key_id = w.key_id;
         let dir_slot = self.slot_for(j, key_id);
         let intent = Intent::Commit { placed };
-        match self.start_job(Owner::Write { slot, generation }, j, dir_slot, intent, Some(placed.pack())) {
-            Started::Finished(f) => self.write_job_done(slot, generation, j, dir_slot, intent, f, now),
-            Started::Running(job) => self.set_mark(slot, generation, j, Mark::Running { job }),
+        match self.start_job(Owner::Write(id), j, dir_slot, intent, Some(placed.pack())) {
+            Started::Finished(f) => self.write_job_done(id, j, dir_slot, intent, f, now),
+            Started::Running(job) => self.set_mark(id, j, Mark::Running { job }),
         }
     }
 
     /// Queues the write's decision for holder `h` (nothing while it is undecided).
-    fn notify(&mut self, slot: u32, generation: u32, h: u8) {
-        let Some(w) = self.writes.get_mut(slot, generation) else { return };
-        let outcome = match (w.phase, w.end) {
-            (Phase::Replicating, _) => return,
-            (_, Some(End::NotDurable | End::Failed | End::Overloaded)) => Decision::Aborted,
-            _ => Decision::Committed,
+    fn notify(&mut self, id: WriteId, h: u8) {
+        let Some(w) = self.writes.get_mut(id) else { return };
+        let outcome = match w.phase() {
+            Phase::Replicating => return,
+            Phase::Finished(End::NotDurable) => Decision::Aborted,
+            Phase::Deciding | Phase::Invalidating | Phase::Finished(End::Committed | End::Undecided) => {
+                Decision::Committed
+            }
         };
         let record = OutcomeRecordRepr { write_seq: w.write_seq, key_hash: w.key_hash, stamp: w.stamp, outcome };
         // Only a Committed decision counts towards the m + 1 a write waits for.
-        let owner = (outcome == Decision::Committed).then_some((slot, generation));
+        let owner = (outcome == Decision::Committed).then_some(id);
         if self.notices.queue(h, record, owner) {
             w.notified |= 1 << h;
         } else {
@@ -855,36 +845,38 @@ impl<F: Fabric> Node<F> {
 
     /// Queues the decision again for the holders it counts on that have neither heard it
     /// nor have it queued (a full batch refused it, or its notice was lost).
-    fn renotify(&mut self, slot: u32, generation: u32) {
-        let Some(w) = self.writes.get_mut(slot, generation) else { return };
+    fn renotify(&mut self, id: WriteId) {
+        let Some(w) = self.writes.get(id) else { return };
         let waiting = w.holder_mask() & w.acked & !w.decided & !w.notified & !(1 << self.me);
         if waiting == 0 {
             return;
         }
         for h in 0..self.n as u8 {
             if waiting & (1 << h) != 0 && self.links.peer(h).is_some_and(|p| p.is_up()) {
-                self.notify(slot, generation, h);
+                self.notify(id, h);
             }
         }
     }
 
     /// Phase 1 cannot reach its quorum: roll back.
-    fn abort(&mut self, slot: u32, generation: u32, now: Now) {
+    fn abort(&mut self, id: WriteId) {
         let me = self.me;
-        let w = self.writes.get_mut(slot, generation).expect("write exists");
+        let w = self.writes.get_mut(id).expect("write exists");
         let (write_seq, key_hash, stamp, acked) = (w.write_seq, w.key_hash, w.stamp, w.acked);
-        w.end = Some(End::NotDurable);
-        w.phase = Phase::Finished;
+        w.set_phase(Phase::Finished(End::NotDurable));
         // Counted by status in the summary; per write only at debug level.
         tracing::debug!(node = me, write_seq, acked, failed = w.failed, "write not durable: rolling back");
-        let _ = self.outcomes.set_state(write_seq, WriteState::Aborted);
+        // Still replicating, so its entry is InProgress and protected from reuse.
+        self.outcomes
+            .set_state(write_seq, WriteState::Aborted)
+            .unwrap_or_else(|e| panic!("node {me}: recording write {write_seq}'s rollback: {e}"));
         if acked & (1 << me) != 0 {
             // The writer is a holder too: its own record dropped is its own decision
             // persisted. Without this bit the entry never settles, and once the table
             // wraps every new write finds it in its way (the outcome-table wedge).
             self.settle_own(write_seq, key_hash, stamp, Decision::Aborted);
         }
-        let holders = self.writes.get_mut(slot, generation).map_or(0, |w| w.holder_mask());
+        let holders = self.writes.get(id).map_or(0, |w| w.holder_mask());
         for h in 0..self.n as u8 {
             if h != me && holders & (1 << h) != 0 {
                 let record = OutcomeRecordRepr { write_seq, key_hash, stamp, outcome: Decision::Aborted };
@@ -895,14 +887,13 @@ impl<F: Fabric> Node<F> {
                 }
             }
         }
-        self.rollback_marks(slot, generation);
-        let _ = now;
+        self.rollback_marks(id);
     }
 
     /// Rolls the write's placed marks back to what they replaced.
-    fn rollback_marks(&mut self, slot: u32, generation: u32) {
+    fn rollback_marks(&mut self, id: WriteId) {
         for j in 0..self.n as u8 {
-            let Some(w) = self.writes.get_mut(slot, generation) else { return };
+            let Some(w) = self.writes.get_mut(id) else { return };
             let key_id = w.key_id;
             let Mark::Placed { placed, prior } = w.marks[j as usize] else { continue };
             w.marks[j as usize] = Mark::Settled;
@@ -916,36 +907,34 @@ impl<F: Fabric> Node<F> {
     }
 
     /// Decided on m + 1 holders and every mark settled: the write is committed.
-    fn commit(&mut self, slot: u32, generation: u32, now: Now) {
-        let w = self.writes.get_mut(slot, generation).expect("write exists");
+    fn commit(&mut self, id: WriteId, now: Now) {
+        let w = self.writes.get_mut(id).expect("write exists");
         w.stamp_stage(WriteStage::Commit, now.mono_ns);
         self.stats.record_commit(w.stamp, now.mono_ns);
         if self.policy.invalidation == Invalidation::AfterCommit {
-            w.phase = Phase::Invalidating;
+            w.set_phase(Phase::Invalidating);
             let version = w.stamp >> 8;
             for j in 0..self.n as u8 {
-                self.start_mark(slot, generation, j, Intent::Invalidate { version }, None, now);
+                self.start_mark(id, j, Intent::Invalidate { version }, None, now);
             }
         } else {
-            w.end = Some(End::Committed);
-            w.phase = Phase::Finished;
+            w.set_phase(Phase::Finished(End::Committed));
         }
     }
 
     /// Completes a finished write to the host and frees its slot and side buffer.
-    fn retire(&mut self, slot: u32, now: Now) {
-        let Some(w) = self.writes.remove(slot) else { return };
+    fn retire(&mut self, id: WriteId, now: Now) {
+        let Some(w) = self.writes.remove(id) else { return };
         self.side_free.push(w.side);
-        let outcome = match w.end.unwrap_or(End::Failed) {
+        let Some(end) = w.phase().end() else { unreachable!("retiring write {} before it finished", w.write_seq) };
+        let outcome = match end {
             End::Committed => Outcome::ok(w.stamp),
             End::NotDurable => Outcome::failed(Status::NotDurable, w.acked.count_ones()),
             End::Undecided => Outcome::failed(Status::Unavailable, w.decided.count_ones()),
-            End::Failed => Outcome::failed(Status::StageFailed, 0),
-            End::Overloaded => Outcome::failed(Status::Overloaded, 0),
         };
         // Holders that never persisted their fragment of a committed write get it
         // rebuilt (the resync of each comes back to this write).
-        if matches!(w.end, Some(End::Committed | End::Undecided)) {
+        if matches!(end, End::Committed | End::Undecided) {
             // And those that may not have heard the decision, with none queued for them.
             let missing = w.holder_mask() & (!w.acked | (!w.decided & !w.notified)) & !(1 << self.me);
             // Its own fragment, if its store refused it (a set full of undecided
@@ -972,15 +961,21 @@ impl<F: Fabric> Node<F> {
     pub(super) fn recover_outcomes(&mut self, _now: Now) {
         let mut unsettled = Vec::new();
         let me_bit = 1u32 << self.me;
-        let _ = self.outcomes.unsettled(|e| {
-            let own_open = e.acked() & me_bit != 0 && e.decided() & me_bit == 0;
-            unsettled.push((e.write_seq(), e.key_hash(), e.stamp(), e.state(), own_open))
-        });
+        let me = self.me;
+        self.outcomes
+            .unsettled(|e| {
+                let own_open = e.acked() & me_bit != 0 && e.decided() & me_bit == 0;
+                unsettled.push((e.write_seq(), e.key_hash(), e.stamp(), e.state(), own_open))
+            })
+            .unwrap_or_else(|e| panic!("node {me}: reading the outcome table at start: {e}"));
         let (mut aborted, mut committed) = (0, 0);
         for (write_seq, key_hash, stamp, state, own_open) in unsettled {
             let decision = match state {
                 WriteState::InProgress => {
-                    let _ = self.outcomes.set_state(write_seq, WriteState::Aborted);
+                    // InProgress a moment ago, in a table only this node writes.
+                    self.outcomes.set_state(write_seq, WriteState::Aborted).unwrap_or_else(|e| {
+                        panic!("node {me}: aborting write {write_seq} a previous incarnation left: {e}")
+                    });
                     aborted += 1;
                     Decision::Aborted
                 }
@@ -994,9 +989,15 @@ impl<F: Fabric> Node<F> {
             // The own record (if the store took one) gets the decision, and the entry
             // the own holder bit: the peers' bits come with their resync.
             if own_open || state == WriteState::InProgress {
+                // The store may never have taken the own record (it was full): nothing
+                // to resolve then.
                 let _ = self.store.resolve(key_hash, stamp, decision);
                 if own_open {
-                    let _ = self.outcomes.set_decided(write_seq, self.me);
+                    // Decided (aborted just above if it was not), and this node is a
+                    // holder: its acked bit says so.
+                    self.outcomes.set_decided(write_seq, me).unwrap_or_else(|e| {
+                        panic!("node {me}: settling write {write_seq} a previous incarnation left: {e}")
+                    });
                 }
             }
         }
@@ -1009,7 +1010,7 @@ impl<F: Fabric> Node<F> {
     pub(super) fn notices_debug(&self) -> String {
         format!(
             "{} free, batches {:?}",
-            self.notices.free.len(),
+            self.notices.in_flight.available(),
             self.notices.batches.iter().map(Vec::len).collect::<Vec<_>>()
         )
     }
@@ -1127,13 +1128,11 @@ impl<F: Fabric> Node<F> {
             if !credit || !self.links.send_room(h, 1) {
                 continue;
             }
-            let Some(notice) = self.notices.free.pop() else { continue };
+            let Some(notice) = self.notices.in_flight.reserve() else { continue };
             busy = true;
             let remote = remote.expect("an up peer has advertised its regions");
-            let batch = std::mem::replace(
-                &mut self.notices.batches[h as usize],
-                std::mem::take(&mut self.notices.in_flight[notice as usize]),
-            );
+            let spare = self.notices.spare.pop().expect("a spare batch per notice slot");
+            let batch = std::mem::replace(&mut self.notices.batches[h as usize], spare);
             let mut payload = [0u8; NOTICE_RECORDS_MAX * OUTCOME_RECORD_LEN];
             for (i, r) in batch.iter().enumerate() {
                 r.record.emit(&mut payload[i * OUTCOME_RECORD_LEN..(i + 1) * OUTCOME_RECORD_LEN]);
@@ -1160,18 +1159,18 @@ impl<F: Fabric> Node<F> {
             };
             let mut head = [0u8; ENTRY_HEADER_LEN];
             entry.emit(&mut head);
-            self.pools.notices.write(notice, &head);
+            self.pools.notices.write(notice.slot(), &head);
             self.pools
                 .notices
                 .memory()
-                .write(self.pools.notices.offset(notice) + ENTRY_HEADER_LEN, payload)
+                .write(self.pools.notices.offset(notice.slot()) + ENTRY_HEADER_LEN, payload)
                 .expect("notice fits its slot");
-            self.notices.in_flight[notice as usize] = batch;
+            self.notices.in_flight.put(notice, batch);
             let log_at = (seq % u64::from(remote.log_slots)) * u64::from(remote.log_slot_bytes);
-            let buf = self.pools.notices.buf(notice, ENTRY_HEADER_LEN + payload.len());
+            let buf = self.pools.notices.buf(notice.slot(), ENTRY_HEADER_LEN + payload.len());
             self.links.post(
                 h,
-                WrId::new(Kind::Notice, h, notice, 0),
+                WrId::of(Kind::Notice, h, notice),
                 Op::Write { remote: remote.log.at(log_at), imm: Some((seq & 0x7fff_ffff) as u32) },
                 buf,
             );
@@ -1183,22 +1182,29 @@ impl<F: Fabric> Node<F> {
     pub(super) fn on_notice_sent(&mut self, _id: WrId, _ok: bool) {}
 
     /// Notice `notice` to `peer` was acknowledged (`ok`) or lost.
-    fn notice_done(&mut self, notice: u32, peer: u8, ok: bool) {
-        let mut batch = std::mem::take(&mut self.notices.in_flight[notice as usize]);
+    fn notice_done(&mut self, notice: NoticeId, peer: u8, ok: bool) {
+        let me = self.me;
+        let Some(mut batch) = self.notices.in_flight.remove(notice) else {
+            unreachable!("node {me}: notice {notice:?} to node {peer} settled twice")
+        };
         for p in batch.drain(..) {
             if ok {
                 // Settles the outcome table entry (also for resynced, long-gone writes).
-                let _ = self.outcomes.set_decided(p.record.write_seq, peer);
+                match self.outcomes.set_decided(p.record.write_seq, peer) {
+                    // A resynced or repaired write so old that a newer write has taken
+                    // its entry (it had settled): nothing left to record.
+                    Ok(()) | Err(OutcomeError::NotFound { .. }) => {}
+                    Err(e) => panic!("node {me}: recording node {peer}'s decision of a write: {e}"),
+                }
             }
-            let Some((slot, generation)) = p.owner else { continue };
-            let Some(w) = self.writes.get_mut(slot, generation) else { continue };
+            let Some(id) = p.owner else { continue };
+            let Some(w) = self.writes.get_mut(id) else { continue };
             w.notified &= !(1 << peer);
             // Only a holder that acknowledged its fragment holds it for sure.
             if ok && p.record.outcome == Decision::Committed && w.acked & (1 << peer) != 0 {
                 w.decided |= 1 << peer;
             }
         }
-        self.notices.in_flight[notice as usize] = batch;
-        self.notices.free.push(notice);
+        self.notices.spare.push(batch);
     }
 }
