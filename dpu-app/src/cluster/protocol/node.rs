@@ -22,16 +22,16 @@ use prescient_shim::layout::header;
 use prescient_shim::region::Region;
 
 use super::get::GetTable;
+use super::holder::Holder;
 use super::lease::LeaseTable;
 use super::links::Links;
 use super::peer::{Conn, Peer};
 use super::pool::Pool;
-use super::replicate::NoticeTable;
+use super::replicate::Writer;
 use super::slotjob::{self, Finished, Intent, Job, Step};
-use super::slots::{SlotTable, WriteId};
+use super::slots::WriteId;
 use super::stats::NodeStats;
 use super::wr::{Kind, WrId, INDEX_MAX};
-use super::write::Write;
 use crate::cluster::config::{ClusterConfig, Invalidation};
 use crate::cluster::format::control::{ControlBlock, CONTROL_BYTES};
 use crate::cluster::format::entry::HEADER_LEN as ENTRY_HEADER_LEN;
@@ -191,7 +191,6 @@ pub struct Node<F: Fabric> {
     pub(super) config: Arc<ClusterConfig>,
     pub(super) incarnation: u32,
     pub(super) pending_offers: Vec<Option<crate::cluster::format::hello::HelloRepr>>,
-    pub(super) entry_bytes: u64,
     pub(super) heartbeat_ns: u64,
     pub(super) lease_ns: u64,
     pub(super) dead_after_ns: u64,
@@ -208,12 +207,13 @@ pub struct Node<F: Fabric> {
     pub(super) control: ControlBlock,
     pub(super) store: Store,
     pub(super) store_mr: Arc<MemoryRegion>,
-    pub(super) logs: Vec<Option<(FragmentLog, Arc<MemoryRegion>)>>,
+    /// The holder of other writers' fragments (their logs here).
+    pub(super) holder: Holder,
     pub(super) outcomes: OutcomeTable,
-    pub(super) next_write_seq: u64,
     pub(super) links: Links<F::Qp>,
     pub(super) mailbox: Box<dyn Mailbox>,
-    pub(super) writes: SlotTable<Write, WriteId>,
+    /// The writer: this node's writes in flight, held and notified.
+    pub(super) writer: Writer,
     pub(super) jobs: Vec<Option<JobEntry>>,
     pub(super) free_jobs: Vec<u32>,
     /// The latest job started on each (host, slot), hashed (index + 1; 0: none): a
@@ -222,7 +222,6 @@ pub struct Node<F: Fabric> {
     pub(super) gets: GetTable,
     pub(super) leases: LeaseTable,
     pub(super) repairs: super::repair::RepairTable,
-    pub(super) notices: NoticeTable,
     pub(super) sealer: Sealer,
     pub(super) rs: ReedSolomon,
     /// Extends a fragment header's CRC by its payload's (log entry checksums).
@@ -231,13 +230,8 @@ pub struct Node<F: Fabric> {
     pub(super) hlc: Hlc,
     pub(super) hlc_floor: HlcFloor,
     pub(super) pools: Pools,
-    pub(super) side_free: Vec<u32>,
     pub(super) taken: Vec<Taken>,
-    /// Write requests waiting for the write of their key in flight (FIFO; with the
-    /// writes in flight never more than the write table holds).
-    pub(super) held: std::collections::VecDeque<super::replicate::Held>,
     pub(super) wc: Vec<Completion>,
-    pub(super) entry_buf: EntryBuf,
     pub(super) expired: Vec<u64>,
     /// Rate limits of the log lines of [`Noisy`] conditions.
     pub(super) noisy: LogLimits<{ Noisy::COUNT }>,
@@ -483,7 +477,6 @@ impl<F: Fabric> Node<F> {
             policy: Policy { invalidation: config.invalidation, predictive: config.predictive },
             incarnation,
             pending_offers: (0..n).map(|_| None).collect(),
-            entry_bytes: 0,
             heartbeat_ns: config.heartbeat_us * 1_000,
             lease_ns: config.lease_us * 1_000,
             dead_after_ns: config.dead_after_us * 1_000,
@@ -500,19 +493,17 @@ impl<F: Fabric> Node<F> {
             control,
             store,
             store_mr,
-            logs,
+            holder: Holder::new(logs, entry_buf),
             outcomes,
-            next_write_seq,
             links: Links::new(me, peers, qp_options, config.log_slots as u32 + 8, POLL_BATCH),
             mailbox,
-            writes: SlotTable::new(writes_max),
+            writer: Writer::new(writes_max, side_free, next_write_seq, n),
             jobs: (0..jobs_max).map(|_| None).collect(),
             free_jobs: (0..jobs_max as u32).rev().collect(),
             recent_jobs: vec![0; 1 << RECENT_JOBS_BITS],
             gets: GetTable::new(gets_max, n, geometry.set_bytes(), stripe_max.data_len()),
             leases: LeaseTable::new(LEASES_MAX as u32),
             repairs: super::repair::RepairTable::new(n, geometry.set_bytes()),
-            notices: NoticeTable::new(n, NOTICES_MAX),
             sealer,
             rs,
             crc_shift: crate::cluster::format::crc_combine::ShiftCache::default(),
@@ -520,11 +511,8 @@ impl<F: Fabric> Node<F> {
             hlc,
             hlc_floor,
             pools,
-            side_free,
             taken: Vec::with_capacity(prescient_shim::config::BATCH_MAX as usize),
-            held: std::collections::VecDeque::with_capacity(writes_max as usize),
             wc: Vec::with_capacity(POLL_BATCH),
-            entry_buf,
             expired: Vec::with_capacity(64),
             noisy: LogLimits::default(),
             stats: NodeStats::new(n),
@@ -602,7 +590,7 @@ impl<F: Fabric> Node<F> {
 
     /// Writes (held ones included) and GETs in flight.
     pub fn in_flight(&self) -> usize {
-        self.writes.in_use() + self.held.len() + self.gets.in_flight()
+        self.writer.in_flight() + self.gets.in_flight()
     }
 
     /// Writes in this node's outcome table that are not settled yet (undecided, or
@@ -632,7 +620,7 @@ impl<F: Fabric> Node<F> {
         busy |= self.poll_mailbox(now);
         busy |= self.take_requests(now);
         busy |= self.advance_writes(now);
-        if !self.held.is_empty() {
+        if self.writer.has_held() {
             busy |= self.start_held(now);
         }
         busy |= self.advance_gets(now);
@@ -883,7 +871,7 @@ impl<F: Fabric> Node<F> {
         if let (Intent::Mark { version }, Owner::Write(w)) = (entry.job.intent(), entry.owner) {
             // Decided while this mark still looks for the slot's word: a retry goes
             // straight to the commit's Invalid (one round trip, not two).
-            let decided = self.writes.get(w).is_some_and(|w| w.phase() == super::write::Phase::Deciding);
+            let decided = self.writer.is_deciding(w);
             let entry = self.jobs[index as usize].as_mut().expect("job exists");
             if decided {
                 entry.job.retry_as(Intent::Invalidate { version });
@@ -915,7 +903,7 @@ impl<F: Fabric> Node<F> {
                     // the newest word while the write has time (the others' CASes took,
                     // so someone progresses); a lease's gives up quietly.
                     let retry = match entry.owner {
-                        Owner::Write(w) => self.writes.get(w).is_some_and(|w| now.mono_ns < w.deadline_ns),
+                        Owner::Write(w) => self.writer.before_deadline(w, now),
                         Owner::Lease { .. } | Owner::Detached => false,
                     };
                     self.stats.cas_contended += 1;

@@ -105,11 +105,12 @@ impl<F: Fabric> Node<F> {
             None => {}
         }
         let Some(slot) = self.repairs.slots.iter().position(Option::is_none) else { return false };
-        if self.side_free.len() < 2 + 4 {
+        if self.writer.side_free.len() < 2 + 4 {
             // Leave room for host writes: repairs are background work.
             return false;
         }
-        let (data, side) = (self.side_free.pop().expect("checked"), self.side_free.pop().expect("checked"));
+        let (data, side) =
+            (self.writer.side_free.pop().expect("checked"), self.writer.side_free.pop().expect("checked"));
         let g = &mut self.repairs.generations[slot];
         *g = g.wrapping_add(1) & 0xff_ffff;
         let generation = *g;
@@ -233,8 +234,8 @@ impl<F: Fabric> Node<F> {
             let Some(r) = self.repairs.slots[slot as usize] else { continue };
             if r.over || now.mono_ns >= r.deadline_ns {
                 if r.wrs == 0 {
-                    self.side_free.push(r.data);
-                    self.side_free.push(r.side);
+                    self.writer.side_free.push(r.data);
+                    self.writer.side_free.push(r.side);
                     self.repairs.slots[slot as usize] = None;
                     busy = true;
                 } else if let Some(r) = self.repairs.slots[slot as usize].as_mut() {
@@ -431,7 +432,7 @@ impl<F: Fabric> Node<F> {
         r.wrs += if f > 0 { 2 } else { 1 };
         self.repairs.slots[slot as usize] = Some(r);
         self.repairs.sets[slot as usize] = sets;
-        let staging = self.writes.capacity() * (self.k + self.m) as u32 + slot;
+        let staging = self.writer.capacity() * (self.k + self.m) as u32 + slot;
         let tag = WrId::new(Kind::RepairWrite, target, slot, r.generation);
         self.post_fragment_entry(
             target,
@@ -448,7 +449,7 @@ impl<F: Fabric> Node<F> {
     pub fn repairs_debug(&self) -> String {
         format!(
             "side_free {} notices {} sent {:?} repairs {:?} resync {:?}",
-            self.side_free.len(),
+            self.writer.side_free.len(),
             self.notices_debug(),
             self.links.iter().map(|p| (p.id, p.sent.len(), p.has_credit(), p.sends)).collect::<Vec<_>>(),
             self.repairs
