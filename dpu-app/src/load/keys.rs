@@ -271,7 +271,8 @@ mod tests {
         assert_eq!(c1.peek(5), 100, "the stream wraps");
         // A malformed trace is an error, not a silent fallback.
         std::fs::write(&path, "not a number\n").unwrap();
-        let err = KeyStream::trace_or_synthetic(&path, 0).unwrap_err().to_string();
+        let err = KeyStream::trace_or_synthetic(&path, 0).unwrap_err();
+        let err = crate::error::Report(&err).to_string();
         assert!(err.contains("t.lis") && err.contains("line 1"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
     }

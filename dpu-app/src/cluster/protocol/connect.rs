@@ -57,12 +57,12 @@ impl<F: Fabric> Node<F> {
             Conn::Ready(qp) => qp.endpoint(),
             Conn::Gone => unreachable!("hellos are built for a queue pair"),
         };
-        let (log, applied) = match &self.logs[j as usize] {
+        let (log, applied) = match self.holder.log(j) {
             Some((log, mr)) => (mr.remote(), log.applied_seq()),
             None => unreachable!("every peer has a log here"),
         };
         let geometry = self.store.geometry();
-        let log_geometry = self.logs[j as usize].as_ref().map(|(l, _)| l.geometry()).expect("a log");
+        let log_geometry = self.holder.log(j).map(|(l, _)| l.geometry()).expect("a log");
         HelloRepr {
             from: self.me,
             to: j,
@@ -162,7 +162,7 @@ impl<F: Fabric> Node<F> {
     fn connect(&mut self, j: u8, hello: &HelloRepr) -> bool {
         let me = self.me;
         let recv_depth = self.links.options().recv_depth as u32;
-        let resync_from = self.next_write_seq.saturating_sub(self.config.outcome_entries as u64).max(1);
+        let resync_from = self.writer.next_write_seq().saturating_sub(self.config.outcome_entries as u64).max(1);
         let zero = &self.pools.zero;
         let Some(p) = self.links.peer_mut(j) else { return false };
         p.conn_gen = p.conn_gen.wrapping_add(1);

@@ -8,13 +8,25 @@
 //! sequence moved on; only then is it acknowledged, which also returns the log slot to
 //! the writer. A bad entry is refused (acknowledged with a refusal) and skipped; an
 //! entry out of sequence breaks the link.
+//!
+//! The role is [`Holder`]: it owns the logs other writers write into and the buffer
+//! an entry is copied into; a call borrows the rest (links, store, clock, stats)
+//! through a [`HoldCx`], and an entry out of sequence comes back as a
+//! [`HolderEffect`] for the node to reset the link.
 
-use super::node::{Node, Noisy, Now};
+use std::sync::Arc;
+
+use super::links::Links;
+use super::node::{Node, Noisy, Now, Pools};
+use super::stats::NodeStats;
 use super::wr::{Kind, WrId};
 use crate::cluster::format::entry::{EntryKind, HEADER_LEN as ENTRY_HEADER_LEN};
+use crate::cluster::format::log::{EntryBuf, FragmentLog};
 use crate::cluster::format::record::RecordRepr;
-use crate::cluster::format::store::{Inserted, StoreError};
-use crate::fabric::{Fabric, Op, WcStatus};
+use crate::cluster::format::store::{Inserted, Store, StoreError};
+use crate::cluster::hlc::Hlc;
+use crate::fabric::{Fabric, MemoryRegion, Op, RawQp, WcStatus};
+use crate::log_limit::LogLimits;
 use crate::stripe::HeaderRepr;
 
 /// Set in the immediate of an acknowledgement (entries' immediates are sequence
@@ -27,48 +39,102 @@ pub const ACK_REFUSED: u32 = 1;
 /// Acknowledgement status: the store has no room for the fragment.
 pub const ACK_FULL: u32 = 2;
 
-impl<F: Fabric> Node<F> {
+/// A log of this node's, for one writer, and its registration.
+pub type WriterLog = (FragmentLog, Arc<MemoryRegion>);
+
+/// What the holder leaves for the node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HolderEffect {
+    /// Writer `peer`'s entry came out of sequence: its link must be reset.
+    LinkFailed {
+        /// The writer.
+        peer: u8,
+    },
+}
+
+/// What the holder may use of its node for one call.
+pub struct HoldCx<'a, Q: RawQp> {
+    me: u8,
+    k: usize,
+    m: usize,
+    sync_records: bool,
+    log_slots: u64,
+    links: &'a mut Links<Q>,
+    store: &'a mut Store,
+    hlc: &'a mut Hlc,
+    stats: &'a mut NodeStats,
+    noisy: &'a mut LogLimits<{ Noisy::COUNT }>,
+    pools: &'a Pools,
+}
+
+impl<Q: RawQp> HoldCx<'_, Q> {
+    /// Whether a log line about `why` may be written now (see `Node::admit_log`).
+    fn admit(&mut self, why: Noisy) -> Option<u64> {
+        self.noisy.admit(why as usize, prescient_shim::sys::monotonic_ns())
+    }
+}
+
+/// The holder of other writers' fragments: a log per writer (`None` for this node).
+pub struct Holder {
+    logs: Vec<Option<WriterLog>>,
+    /// Where an entry is copied out of its log to be checked.
+    entry_buf: EntryBuf,
+    /// Bytes of the entry read last.
+    entry_bytes: u64,
+}
+
+impl Holder {
+    /// A holder of `logs` (indexed by writer), copying entries into `entry_buf`.
+    pub fn new(logs: Vec<Option<WriterLog>>, entry_buf: EntryBuf) -> Self {
+        Self { logs, entry_buf, entry_bytes: 0 }
+    }
+
+    /// Writer `w`'s log here.
+    pub fn log(&self, w: u8) -> Option<&WriterLog> {
+        self.logs.get(w as usize).and_then(Option::as_ref)
+    }
+
     /// Writer `w` announced the entry with sequence (low 31 bits) `imm` in our log.
-    pub(super) fn on_entry(&mut self, w: u8, imm: u32, now: Now) {
-        let me = self.me;
-        let Some((log, _)) = self.logs.get(w as usize).and_then(Option::as_ref) else {
+    pub fn on_entry<Q: RawQp>(&mut self, cx: &mut HoldCx<'_, Q>, w: u8, imm: u32) -> Option<HolderEffect> {
+        let me = cx.me;
+        let Some((log, _)) = self.log(w) else {
             tracing::warn!(node = me, peer = w, "entry from a node with no log here");
-            return;
+            return None;
         };
         let seq = log.applied_seq();
         if (seq & 0x7fff_ffff) as u32 != imm {
             tracing::warn!(node = me, peer = w, expected = seq, imm, "log entry out of sequence: reconnecting");
-            self.link_failed(w, WcStatus::RemoteOperation, now);
-            return;
+            return Some(HolderEffect::LinkFailed { peer: w });
         }
-        let (status, bytes) = self.apply_entry(w, seq, true);
-        if let Some((log, _)) = self.logs[w as usize].as_ref() {
+        let (status, bytes) = self.apply_entry(cx, w, seq, true);
+        if let Some((log, _)) = self.log(w) {
             log.mark_applied(seq);
         }
-        if let Some(p) = self.links.peer_mut(w) {
+        if let Some(p) = cx.links.peer_mut(w) {
             p.bytes_in += bytes;
         }
-        self.send_ack(w, seq, status);
+        Self::send_ack(cx, w, seq, status);
+        None
     }
 
     /// Checks and applies entry `seq` of writer `w`'s log; returns the status to
     /// acknowledge with and the entry's bytes. `live`: a fresh entry (a replay after
     /// a restart is applied the same way but not acknowledged, and logs less).
-    pub(super) fn apply_entry(&mut self, w: u8, seq: u64, live: bool) -> (u32, u64) {
-        let status = self.apply_entry_inner(w, seq, live);
+    fn apply_entry<Q: RawQp>(&mut self, cx: &mut HoldCx<'_, Q>, w: u8, seq: u64, live: bool) -> (u32, u64) {
+        let status = self.apply_entry_inner(cx, w, seq, live);
         (status, self.entry_bytes)
     }
 
-    fn apply_entry_inner(&mut self, w: u8, seq: u64, live: bool) -> u32 {
-        let me = self.me;
+    fn apply_entry_inner<Q: RawQp>(&mut self, cx: &mut HoldCx<'_, Q>, w: u8, seq: u64, live: bool) -> u32 {
+        let me = cx.me;
         let Some((log, _)) = self.logs.get(w as usize).and_then(Option::as_ref) else { return ACK_REFUSED };
         let entry = match log.read_entry(seq, &mut self.entry_buf) {
             Ok(e) => e,
             Err(e) => {
-                if let Some(left_out) = live.then(|| self.admit_log(Noisy::EntryRefused)).flatten() {
+                if let Some(left_out) = live.then(|| cx.admit(Noisy::EntryRefused)).flatten() {
                     tracing::warn!(node = me, peer = w, seq, error = %e, left_out, "refused a log entry");
                 }
-                self.stats.entries_refused += 1;
+                cx.stats.entries_refused += 1;
                 return ACK_REFUSED;
             }
         };
@@ -79,10 +145,10 @@ impl<F: Fabric> Node<F> {
                 let frag = match entry.fragment() {
                     Ok(f) => f,
                     Err(e) => {
-                        if let Some(left_out) = self.admit_log(Noisy::EntryRefused) {
+                        if let Some(left_out) = cx.admit(Noisy::EntryRefused) {
                             tracing::warn!(node = me, peer = w, seq, error = %e, left_out, "refused a fragment");
                         }
-                        self.stats.entries_refused += 1;
+                        cx.stats.entries_refused += 1;
                         return ACK_REFUSED;
                     }
                 };
@@ -91,20 +157,20 @@ impl<F: Fabric> Node<F> {
                 let repr = match checked {
                     Ok(r) => r,
                     Err(e) => {
-                        if let Some(left_out) = self.admit_log(Noisy::EntryRefused) {
+                        if let Some(left_out) = cx.admit(Noisy::EntryRefused) {
                             tracing::warn!(node = me, peer = w, seq, error = %e, left_out, "refused a fragment");
                         }
-                        self.stats.entries_refused += 1;
+                        cx.stats.entries_refused += 1;
                         return ACK_REFUSED;
                     }
                 };
                 let consistent = repr.version == header.stamp
-                    && repr.layout.k() == self.k
-                    && repr.layout.m() == self.m
+                    && repr.layout.k() == cx.k
+                    && repr.layout.m() == cx.m
                     && header.writer == w
                     && (header.stamp & 0xff) as u8 == w;
                 if !consistent {
-                    if let Some(left_out) = self.admit_log(Noisy::EntryRefused) {
+                    if let Some(left_out) = cx.admit(Noisy::EntryRefused) {
                         tracing::warn!(
                             node = me,
                             peer = w,
@@ -113,11 +179,11 @@ impl<F: Fabric> Node<F> {
                             "refused a fragment whose header disagrees with its entry"
                         );
                     }
-                    self.stats.entries_refused += 1;
+                    cx.stats.entries_refused += 1;
                     return ACK_REFUSED;
                 }
                 // Order this node's next writes after what it has seen (HLC).
-                let _ = self.hlc.observe(header.stamp >> 8);
+                let _ = cx.hlc.observe(header.stamp >> 8);
                 let record = RecordRepr {
                     writer: w,
                     fragment_index: repr.index,
@@ -128,7 +194,7 @@ impl<F: Fabric> Node<F> {
                     tombstone: header.tombstone,
                     incarnation: header.incarnation,
                 };
-                let inserted = self.store.insert(&record, frag.header.into_inner(), frag.payload);
+                let inserted = cx.store.insert(&record, frag.header.into_inner(), frag.payload);
                 tracing::trace!(
                     node = me,
                     writer = w,
@@ -140,26 +206,26 @@ impl<F: Fabric> Node<F> {
                 );
                 match inserted {
                     Ok(Inserted::Stored { set, way }) => {
-                        if self.sync_records {
-                            if let Err(e) = self.store.sync_record(set, way) {
+                        if cx.sync_records {
+                            if let Err(e) = cx.store.sync_record(set, way) {
                                 tracing::error!(node = me, error = %e, "cannot flush a fragment to disk");
                                 return ACK_FULL;
                             }
                         }
-                        self.stats.fragments_held += 1;
+                        cx.stats.fragments_held += 1;
                         ACK_OK
                     }
                     Ok(Inserted::Duplicate { .. } | Inserted::Superseded) => ACK_OK,
                     Err(e @ (StoreError::Full { .. } | StoreError::KeyFull { .. })) => {
-                        self.stats.store_full += 1;
-                        if let Some(left_out) = self.admit_log(Noisy::StoreFull) {
+                        cx.stats.store_full += 1;
+                        if let Some(left_out) = cx.admit(Noisy::StoreFull) {
                             tracing::warn!(node = me, peer = w, error = %e, left_out, "fragment refused for room");
                         }
                         ACK_FULL
                     }
                     Err(e) => {
-                        self.stats.entries_refused += 1;
-                        if let Some(left_out) = self.admit_log(Noisy::EntryRefused) {
+                        cx.stats.entries_refused += 1;
+                        if let Some(left_out) = cx.admit(Noisy::EntryRefused) {
                             tracing::warn!(node = me, peer = w, error = %e, left_out, "fragment not stored");
                         }
                         ACK_REFUSED
@@ -170,16 +236,16 @@ impl<F: Fabric> Node<F> {
                 let records = match entry.outcomes() {
                     Ok(r) => r,
                     Err(_) => {
-                        self.stats.entries_refused += 1;
+                        cx.stats.entries_refused += 1;
                         return ACK_REFUSED;
                     }
                 };
                 for r in records {
                     let Ok(r) = r else {
-                        self.stats.entries_refused += 1;
+                        cx.stats.entries_refused += 1;
                         return ACK_REFUSED;
                     };
-                    let res = self.store.resolve(r.key_hash, r.stamp, r.outcome);
+                    let res = cx.store.resolve(r.key_hash, r.stamp, r.outcome);
                     tracing::trace!(node = me, writer = w, stamp = r.stamp, write_seq = r.write_seq, outcome = ?r.outcome, ?res, "outcome applied");
                 }
                 ACK_OK
@@ -187,12 +253,12 @@ impl<F: Fabric> Node<F> {
         }
     }
 
-    fn send_ack(&mut self, w: u8, seq: u64, status: u32) {
-        let Some(remote) = self.links.peer(w).filter(|p| p.can_answer()).and_then(|p| p.remote) else { return };
+    fn send_ack<Q: RawQp>(cx: &mut HoldCx<'_, Q>, w: u8, seq: u64, status: u32) {
+        let Some(remote) = cx.links.peer(w).filter(|p| p.can_answer()).and_then(|p| p.remote) else { return };
         let imm = ACK_FLAG | (status & 0x7f) << 24 | (seq & 0xff_ffff) as u32;
-        let buf = self.zero_buf();
+        let buf = cx.pools.zero.buf(0, 0);
         // A zero-length WRITE_WITH_IMM touches no memory: any address of the peer does.
-        self.links.post(
+        cx.links.post(
             w,
             WrId::new(Kind::Ack, w, 0, 0),
             Op::Write { remote: remote.control.at(0), imm: Some(imm) },
@@ -202,27 +268,64 @@ impl<F: Fabric> Node<F> {
 
     /// After a restart: applies what the logs hold beyond their applied sequence
     /// (entries written before the crash, not yet persisted into the store).
-    pub(super) fn replay_logs(&mut self) {
-        for w in 0..self.n as u8 {
+    pub fn replay_logs<Q: RawQp>(&mut self, cx: &mut HoldCx<'_, Q>) {
+        for w in 0..self.logs.len() as u8 {
             let mut replayed = 0u64;
             while let Some((log, _)) = self.logs.get(w as usize).and_then(Option::as_ref) {
                 let seq = log.applied_seq();
                 if log.read_entry(seq, &mut self.entry_buf).is_err() {
                     break;
                 }
-                self.apply_entry(w, seq, false);
-                if let Some((log, _)) = self.logs[w as usize].as_ref() {
+                self.apply_entry(cx, w, seq, false);
+                if let Some((log, _)) = self.log(w) {
                     log.mark_applied(seq);
                 }
                 replayed += 1;
-                if replayed >= self.config.log_slots as u64 {
+                if replayed >= cx.log_slots {
                     break;
                 }
             }
             if replayed > 0 {
-                tracing::info!(node = self.me, writer = w, replayed, "replayed log entries left by a crash");
-                self.stats.entries_replayed += replayed;
+                tracing::info!(node = cx.me, writer = w, replayed, "replayed log entries left by a crash");
+                cx.stats.entries_replayed += replayed;
             }
         }
+    }
+}
+
+// ---- the node's dispatch for the holder ------------------------------------------------
+
+impl<F: Fabric> Node<F> {
+    /// The holder and its context, borrowed from disjoint fields.
+    fn hold_cx(&mut self) -> (&mut Holder, HoldCx<'_, F::Qp>) {
+        let cx = HoldCx {
+            me: self.me,
+            k: self.k,
+            m: self.m,
+            sync_records: self.sync_records,
+            log_slots: self.config.log_slots as u64,
+            links: &mut self.links,
+            store: &mut self.store,
+            hlc: &mut self.hlc,
+            stats: &mut self.stats,
+            noisy: &mut self.noisy,
+            pools: &self.pools,
+        };
+        (&mut self.holder, cx)
+    }
+
+    /// Writer `w` announced the entry with sequence (low 31 bits) `imm` in our log.
+    pub(super) fn on_entry(&mut self, w: u8, imm: u32, now: Now) {
+        let (holder, mut cx) = self.hold_cx();
+        match holder.on_entry(&mut cx, w, imm) {
+            Some(HolderEffect::LinkFailed { peer }) => self.link_failed(peer, WcStatus::RemoteOperation, now),
+            None => {}
+        }
+    }
+
+    /// After a restart: applies what the logs hold beyond their applied sequence.
+    pub(super) fn replay_logs(&mut self) {
+        let (holder, mut cx) = self.hold_cx();
+        holder.replay_logs(&mut cx);
     }
 }

@@ -27,7 +27,6 @@ use prescient_shim::layout::header;
 use super::node::{Node, Now};
 use super::peer::{Conn, Link, Trust};
 use super::wr::{Kind, WrId};
-use super::write::Mark;
 use crate::cluster::format::control::{first_epoch, ControlView, CONTROL_BYTES, SUSPICIONS_PER_INCARNATION_MAX};
 use crate::fabric::{Fabric, Op, WcStatus};
 
@@ -180,11 +179,7 @@ impl<F: Fabric> Node<F> {
     /// Writes waiting on a failed mark at `j` go ahead: `j` has revoked its directory
     /// after our suspicion epoch `epoch`, or its lease has lapsed.
     fn skip_failed_marks(&mut self, j: u8, _epoch: u64) {
-        for w in self.writes.iter_mut() {
-            if w.marks[j as usize] == Mark::Failed {
-                w.marks[j as usize] = Mark::Skipped;
-            }
-        }
+        self.writer.host_excluded(j);
     }
 
     fn check_dead(&mut self, j: u8, now: Now) {
@@ -200,11 +195,7 @@ impl<F: Fabric> Node<F> {
         self.stats.dead_declared += 1;
         self.stats.marks_cleared += cleared;
         // Writes waiting on the dead peer's fragment stop waiting.
-        for w in self.writes.iter_mut() {
-            if w.holder_mask() & (1 << j) != 0 && w.acked & (1 << j) == 0 {
-                w.failed |= 1 << j;
-            }
-        }
+        self.writer.holder_dead(j);
     }
 
     /// The host's directory lease: `min over peers of last heard + lease`, or zero

@@ -22,16 +22,17 @@ use prescient_shim::layout::header;
 use prescient_shim::region::Region;
 
 use super::get::Reader;
+use super::holder::Holder;
 use super::lease::LeaseTable;
 use super::links::Links;
 use super::peer::{Conn, Peer};
 use super::pool::Pool;
 use super::repair::Repairer;
-use super::replicate::NoticeTable;
+use super::replicate::Writer;
 use super::slotjob::{self, Finished, Intent, Job, Step};
+use super::slots::WriteId;
 use super::stats::NodeStats;
 use super::wr::{Kind, WrId, INDEX_MAX};
-use super::write::WriteTable;
 use crate::cluster::config::{ClusterConfig, Invalidation};
 use crate::cluster::format::control::{ControlBlock, CONTROL_BYTES};
 use crate::cluster::format::entry::HEADER_LEN as ENTRY_HEADER_LEN;
@@ -94,13 +95,8 @@ pub struct Policy {
 /// Who a directory job reports to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Owner {
-    /// The mark of write `slot` (generation `generation`) in host `host`'s directory.
-    Write {
-        /// Write slot.
-        slot: u32,
-        /// Its generation.
-        generation: u32,
-    },
+    /// The mark of a write in host `host`'s directory.
+    Write(WriteId),
     /// The mark of lease `slot` in host `host`'s directory.
     Lease {
         /// Lease slot.
@@ -196,7 +192,6 @@ pub struct Node<F: Fabric> {
     pub(super) config: Arc<ClusterConfig>,
     pub(super) incarnation: u32,
     pub(super) pending_offers: Vec<Option<crate::cluster::format::hello::HelloRepr>>,
-    pub(super) entry_bytes: u64,
     pub(super) heartbeat_ns: u64,
     pub(super) lease_ns: u64,
     pub(super) dead_after_ns: u64,
@@ -213,12 +208,13 @@ pub struct Node<F: Fabric> {
     pub(super) control: ControlBlock,
     pub(super) store: Store,
     pub(super) store_mr: Arc<MemoryRegion>,
-    pub(super) logs: Vec<Option<(FragmentLog, Arc<MemoryRegion>)>>,
+    /// The holder of other writers' fragments (their logs here).
+    pub(super) holder: Holder,
     pub(super) outcomes: OutcomeTable,
-    pub(super) next_write_seq: u64,
     pub(super) links: Links<F::Qp>,
     pub(super) mailbox: Box<dyn Mailbox>,
-    pub(super) writes: WriteTable,
+    /// The writer: this node's writes in flight, held and notified.
+    pub(super) writer: Writer,
     pub(super) jobs: Vec<Option<JobEntry>>,
     pub(super) free_jobs: Vec<u32>,
     /// The latest job started on each (host, slot), hashed (index + 1; 0: none): a
@@ -227,7 +223,6 @@ pub struct Node<F: Fabric> {
     pub(super) reader: Reader,
     pub(super) leases: LeaseTable,
     pub(super) repairer: Repairer,
-    pub(super) notices: NoticeTable,
     pub(super) sealer: Sealer,
     pub(super) rs: ReedSolomon,
     /// Extends a fragment header's CRC by its payload's (log entry checksums).
@@ -236,13 +231,8 @@ pub struct Node<F: Fabric> {
     pub(super) hlc: Hlc,
     pub(super) hlc_floor: HlcFloor,
     pub(super) pools: Pools,
-    pub(super) side_free: Vec<u32>,
     pub(super) taken: Vec<Taken>,
-    /// Write requests waiting for the write of their key in flight (FIFO; with the
-    /// writes in flight never more than the write table holds).
-    pub(super) held: std::collections::VecDeque<super::replicate::Held>,
     pub(super) wc: Vec<Completion>,
-    pub(super) entry_buf: EntryBuf,
     pub(super) expired: Vec<u64>,
     /// Rate limits of the log lines of [`Noisy`] conditions.
     pub(super) noisy: LogLimits<{ Noisy::COUNT }>,
@@ -492,7 +482,6 @@ impl<F: Fabric> Node<F> {
             policy: Policy { invalidation: config.invalidation, predictive: config.predictive },
             incarnation,
             pending_offers: (0..n).map(|_| None).collect(),
-            entry_bytes: 0,
             heartbeat_ns: config.heartbeat_us * 1_000,
             lease_ns: config.lease_us * 1_000,
             dead_after_ns: config.dead_after_us * 1_000,
@@ -509,12 +498,11 @@ impl<F: Fabric> Node<F> {
             control,
             store,
             store_mr,
-            logs,
+            holder: Holder::new(logs, entry_buf),
             outcomes,
-            next_write_seq,
             links: Links::new(me, peers, qp_options, config.log_slots as u32 + 8, POLL_BATCH),
             mailbox,
-            writes: WriteTable::new(writes_max),
+            writer: Writer::new(writes_max, side_free, next_write_seq, n),
             jobs: (0..jobs_max).map(|_| None).collect(),
             free_jobs: (0..jobs_max as u32).rev().collect(),
             recent_jobs: vec![0; 1 << RECENT_JOBS_BITS],
@@ -522,7 +510,6 @@ impl<F: Fabric> Node<F> {
             leases: LeaseTable::new(LEASES_MAX as u32),
             // Its staging follows the reader's in the sets pool, the writer's in the header pool.
             repairer: Repairer::new(n, geometry.set_bytes(), gets_max, writes_max * (k + m) as u32),
-            notices: NoticeTable::new(n, NOTICES_MAX),
             sealer,
             rs,
             crc_shift: crate::cluster::format::crc_combine::ShiftCache::default(),
@@ -530,11 +517,8 @@ impl<F: Fabric> Node<F> {
             hlc,
             hlc_floor,
             pools,
-            side_free,
             taken: Vec::with_capacity(prescient_shim::config::BATCH_MAX as usize),
-            held: std::collections::VecDeque::with_capacity(writes_max as usize),
             wc: Vec::with_capacity(POLL_BATCH),
-            entry_buf,
             expired: Vec::with_capacity(64),
             noisy: LogLimits::default(),
             stats: NodeStats::new(n),
@@ -612,7 +596,7 @@ impl<F: Fabric> Node<F> {
 
     /// Writes (held ones included) and GETs in flight.
     pub fn in_flight(&self) -> usize {
-        self.writes.in_flight() + self.held.len() + self.reader.in_flight()
+        self.writer.in_flight() + self.reader.in_flight()
     }
 
     /// Writes in this node's outcome table that are not settled yet (undecided, or
@@ -653,7 +637,7 @@ impl<F: Fabric> Node<F> {
         busy |= self.poll_mailbox(now);
         busy |= self.take_requests(now);
         busy |= self.advance_writes(now);
-        if !self.held.is_empty() {
+        if self.writer.has_held() {
             busy |= self.start_held(now);
         }
         busy |= self.advance_gets(now);
@@ -895,13 +879,10 @@ impl<F: Fabric> Node<F> {
         let Some(entry) = self.jobs.get_mut(index as usize).and_then(Option::as_mut) else { return };
         entry.posted = entry.posted.saturating_sub(1);
         let (host, slot) = (entry.host, entry.slot);
-        if let (Intent::Mark { version }, Owner::Write { slot: w, generation }) = (entry.job.intent(), entry.owner) {
+        if let (Intent::Mark { version }, Owner::Write(w)) = (entry.job.intent(), entry.owner) {
             // Decided while this mark still looks for the slot's word: a retry goes
             // straight to the commit's Invalid (one round trip, not two).
-            let decided = self
-                .writes
-                .get_mut(w, generation)
-                .is_some_and(|w| w.phase == super::write::Phase::Deciding && w.end.is_none());
+            let decided = self.writer.is_deciding(w);
             let entry = self.jobs[index as usize].as_mut().expect("job exists");
             if decided {
                 entry.job.retry_as(Intent::Invalidate { version });
@@ -933,9 +914,7 @@ impl<F: Fabric> Node<F> {
                     // the newest word while the write has time (the others' CASes took,
                     // so someone progresses); a lease's gives up quietly.
                     let retry = match entry.owner {
-                        Owner::Write { slot, generation } => {
-                            self.writes.get_mut(slot, generation).is_some_and(|w| now.mono_ns < w.deadline_ns)
-                        }
+                        Owner::Write(w) => self.writer.before_deadline(w, now),
                         Owner::Lease { .. } | Owner::Detached => false,
                     };
                     self.stats.cas_contended += 1;
@@ -966,7 +945,7 @@ impl<F: Fabric> Node<F> {
     /// Tells a job's owner how it ended.
     pub(super) fn on_job_done(&mut self, owner: Owner, host: u8, dir_slot: u32, intent: Intent, f: Finished, now: Now) {
         match owner {
-            Owner::Write { slot, generation } => self.write_job_done(slot, generation, host, dir_slot, intent, f, now),
+            Owner::Write(w) => self.write_job_done(w, host, dir_slot, intent, f, now),
             Owner::Lease { slot, generation } => self.lease_job_done(slot, generation, host, dir_slot, intent, f, now),
             Owner::Detached => {}
         }

@@ -9,6 +9,7 @@ use std::collections::VecDeque;
 
 use prescient_shim::directory::{SlotState, SlotWord};
 
+use super::slots::{NoticeId, WriteId};
 use crate::cluster::format::control::ControlView;
 use crate::fabric::{Endpoint, QueuePair, RawQp, RemoteRegion, Reset, Rts};
 
@@ -102,19 +103,17 @@ pub struct Remote {
 /// An entry this node wrote into the peer's log, awaiting its acknowledgement.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Sent {
-    /// Fragment `fragment` of the write in slot `write`.
+    /// Fragment `fragment` of write `write`.
     Fragment {
-        /// Write slot.
-        write: u32,
-        /// The write's generation (a reused slot is a different write).
-        generation: u32,
+        /// The write (a reused slot is a different write).
+        write: WriteId,
         /// Fragment index.
         fragment: u8,
     },
-    /// An outcome notice in notice slot `notice`.
+    /// Outcome notice `notice`.
     Notice {
-        /// Notice slot.
-        notice: u32,
+        /// The notice.
+        notice: NoticeId,
     },
     /// A fragment a repair rebuilt for this peer.
     Repair {

@@ -609,7 +609,7 @@ impl<F: Fabric> Node<F> {
             rs: &mut self.rs,
             crc_shift: &mut self.crc_shift,
             stats: &mut self.stats,
-            side_free: &mut self.side_free,
+            side_free: &mut self.writer.side_free,
         };
         (&mut self.repairer, cx)
     }
@@ -720,7 +720,7 @@ impl<F: Fabric> Node<F> {
     pub fn repairs_debug(&self) -> String {
         format!(
             "side_free {} notices {} sent {:?} repairs {:?} resync {:?}",
-            self.side_free.len(),
+            self.writer.side_free.len(),
             self.notices_debug(),
             self.links.iter().map(|p| (p.id, p.sent.len(), p.has_credit(), p.sends)).collect::<Vec<_>>(),
             self.repairer.debug_entries().collect::<Vec<_>>(),

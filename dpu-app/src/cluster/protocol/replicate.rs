@@ -10,31 +10,55 @@
 //! persisted it (so any reader with at most `m` nodes down meets one), and every mark
 //! is settled, the write completes to the host and the marks turn `Invalid`. The
 //! baseline policy invalidates only then, and waits for it.
+//!
+//! The role is [`Writer`]: it owns the writes in flight (a `SlotTable<Write, WriteId>`,
+//! each write's phase in [`super::write`]), the requests held behind a write of their
+//! key, the outcome notices waiting for or flying to each holder, the side buffers and
+//! the write numbers. A call borrows what it uses of the node through a [`WriteCx`]
+//! (links, host, store, outcome table, pools, sealer, clock, stats) and leaves what
+//! other roles must do - start a directory job, suspect a host - as [`WriteEffect`]s,
+//! which the node's dispatch at the end of this file passes on, in order, before the
+//! next call. Predicting (the predictor and its leases), taking host requests (PUTs
+//! and GETs come in together), acknowledgements (fragments, notices and repairs share
+//! a log) and the resync of a peer (decisions and repairs) are that dispatch's too.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
 
 use prescient_models::WriteOutcome;
 use prescient_shim::config::{KEY_BYTES_MAX, VALUE_OFFSET};
 use prescient_shim::descriptor::OpCode;
 use prescient_shim::directory::{self, SlotState};
+use prescient_shim::region::Region;
 use prescient_shim::Status;
 
-use super::node::{rewind, Node, Noisy, Now, Owner, Started};
+use super::links::Links;
+use super::node::{rewind, Node, Noisy, Now, Owner, Policy, Pools, Started};
 use super::peer::{Sent, Trust};
 use super::slotjob::{Finished, Intent};
+use super::slots::{Handle, NoticeId, SlotTable, WriteId};
+use super::stats::NodeStats;
 use super::wr::{Kind, WrId};
-use super::write::{End, Mark, Phase, Write};
+use super::write::{End, Mark, NewWrite, Phase, Write};
 use crate::cluster::config::Invalidation;
+use crate::cluster::format::crc_combine::ShiftCache;
 use crate::cluster::format::entry::{
     EntryKind, EntryRepr, Outcome as Decision, OutcomeRecordRepr, HEADER_LEN as ENTRY_HEADER_LEN,
 };
-use crate::cluster::format::outcome::WriteState;
+use crate::cluster::format::outcome::{OutcomeError, OutcomeTable, WriteState};
 use crate::cluster::format::record::RecordRepr;
-use crate::fabric::{Fabric, Op};
+use crate::cluster::format::store::Store;
+use crate::cluster::hlc::{Hlc, HlcFloor};
+use crate::fabric::{Fabric, MemoryRegion, Op, RawQp};
 use crate::histogram::WriteStage;
+use crate::limits::NODES_MAX;
 use crate::limits::{NOTICE_RECORDS_MAX, OUTCOME_RECORD_BYTES as OUTCOME_RECORD_LEN, RESYNC_CHUNK};
+use crate::log_limit::LogLimits;
+use crate::metrics::Metrics;
 use crate::queue::{key_of, Outcome};
-use crate::region_server::Taken;
-use crate::seal::{key_hash, Binding};
-use crate::stripe::{encode_stripe, fragment, StripeId, StripeLayout};
+use crate::region_server::{RegionServer, Taken};
+use crate::seal::{key_hash, Binding, Sealer};
+use crate::stripe::{encode_stripe, fragment, ReedSolomon, StripeId, StripeLayout};
 
 /// A write request waiting for the write of its key in flight here to finish.
 #[derive(Debug)]
@@ -49,16 +73,18 @@ pub struct Held {
 #[derive(Clone, Copy, Debug)]
 struct Pending {
     record: OutcomeRecordRepr,
-    owner: Option<(u32, u32)>,
+    owner: Option<WriteId>,
 }
 
-/// Outcome notices: per peer the records waiting to be sent, and per notice slot the
-/// writes whose decision it carries.
+/// Outcome notices: per peer the records waiting to be sent, and per notice in flight
+/// (its slot is its slot of the notices pool) the records it carries and the writes
+/// they speak for.
 #[derive(Debug)]
 pub struct NoticeTable {
     batches: Vec<Vec<Pending>>,
-    in_flight: Vec<Vec<Pending>>,
-    free: Vec<u32>,
+    in_flight: SlotTable<Vec<Pending>, NoticeId>,
+    /// Emptied batches, to swap in for one that goes out (no allocation per notice).
+    spare: Vec<Vec<Pending>>,
 }
 
 impl NoticeTable {
@@ -67,12 +93,12 @@ impl NoticeTable {
         let slots = per_peer * nodes as u32;
         Self {
             batches: (0..nodes).map(|_| Vec::with_capacity(NOTICE_RECORDS_MAX)).collect(),
-            in_flight: (0..slots).map(|_| Vec::with_capacity(NOTICE_RECORDS_MAX)).collect(),
-            free: (0..slots).rev().collect(),
+            in_flight: SlotTable::new(slots),
+            spare: (0..slots).map(|_| Vec::with_capacity(NOTICE_RECORDS_MAX)).collect(),
         }
     }
 
-    fn queue(&mut self, peer: u8, record: OutcomeRecordRepr, owner: Option<(u32, u32)>) -> bool {
+    fn queue(&mut self, peer: u8, record: OutcomeRecordRepr, owner: Option<WriteId>) -> bool {
         let batch = &mut self.batches[peer as usize];
         if batch.len() >= NOTICE_RECORDS_MAX {
             return false;
@@ -82,15 +108,1228 @@ impl NoticeTable {
     }
 }
 
+/// What the writer leaves for other roles, in the order it must happen.
+#[derive(Clone, Copy, Debug)]
+pub enum WriteEffect {
+    /// Start directory job `intent` on slot `slot` of host `host`'s directory from the
+    /// word `guess` ([`Node::start_job`]); for `Owner::Write(id)` the writer hears how
+    /// it started through [`Writer::job_started`].
+    StartJob {
+        /// Who hears of its end.
+        owner: Owner,
+        /// The host whose directory it works on.
+        host: u8,
+        /// The slot there.
+        slot: u32,
+        /// What for.
+        intent: Intent,
+        /// The word expected there, if known.
+        guess: Option<u64>,
+    },
+    /// Suspect host `host`: a write's mark cannot reach its directory.
+    Suspect {
+        /// The host.
+        host: u8,
+    },
+}
+
+/// What [`Writer::next_held`] found among the held writes.
+#[derive(Debug)]
+pub enum HeldNext {
+    /// This one's key is free and there is room: start it.
+    Start(Held),
+    /// One was past its deadline and failed `NotDurable`; look on.
+    Failed,
+    /// None can start now.
+    Nothing,
+}
+
+/// What the writer may use of its node for one call: configuration and the node's
+/// shared equipment, borrowed from disjoint fields of [`Node`].
+pub struct WriteCx<'a, Q: RawQp> {
+    me: u8,
+    n: usize,
+    k: usize,
+    m: usize,
+    quorum: u32,
+    policy: Policy,
+    write_timeout_ns: u64,
+    incarnation: u32,
+    directory_slots: u32,
+    links: &'a mut Links<Q>,
+    host: &'a mut RegionServer,
+    metrics: &'a mut Metrics,
+    region: &'a Region,
+    arena_mr: &'a Arc<MemoryRegion>,
+    store: &'a mut Store,
+    outcomes: &'a mut OutcomeTable,
+    pools: &'a Pools,
+    sealer: &'a mut Sealer,
+    rs: &'a ReedSolomon,
+    crc_shift: &'a mut ShiftCache,
+    hlc: &'a mut Hlc,
+    hlc_floor: &'a mut HlcFloor,
+    stats: &'a mut NodeStats,
+    noisy: &'a mut LogLimits<{ Noisy::COUNT }>,
+    own_resync: &'a mut Option<u64>,
+}
+
+impl<Q: RawQp> WriteCx<'_, Q> {
+    /// Whether a log line about `why` may be written now (see `Node::admit_log`).
+    fn admit(&mut self, why: Noisy) -> Option<u64> {
+        self.noisy.admit(why as usize, prescient_shim::sys::monotonic_ns())
+    }
+}
+
+/// The slot of `key_id` in host `j`'s directory (`own_slots`: this node's, `me`).
+pub(super) fn slot_for<Q: RawQp>(links: &Links<Q>, me: u8, own_slots: u32, j: u8, key_id: u64) -> u32 {
+    let slots = if j == me { own_slots } else { links.peer(j).and_then(|p| p.remote).map_or(0, |r| r.directory_slots) };
+    if slots == 0 {
+        0
+    } else {
+        directory::slot_of(key_id, slots)
+    }
+}
+
+/// Writes one fragment entry into peer `h`'s log (which must be up, with credit and
+/// send room): the `f` bytes at `bytes_at` in the arena (`arena_mr`) with a plain
+/// WRITE, then the entry header and fragment header from header staging slot
+/// `staging` with the WRITE_WITH_IMM that announces it; `sent` is what its
+/// acknowledgement settles.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn post_fragment_entry<Q: RawQp>(
+    links: &mut Links<Q>,
+    pools: &Pools,
+    arena_mr: &Arc<MemoryRegion>,
+    h: u8,
+    bytes_at: usize,
+    frag_header: &[u8; crate::stripe::HEADER_LEN],
+    mut entry: EntryRepr,
+    staging: u32,
+    ids: (WrId, WrId),
+    sent: Sent,
+) {
+    let f = entry.payload_len as usize - crate::stripe::HEADER_LEN;
+    let p = links.peer_mut(h).expect("peer exists");
+    let remote = p.remote.expect("an up peer has advertised its regions");
+    let seq = p.next_seq;
+    p.next_seq += 1;
+    p.sent.push_back(sent);
+    p.bytes_out += (super::node::FRAGMENT_HEAD_BYTES + f) as u64;
+    entry.seq = seq;
+    let mut head = [0u8; super::node::FRAGMENT_HEAD_BYTES];
+    entry.emit(&mut head[..ENTRY_HEADER_LEN]);
+    head[ENTRY_HEADER_LEN..].copy_from_slice(frag_header);
+    pools.header.write(staging, &head);
+    let log_at = (seq % u64::from(remote.log_slots)) * u64::from(remote.log_slot_bytes);
+    if f > 0 {
+        let buf = arena_mr.buf(bytes_at, f).expect("fragment inside the arena");
+        links.post(
+            h,
+            ids.0,
+            Op::Write { remote: remote.log.at(log_at + super::node::FRAGMENT_HEAD_BYTES as u64), imm: None },
+            buf,
+        );
+    }
+    let buf = pools.header.buf(staging, super::node::FRAGMENT_HEAD_BYTES);
+    links.post(h, ids.1, Op::Write { remote: remote.log.at(log_at), imm: Some((seq & 0x7fff_ffff) as u32) }, buf);
+}
+
+/// The writer: the writes in flight and everything only they use.
+#[derive(Debug)]
+pub struct Writer {
+    writes: SlotTable<Write, WriteId>,
+    /// Write requests waiting for the write of their key in flight (FIFO; with the
+    /// writes in flight never more than the write table holds).
+    held: VecDeque<Held>,
+    notices: NoticeTable,
+    /// The DPU buffers free for a write's headers and parity. Repairs take theirs
+    /// from here too (two each: data and side) and give them back.
+    pub(super) side_free: Vec<u32>,
+    /// The write number the next write takes (the outcome table's).
+    next_write_seq: u64,
+    /// What other roles must do, in order (drained by the node after every call).
+    effects: VecDeque<WriteEffect>,
+}
+
+impl Writer {
+    /// A writer with room for `writes_max` writes, the side buffers `side_free`, and
+    /// `next_write_seq` the next write number; notices for `nodes` nodes.
+    pub fn new(writes_max: u32, side_free: Vec<u32>, next_write_seq: u64, nodes: usize) -> Self {
+        Self {
+            writes: SlotTable::new(writes_max),
+            held: VecDeque::with_capacity(writes_max as usize),
+            notices: NoticeTable::new(nodes, crate::limits::NOTICES_MAX),
+            side_free,
+            next_write_seq,
+            effects: VecDeque::with_capacity(4 * NODES_MAX),
+        }
+    }
+
+    /// Write slots in all (the header pool's repair slots come after theirs).
+    pub fn capacity(&self) -> u32 {
+        self.writes.capacity()
+    }
+
+    /// Writes in flight, held ones included.
+    pub fn in_flight(&self) -> usize {
+        self.writes.in_use() + self.held.len()
+    }
+
+    /// Whether write requests wait behind a write of their key.
+    pub fn has_held(&self) -> bool {
+        !self.held.is_empty()
+    }
+
+    /// The write number the next write takes.
+    pub fn next_write_seq(&self) -> u64 {
+        self.next_write_seq
+    }
+
+    /// How many new write requests there is room for: each takes a write slot and a
+    /// side buffer, and the held ones will take theirs first.
+    pub fn room(&self) -> usize {
+        self.writes.available().min(self.side_free.len()).saturating_sub(self.held.len())
+    }
+
+    /// The next thing the node must do for the writer, oldest first.
+    pub fn next_effect(&mut self) -> Option<WriteEffect> {
+        self.effects.pop_front()
+    }
+
+    /// Whether write `id` is deciding (committed at the writer: a mark still looking
+    /// for its slot's word may go straight to Invalid).
+    pub fn is_deciding(&self, id: WriteId) -> bool {
+        self.writes.get(id).is_some_and(|w| w.phase() == Phase::Deciding)
+    }
+
+    /// Whether write `id` is in flight and before its deadline.
+    pub fn before_deadline(&self, id: WriteId, now: Now) -> bool {
+        self.writes.get(id).is_some_and(|w| now.mono_ns < w.deadline_ns)
+    }
+
+    /// Host `j`'s directory is excluded (it revoked after our suspicion, or its lease
+    /// lapsed): writes waiting on a failed mark there go ahead.
+    pub fn host_excluded(&mut self, j: u8) {
+        for (_, w) in self.writes.iter_mut() {
+            if w.marks[j as usize] == Mark::Failed {
+                w.marks[j as usize] = Mark::Skipped;
+            }
+        }
+    }
+
+    /// Node `j` is dead: writes waiting on its fragment stop waiting.
+    pub fn holder_dead(&mut self, j: u8) {
+        for (_, w) in self.writes.iter_mut() {
+            if w.holder_mask() & (1 << j) != 0 && w.acked & (1 << j) == 0 {
+                w.failed |= 1 << j;
+            }
+        }
+    }
+
+    /// Whether a write of the key `key_hash` is in flight here, or among the first
+    /// `held` held writes (all of them for a new request).
+    fn key_busy(&self, key_hash: u64, held: usize) -> bool {
+        self.writes.iter().any(|(_, w)| w.key_hash == key_hash)
+            || self.held.iter().take(held).any(|h| h.key_hash == key_hash)
+    }
+
+    /// A new write request: held (`None`) while a write of its key is in flight or
+    /// held, else handed back to be started.
+    pub fn hold_if_busy(&mut self, held: Held) -> Option<Held> {
+        if self.key_busy(held.key_hash, self.held.len()) {
+            // One write of a key at a time from this writer: the next waits for it
+            // instead of piling undecided versions into the key's store set on every
+            // holder (a hot key filled it).
+            self.held.push_back(held);
+            return None;
+        }
+        Some(held)
+    }
+
+    /// The next held write, from index `*i` on, whose key is free and for which there
+    /// is room, oldest first; a held write past its deadline fails `NotDurable` without
+    /// starting (nothing of it went out).
+    pub fn next_held<Q: RawQp>(&mut self, cx: &mut WriteCx<'_, Q>, i: &mut usize, now: Now) -> HeldNext {
+        while *i < self.held.len() {
+            let (key_hash, arrived_ns) = (self.held[*i].key_hash, self.held[*i].arrived_ns);
+            let blocked = self.key_busy(key_hash, *i);
+            let expired = now.mono_ns >= arrived_ns.saturating_add(cx.write_timeout_ns);
+            // A write slot and a side buffer (repairs take side buffers too).
+            let room = self.writes.available() > 0 && !self.side_free.is_empty();
+            if !expired && (blocked || !room) {
+                *i += 1;
+                continue;
+            }
+            let held = self.held.remove(*i).expect("index checked");
+            if blocked || !room {
+                cx.stats.record_failure(Status::NotDurable);
+                cx.host.complete(&held.taken, Outcome::failed(Status::NotDurable, 0), cx.metrics);
+                return HeldNext::Failed;
+            }
+            return HeldNext::Start(held);
+        }
+        HeldNext::Nothing
+    }
+
+    /// Begins a write (steps 3, 5, 6: order, seal, encode, and its outcome-table
+    /// entry); the caller checked that a write slot and a side buffer are free and ran
+    /// step 2, whose end was `predicted_ns` (`started_ns`: the host clock when the
+    /// write's stages began). `None`: refused, and completed to the host.
+    pub fn begin<Q: RawQp>(
+        &mut self,
+        cx: &mut WriteCx<'_, Q>,
+        held: Held,
+        started_ns: u64,
+        predicted_ns: u64,
+        now: Now,
+    ) -> Option<WriteId> {
+        let Held { taken: t, key_hash, key_id, arrived_ns: arrived } = held;
+        let id = self.writes.reserve().expect("the caller checked room");
+        let side = self.side_free.pop().expect("the caller checked room");
+        let tombstone = t.accepted.desc.op == OpCode::Delete;
+        let mut times = [0u64; WriteStage::ALL.len()];
+        times[WriteStage::Predict as usize] = predicted_ns;
+        let write_seq = self.next_write_seq;
+        let (stamp, layout, holders) =
+            match Self::prepare(cx, &t, key_hash, side, tombstone, write_seq, &mut times, started_ns, now) {
+                Ok(p) => p,
+                Err((end, why)) => {
+                    if let Some(left_out) = cx.admit(Noisy::WriteRefused) {
+                        tracing::warn!(node = cx.me, sq_index = t.accepted.sq_index, why, left_out, "write refused");
+                    }
+                    self.writes.unreserve(id);
+                    self.side_free.push(side);
+                    cx.host.complete(&t, Outcome::failed(end, 0), cx.metrics);
+                    return None;
+                }
+            };
+        self.next_write_seq += 1;
+        self.writes.put(
+            id,
+            Write::new(NewWrite {
+                taken: t,
+                key_hash,
+                key_id,
+                stamp,
+                tombstone,
+                write_seq,
+                layout,
+                side,
+                holders,
+                // From arrival: a write held behind another of its key has waited already.
+                deadline_ns: arrived + cx.write_timeout_ns,
+                times,
+                arrived_ns: arrived,
+            }),
+        );
+        Some(id)
+    }
+
+    /// Orders, seals and encodes the write of `t` in place (its side buffer `side`),
+    /// and records it in the outcome table as `write_seq`: its stamp, stripe and
+    /// holders, or the status to refuse it with and why.
+    #[allow(clippy::too_many_arguments)]
+    fn prepare<Q: RawQp>(
+        cx: &mut WriteCx<'_, Q>,
+        t: &Taken,
+        key_hash: u64,
+        side: u32,
+        tombstone: bool,
+        write_seq: u64,
+        times: &mut [u64; WriteStage::ALL.len()],
+        started_ns: u64,
+        now: Now,
+    ) -> Result<(u64, StripeLayout, [u8; crate::limits::FRAGMENTS_MAX]), (Status, String)> {
+        let a = t.accepted;
+        // The stages up to encode run within one call: their ends are `now` plus the
+        // real time spent so far, read from the host clock for the per-stage figures
+        // only (nothing decides on them, so a manual clock stays deterministic).
+        let at = move || now.mono_ns + prescient_shim::sys::monotonic_ns().saturating_sub(started_ns);
+        let failed = |e: &dyn std::fmt::Display| (Status::StageFailed, e.to_string());
+
+        // 3. Order.
+        if let Some(floor) = cx.hlc.reservation_due(now.wall_us) {
+            // Keeps the persisted version floor ahead of the versions issued (an fsync
+            // at most once per second of versions).
+            cx.hlc_floor
+                .persist(floor)
+                .map_err(|e| (Status::StageFailed, format!("cannot persist the version floor: {e}")))?;
+            cx.hlc.floor_persisted(floor);
+        }
+        let stamp = cx.hlc.next(now.wall_us).map_err(|e| failed(&e))?.raw();
+        times[WriteStage::Sequence as usize] = at();
+
+        // 5. Seal, 6. encode, in place in the arena.
+        let config = cx.region.layout().config;
+        let buffer_offset = cx.region.layout().buffer(a.buffer);
+        let side_offset = cx.region.layout().buffer(side);
+        // SAFETY (in the helper): the buffer was accepted (ownership Dpu, private
+        // in-flight table) and the side buffer is this write's; no work request
+        // carries either yet.
+        let buf = super::host_memory::buffer_mut(cx.region, buffer_offset, config.buffer_bytes as usize);
+        let binding = Binding { key_hash, version: stamp, k: cx.k as u8, m: cx.m as u8, tombstone };
+        let frame_len = cx
+            .sealer
+            .seal_in_place(&mut buf[VALUE_OFFSET..], a.desc.value_len as usize, &binding)
+            .map_err(|e| failed(&e))?;
+        times[WriteStage::Seal as usize] = at();
+        let layout = StripeLayout::new(cx.k, cx.m, frame_len).map_err(|e| failed(&e))?;
+        let side_buf = super::host_memory::buffer_mut(cx.region, side_offset, config.buffer_bytes as usize);
+        let Some(data) = buf.get_mut(VALUE_OFFSET..VALUE_OFFSET + layout.data_len()) else {
+            return Err((Status::BadValueLength, "the stripe does not fit the buffer".into()));
+        };
+        encode_stripe(cx.rs, &layout, StripeId { key_hash, version: stamp }, data, side_buf).map_err(|e| failed(&e))?;
+        times[WriteStage::Encode as usize] = at();
+
+        // Holders: the stripe's k + m fragments on consecutive nodes from the key's home.
+        let mut holders = [0u8; crate::limits::FRAGMENTS_MAX];
+        let home = (key_hash % cx.n as u64) as usize;
+        for (i, h) in holders.iter_mut().take(layout.fragments()).enumerate() {
+            *h = ((home + i) % cx.n) as u8;
+        }
+        let holder_mask = holders[..layout.fragments()].iter().fold(0u32, |m, &h| m | 1 << h);
+        cx.outcomes
+            .begin(write_seq, key_hash, stamp, holder_mask, u32::from(tombstone))
+            .map_err(|e| (Status::Overloaded, e.to_string()))?;
+        Ok((stamp, layout, holders))
+    }
+
+    /// Sends begun write `id` out (steps 7 and 4): its fragments to their holders and,
+    /// in the speculative policy, its marks to every host's directory, upgraded from
+    /// the marks `lease` of the predictor lease its key had, if any.
+    pub fn replicate<Q: RawQp>(&mut self, cx: &mut WriteCx<'_, Q>, id: WriteId, lease: Option<&[Mark; NODES_MAX]>) {
+        let w = self.writes.get_mut(id).expect("a write just begun");
+        if let Some(marks) = lease {
+            for (j, mark) in marks.iter().enumerate() {
+                if let Mark::Placed { prior, .. } = mark {
+                    w.lease_priors[j] = Some(*prior);
+                }
+            }
+        }
+        let (holders, fragments, stamp) = (w.holders, w.layout.fragments(), w.stamp);
+
+        // 7. Replicate.
+        for (i, &h) in holders.iter().enumerate().take(fragments) {
+            if h == cx.me {
+                self.persist_own_fragment(cx, id, i);
+            } else {
+                self.try_send_fragment(cx, id, i, h);
+            }
+        }
+        // 4. Invalidate speculatively, in the same round trip.
+        if cx.policy.invalidation == Invalidation::Speculative {
+            for j in 0..cx.n as u8 {
+                let guess = lease.and_then(|marks| match marks[j as usize] {
+                    Mark::Placed { placed, .. } => Some(placed.pack()),
+                    _ => None,
+                });
+                self.start_mark(cx, id, j, Intent::Mark { version: stamp >> 8 }, guess);
+            }
+        }
+    }
+
+    /// Starts (or skips) a directory job of write `id` on host `j`.
+    fn start_mark<Q: RawQp>(
+        &mut self,
+        cx: &mut WriteCx<'_, Q>,
+        id: WriteId,
+        j: u8,
+        intent: Intent,
+        guess: Option<u64>,
+    ) {
+        if j != cx.me {
+            let trust = cx.links.peer(j).map(|p| (p.trust(), p.is_up()));
+            match trust {
+                Some((Trust::Excluded, _)) => {
+                    self.set_mark(id, j, Mark::Skipped);
+                    return;
+                }
+                Some((Trust::Suspect { .. }, _)) | Some((_, false)) => {
+                    self.set_mark(id, j, Mark::Failed);
+                    if cx.links.peer(j).is_some_and(|p| p.trust() == Trust::Trusted) {
+                        self.effects.push_back(WriteEffect::Suspect { host: j });
+                    }
+                    return;
+                }
+                _ => {}
+            }
+        }
+        let key_id = self.writes.get(id).map(|w| w.key_id).unwrap_or_default();
+        let slot = slot_for(cx.links, cx.me, cx.directory_slots, j, key_id);
+        self.effects.push_back(WriteEffect::StartJob { owner: Owner::Write(id), host: j, slot, intent, guess });
+    }
+
+    fn set_mark(&mut self, id: WriteId, j: u8, mark: Mark) {
+        if let Some(w) = self.writes.get_mut(id) {
+            w.marks[j as usize] = mark;
+        }
+    }
+
+    /// How the directory job [`WriteEffect::StartJob`] asked for write `id` started.
+    #[allow(clippy::too_many_arguments)]
+    pub fn job_started<Q: RawQp>(
+        &mut self,
+        cx: &mut WriteCx<'_, Q>,
+        id: WriteId,
+        j: u8,
+        dir_slot: u32,
+        intent: Intent,
+        started: Started,
+        now: Now,
+    ) {
+        match started {
+            Started::Finished(f) => self.job_done(cx, id, j, dir_slot, intent, f, now),
+            Started::Running(job) => self.set_mark(id, j, Mark::Running { job }),
+        }
+    }
+
+    /// A directory job of write `id` on slot `dir_slot` of host `j` ended.
+    #[allow(clippy::too_many_arguments)]
+    pub fn job_done<Q: RawQp>(
+        &mut self,
+        cx: &mut WriteCx<'_, Q>,
+        id: WriteId,
+        j: u8,
+        dir_slot: u32,
+        intent: Intent,
+        f: Finished,
+        now: Now,
+    ) {
+        let rollback = |placed: directory::SlotWord, prior| WriteEffect::StartJob {
+            owner: Owner::Detached,
+            host: j,
+            slot: dir_slot,
+            intent: Intent::Rollback { placed, prior },
+            guess: Some(placed.pack()),
+        };
+        let Some(w) = self.writes.get_mut(id) else {
+            // The write is gone: a mark that landed after it ended must not stay.
+            if let (Intent::Mark { .. }, Finished::Done { placed, replaced }) = (intent, f) {
+                self.effects.push_back(rollback(placed, directory::prior_of(replaced)));
+            }
+            return;
+        };
+        match (intent, f) {
+            (Intent::Mark { .. }, Finished::Done { placed, replaced }) => {
+                let prior = w.lease_priors[j as usize].unwrap_or_else(|| directory::prior_of(replaced));
+                if let Phase::Finished(_) = w.phase() {
+                    // Aborted while the CAS flew: roll it back now.
+                    w.marks[j as usize] = Mark::Settled;
+                    self.effects.push_back(rollback(placed, prior));
+                } else {
+                    w.marks[j as usize] = Mark::Placed { placed, prior };
+                    if w.marks_placed(cx.n) {
+                        w.stamp_stage(WriteStage::Invalidate, now.mono_ns);
+                    }
+                    if w.phase() == Phase::Deciding {
+                        // Decided while the CAS flew: commit the mark now.
+                        self.commit_mark(cx, id, j);
+                    }
+                }
+            }
+            (Intent::Mark { .. }, Finished::NotNeeded { current }) => {
+                let prior = w.lease_priors[j as usize].unwrap_or(SlotState::Invalid);
+                w.marks[j as usize] = Mark::Placed { placed: current, prior };
+                if w.phase() == Phase::Deciding {
+                    self.commit_mark(cx, id, j);
+                }
+            }
+            (Intent::Invalidate { .. } | Intent::Commit { .. }, Finished::Done { .. } | Finished::NotNeeded { .. }) => {
+                w.marks[j as usize] = Mark::Settled;
+            }
+            (
+                Intent::Mark { .. } | Intent::Invalidate { .. } | Intent::Commit { .. },
+                Finished::Failed | Finished::Contended { .. },
+            ) => {
+                w.marks[j as usize] = Mark::Failed;
+                tracing::debug!(node = cx.me, peer = j, "directory job failed: waiting for the host's exclusion");
+            }
+            (Intent::Rollback { .. }, _) => {}
+        }
+    }
+
+    /// This node holds fragment `i` of its own write: straight into its store.
+    fn persist_own_fragment<Q: RawQp>(&mut self, cx: &mut WriteCx<'_, Q>, id: WriteId, i: usize) {
+        let me = cx.me;
+        let Some(w) = self.writes.get_mut(id) else { return };
+        let config = cx.region.layout().config;
+        let data = super::host_memory::buffer_mut(
+            cx.region,
+            cx.region.layout().buffer(w.taken.accepted.buffer),
+            config.buffer_bytes as usize,
+        );
+        let side =
+            super::host_memory::buffer_mut(cx.region, cx.region.layout().buffer(w.side), config.buffer_bytes as usize);
+        let f = fragment(&w.layout, &data[VALUE_OFFSET..], side, i);
+        let record = RecordRepr {
+            writer: me,
+            fragment_index: i as u8,
+            key_hash: w.key_hash,
+            stamp: w.stamp,
+            write_seq: w.write_seq,
+            fragment_len: f.payload.len() as u32,
+            tombstone: w.tombstone,
+            incarnation: cx.incarnation,
+        };
+        if cx.store.insert(&record, f.header, f.payload).is_ok() {
+            w.acked |= 1 << me;
+            // Begun moments ago with this node among its holders: nothing can refuse it.
+            let write_seq = w.write_seq;
+            cx.outcomes
+                .set_acked(write_seq, me)
+                .unwrap_or_else(|e| panic!("node {me}: recording write {write_seq}'s own fragment: {e}"));
+        } else {
+            w.failed |= 1 << me;
+        }
+    }
+
+    /// Sends fragment `i` to holder `h` now, or - if its log has no free slot (the
+    /// holder is slow) or its send queue no room - marks it to retry: a write waits for
+    /// log credit until its deadline rather than overwrite what the holder has not
+    /// persisted. A holder that is down counts as failed at once.
+    fn try_send_fragment<Q: RawQp>(&mut self, cx: &mut WriteCx<'_, Q>, id: WriteId, i: usize, h: u8) {
+        let up = cx.links.peer(h).is_some_and(|p| p.is_up());
+        let sent = up && self.send_fragment(cx, id, i, h);
+        let Some(w) = self.writes.get_mut(id) else { return };
+        if sent {
+            w.waiting_credit &= !(1 << i);
+        } else if up {
+            w.waiting_credit |= 1 << i;
+        } else {
+            w.waiting_credit &= !(1 << i);
+            w.failed |= 1 << h;
+        }
+    }
+
+    /// Sends fragment `i` of a write to holder `h`: its bytes, then its entry header
+    /// with the immediate. False if `h` cannot take it now (down, no log credit).
+    fn send_fragment<Q: RawQp>(&mut self, cx: &mut WriteCx<'_, Q>, id: WriteId, i: usize, h: u8) -> bool {
+        let Some(p) = cx.links.peer(h) else { return false };
+        if !p.is_up() || !p.has_credit() || !cx.links.send_room(h, 2) {
+            return false;
+        }
+        let w = self.writes.get_mut(id).expect("write exists");
+        let (layout, side, buffer) = (w.layout, w.side, w.taken.accepted.buffer);
+        let f = layout.fragment_len();
+        let rl = cx.region.layout();
+        let arena = rl.arena_offset;
+        // Where fragment i's bytes and header are, as offsets into the arena region.
+        let bytes_at = if i < layout.k() {
+            rl.buffer(buffer) + VALUE_OFFSET + i * f
+        } else {
+            rl.buffer(side) + layout.headers_len() + (i - layout.k()) * f
+        } - arena;
+        let header_at = rl.buffer(side) + i * crate::stripe::HEADER_LEN;
+        let mut frag_header = [0u8; crate::stripe::HEADER_LEN];
+        cx.region.read_bytes(header_at, &mut frag_header);
+        let payload_crc = cx.crc_shift.combine(
+            crc32c::crc32c(&frag_header),
+            u32::from_le_bytes(frag_header[32..36].try_into().expect("4 bytes")),
+            f,
+        );
+        // b: the generation's low 16 bits and the fragment (a fragment index is 8 bits).
+        let tag = (id.generation() & 0xffff) << 8 | i as u32;
+        let entry = EntryRepr {
+            kind: EntryKind::Fragment,
+            writer: cx.me,
+            holder: h,
+            seq: 0,
+            write_seq: w.write_seq,
+            key_hash: w.key_hash,
+            stamp: w.stamp,
+            payload_len: (crate::stripe::HEADER_LEN + f) as u32,
+            tombstone: w.tombstone,
+            repair: false,
+            payload_crc,
+            incarnation: cx.incarnation,
+        };
+        let staging = id.slot() * (cx.k + cx.m) as u32 + i as u32;
+        w.wrs += if f > 0 { 2 } else { 1 };
+        post_fragment_entry(
+            cx.links,
+            cx.pools,
+            cx.arena_mr,
+            h,
+            bytes_at,
+            &frag_header,
+            entry,
+            staging,
+            (WrId::new(Kind::FragmentBytes, h, id.slot(), tag), WrId::new(Kind::FragmentHeader, h, id.slot(), tag)),
+            Sent::Fragment { write: id, fragment: i as u8 },
+        );
+        true
+    }
+
+    /// A fragment's WRITE (bytes or header) completed.
+    pub fn on_fragment_sent(&mut self, id: WrId, ok: bool) {
+        let Some(write) = self.writes.current(id.a) else { return };
+        if write.generation() & 0xffff != id.b >> 8 {
+            return;
+        }
+        let w = self.writes.get_mut(write).expect("current");
+        w.wrs = w.wrs.saturating_sub(1);
+        if !ok && w.acked & (1 << id.peer) == 0 {
+            w.failed |= 1 << id.peer;
+        }
+    }
+
+    /// Holder `peer` acknowledged its fragment of write `write`: persisted (`ok`) or
+    /// refused with `status`.
+    pub fn fragment_acked<Q: RawQp>(
+        &mut self,
+        cx: &mut WriteCx<'_, Q>,
+        write: WriteId,
+        peer: u8,
+        ok: bool,
+        status: u32,
+    ) {
+        let me = cx.me;
+        let Some(w) = self.writes.get_mut(write) else { return };
+        if ok {
+            w.acked |= 1 << peer;
+            match cx.outcomes.set_acked(w.write_seq, peer) {
+                // A late acknowledgement of a write whose entry settled while it
+                // waited for its marks or work requests, and a newer write took the
+                // entry (the table wrapped): the table needs nothing more of it.
+                Ok(()) | Err(OutcomeError::NotFound { .. }) => {}
+                Err(e) => panic!("node {me}: recording node {peer}'s fragment of a write: {e}"),
+            }
+        } else {
+            w.failed |= 1 << peer;
+            cx.stats.refusals += 1;
+            if let Some(left_out) = cx.admit(Noisy::HolderRefused) {
+                tracing::warn!(node = me, peer, status, left_out, "holder refused a fragment");
+            }
+        }
+        // A late holder of a decided write gets the decision too (an aborted write's,
+        // so it drops the fragment).
+        if ok && w.phase() != Phase::Replicating {
+            self.notify(me, write, peer);
+        }
+    }
+
+    /// Holder `peer`'s fragment of write `write` was lost with its link.
+    pub fn fragment_lost(&mut self, write: WriteId, peer: u8) {
+        if let Some(w) = self.writes.get_mut(write) {
+            if w.acked & (1 << peer) == 0 {
+                w.failed |= 1 << peer;
+            }
+        }
+    }
+
+    /// Moves the write in slot `slot` (if any) forward.
+    pub fn advance<Q: RawQp>(&mut self, cx: &mut WriteCx<'_, Q>, slot: u32, now: Now) -> bool {
+        let Some(id) = self.writes.current(slot) else { return false };
+        let (quorum, n, decide_min) = (cx.quorum, cx.n, cx.m as u32 + 1);
+        let w = self.writes.get_mut(id).expect("current");
+        match w.phase() {
+            Phase::Replicating => {
+                if w.waiting_credit != 0 {
+                    let (waiting, holders, fragments) = (w.waiting_credit, w.holders, w.layout.fragments());
+                    for (i, &holder) in holders.iter().enumerate().take(fragments) {
+                        if waiting & (1 << i) != 0 {
+                            self.try_send_fragment(cx, id, i, holder);
+                        }
+                    }
+                }
+                let w = self.writes.get_mut(id).expect("write exists");
+                if w.acked.count_ones() >= quorum {
+                    w.stamp_stage(WriteStage::Replicate, now.mono_ns);
+                    self.decide(cx, id);
+                    true
+                } else if !w.quorum_possible(quorum) || now.mono_ns >= w.deadline_ns {
+                    self.abort(cx, id);
+                    true
+                } else {
+                    false
+                }
+            }
+            Phase::Deciding => {
+                self.renotify(cx, id);
+                let w = self.writes.get_mut(id).expect("write exists");
+                if w.decided.count_ones() >= decide_min && w.marks_settled(n) {
+                    w.stamp_stage(WriteStage::Decide, now.mono_ns);
+                    self.commit(cx, id, now);
+                    true
+                } else if now.mono_ns >= w.deadline_ns {
+                    w.set_phase(Phase::Finished(End::Undecided));
+                    let (write_seq, decided) = (w.write_seq, w.decided);
+                    if let Some(left_out) = cx.admit(Noisy::Undecided) {
+                        tracing::warn!(
+                            node = cx.me,
+                            write_seq,
+                            decided,
+                            left_out,
+                            "write committed but its decision did not reach m + 1 holders in time"
+                        );
+                    }
+                    true
+                } else {
+                    false
+                }
+            }
+            Phase::Invalidating => {
+                if w.marks_settled(n) {
+                    w.stamp_stage(WriteStage::Invalidate, now.mono_ns);
+                    w.set_phase(Phase::Finished(End::Committed));
+                    true
+                } else if now.mono_ns >= w.deadline_ns {
+                    w.set_phase(Phase::Finished(End::Undecided));
+                    true
+                } else {
+                    false
+                }
+            }
+            Phase::Finished(_) => {
+                if w.wrs == 0 {
+                    self.retire(cx, id, now);
+                    true
+                } else {
+                    false
+                }
+            }
+        }
+    }
+
+    /// Phase 1 reached its quorum: the write is committed at the writer.
+    fn decide<Q: RawQp>(&mut self, cx: &mut WriteCx<'_, Q>, id: WriteId) {
+        let me = cx.me;
+        let w = self.writes.get_mut(id).expect("write exists");
+        w.set_phase(Phase::Deciding);
+        let (write_seq, key_hash, stamp, acked, holders) = (w.write_seq, w.key_hash, w.stamp, w.acked, w.holder_mask());
+        if let Err(e) = cx.outcomes.set_state(write_seq, WriteState::Committed) {
+            tracing::error!(node = me, write_seq, error = %e, "cannot record the commit");
+        }
+        if acked & (1 << me) != 0 && Self::settle_own(cx, write_seq, key_hash, stamp, Decision::Committed) {
+            w.decided |= 1 << me;
+        }
+        // Every holder hears the decision, also those whose acknowledgement was lost
+        // (they may hold the fragment); only acknowledged ones count towards m + 1.
+        for h in 0..cx.n as u8 {
+            if h != me && holders & (1 << h) != 0 {
+                self.notify(me, id, h);
+            }
+        }
+        // The marks turn Invalid now, in the same round trip as the decision: the host
+        // hears of the commit only once both are done, so no reader can refill a slot
+        // from a value without this write after it (a reader's GET that sees this
+        // write's fragments still undecided gets no refill either).
+        for j in 0..cx.n as u8 {
+            self.commit_mark(cx, id, j);
+        }
+    }
+
+    /// Applies the decision of this node's own write to its own record and, once the
+    /// store has it, records it in the outcome table (the writer is one of its holders,
+    /// and an entry settles only when every holder that stored a fragment has its
+    /// decision). False if the store could not apply it: the entry stays unsettled, and
+    /// the next start's [`Writer::recover_outcomes`] tries again.
+    fn settle_own<Q: RawQp>(
+        cx: &mut WriteCx<'_, Q>,
+        write_seq: u64,
+        key_hash: u64,
+        stamp: u64,
+        decision: Decision,
+    ) -> bool {
+        let me = cx.me;
+        if let Err(e) = cx.store.resolve(key_hash, stamp, decision) {
+            tracing::error!(node = me, write_seq, error = %e, "cannot apply the decision of an own write to the store");
+            return false;
+        }
+        if let Err(e) = cx.outcomes.set_decided(write_seq, me) {
+            tracing::error!(node = me, write_seq, error = %e, "cannot record an own write's decision");
+            return false;
+        }
+        true
+    }
+
+    /// Turns write `id`'s placed mark on host `j` Invalid, as a tracked job.
+    fn commit_mark<Q: RawQp>(&mut self, cx: &mut WriteCx<'_, Q>, id: WriteId, j: u8) {
+        let Some(w) = self.writes.get_mut(id) else { return };
+        let Mark::Placed { placed, .. } = w.marks[j as usize] else { return };
+        if placed.state != SlotState::Pending {
+            w.marks[j as usize] = Mark::Settled;
+            return;
+        }
+        let slot = slot_for(cx.links, cx.me, cx.directory_slots, j, w.key_id);
+        let intent = Intent::Commit { placed };
+        self.effects.push_back(WriteEffect::StartJob {
+            owner: Owner::Write(id),
+            host: j,
+            slot,
+            intent,
+            guess: Some(placed.pack()),
+        });
+    }
+
+    /// Queues the write's decision for holder `h` (nothing while it is undecided).
+    fn notify(&mut self, me: u8, id: WriteId, h: u8) {
+        let Some(w) = self.writes.get_mut(id) else { return };
+        let outcome = match w.phase() {
+            Phase::Replicating => return,
+            Phase::Finished(End::NotDurable) => Decision::Aborted,
+            Phase::Deciding | Phase::Invalidating | Phase::Finished(End::Committed | End::Undecided) => {
+                Decision::Committed
+            }
+        };
+        let record = OutcomeRecordRepr { write_seq: w.write_seq, key_hash: w.key_hash, stamp: w.stamp, outcome };
+        // Only a Committed decision counts towards the m + 1 a write waits for.
+        let owner = (outcome == Decision::Committed).then_some(id);
+        if self.notices.queue(h, record, owner) {
+            w.notified |= 1 << h;
+        } else {
+            // The batch is full (the peer is slow or away): the write tries again while
+            // it decides (`renotify`), and a retired one leaves it to the peer's resync.
+            tracing::debug!(node = me, peer = h, "notice batch full; the decision is queued again later");
+        }
+    }
+
+    /// Queues the decision again for the holders it counts on that have neither heard it
+    /// nor have it queued (a full batch refused it, or its notice was lost).
+    fn renotify<Q: RawQp>(&mut self, cx: &mut WriteCx<'_, Q>, id: WriteId) {
+        let me = cx.me;
+        let Some(w) = self.writes.get(id) else { return };
+        let waiting = w.holder_mask() & w.acked & !w.decided & !w.notified & !(1 << me);
+        if waiting == 0 {
+            return;
+        }
+        for h in 0..cx.n as u8 {
+            if waiting & (1 << h) != 0 && cx.links.peer(h).is_some_and(|p| p.is_up()) {
+                self.notify(me, id, h);
+            }
+        }
+    }
+
+    /// Phase 1 cannot reach its quorum: roll back.
+    fn abort<Q: RawQp>(&mut self, cx: &mut WriteCx<'_, Q>, id: WriteId) {
+        let me = cx.me;
+        let w = self.writes.get_mut(id).expect("write exists");
+        let (write_seq, key_hash, stamp, acked, holders) = (w.write_seq, w.key_hash, w.stamp, w.acked, w.holder_mask());
+        w.set_phase(Phase::Finished(End::NotDurable));
+        // Counted by status in the summary; per write only at debug level.
+        tracing::debug!(node = me, write_seq, acked, failed = w.failed, "write not durable: rolling back");
+        // Still replicating, so its entry is InProgress and protected from reuse.
+        cx.outcomes
+            .set_state(write_seq, WriteState::Aborted)
+            .unwrap_or_else(|e| panic!("node {me}: recording write {write_seq}'s rollback: {e}"));
+        if acked & (1 << me) != 0 {
+            // The writer is a holder too: its own record dropped is its own decision
+            // persisted. Without this bit the entry never settles, and once the table
+            // wraps every new write finds it in its way (the outcome-table wedge).
+            Self::settle_own(cx, write_seq, key_hash, stamp, Decision::Aborted);
+        }
+        for h in 0..cx.n as u8 {
+            if h != me && holders & (1 << h) != 0 {
+                let record = OutcomeRecordRepr { write_seq, key_hash, stamp, outcome: Decision::Aborted };
+                if !self.notices.queue(h, record, None) {
+                    if let Some(p) = cx.links.peer_mut(h) {
+                        rewind(&mut p.resync, write_seq);
+                    }
+                }
+            }
+        }
+        self.rollback_marks(cx, id);
+    }
+
+    /// Rolls the write's placed marks back to what they replaced.
+    fn rollback_marks<Q: RawQp>(&mut self, cx: &mut WriteCx<'_, Q>, id: WriteId) {
+        for j in 0..cx.n as u8 {
+            let Some(w) = self.writes.get_mut(id) else { return };
+            let Mark::Placed { placed, prior } = w.marks[j as usize] else { continue };
+            w.marks[j as usize] = Mark::Settled;
+            if placed.state != SlotState::Pending {
+                continue;
+            }
+            let slot = slot_for(cx.links, cx.me, cx.directory_slots, j, w.key_id);
+            self.effects.push_back(WriteEffect::StartJob {
+                owner: Owner::Detached,
+                host: j,
+                slot,
+                intent: Intent::Rollback { placed, prior },
+                guess: Some(placed.pack()),
+            });
+        }
+    }
+
+    /// Decided on m + 1 holders and every mark settled: the write is committed.
+    fn commit<Q: RawQp>(&mut self, cx: &mut WriteCx<'_, Q>, id: WriteId, now: Now) {
+        let w = self.writes.get_mut(id).expect("write exists");
+        w.stamp_stage(WriteStage::Commit, now.mono_ns);
+        cx.stats.record_commit(w.stamp, now.mono_ns);
+        if cx.policy.invalidation == Invalidation::AfterCommit {
+            w.set_phase(Phase::Invalidating);
+            let version = w.stamp >> 8;
+            for j in 0..cx.n as u8 {
+                self.start_mark(cx, id, j, Intent::Invalidate { version }, None);
+            }
+        } else {
+            w.set_phase(Phase::Finished(End::Committed));
+        }
+    }
+
+    /// Completes a finished write to the host and frees its slot and side buffer.
+    fn retire<Q: RawQp>(&mut self, cx: &mut WriteCx<'_, Q>, id: WriteId, now: Now) {
+        let Some(w) = self.writes.remove(id) else { return };
+        self.side_free.push(w.side);
+        let Some(end) = w.phase().end() else { unreachable!("retiring write {} before it finished", w.write_seq) };
+        let outcome = match end {
+            End::Committed => Outcome::ok(w.stamp),
+            End::NotDurable => Outcome::failed(Status::NotDurable, w.acked.count_ones()),
+            End::Undecided => Outcome::failed(Status::Unavailable, w.decided.count_ones()),
+        };
+        // Holders that never persisted their fragment of a committed write get it
+        // rebuilt (the resync of each comes back to this write).
+        if matches!(end, End::Committed | End::Undecided) {
+            // And those that may not have heard the decision, with none queued for them.
+            let missing = w.holder_mask() & (!w.acked | (!w.decided & !w.notified)) & !(1 << cx.me);
+            // Its own fragment, if its store refused it (a set full of undecided
+            // versions of a hot key): rebuilt into its own store by a local repair.
+            if w.holder_mask() & !w.acked & (1 << cx.me) != 0 {
+                rewind(cx.own_resync, w.write_seq);
+            }
+            for h in 0..cx.n as u8 {
+                if missing & (1 << h) != 0 {
+                    if let Some(p) = cx.links.peer_mut(h) {
+                        rewind(&mut p.resync, w.write_seq);
+                    }
+                }
+            }
+        }
+        cx.stats.record_write(&w, now.mono_ns, outcome.status);
+        cx.host.complete(&w.taken, outcome, cx.metrics);
+    }
+
+    /// After a restart: finishes what the previous incarnation of node `me` decided. A
+    /// write it left in progress never completed to the host and is aborted; one it
+    /// committed has its own record resolved (holders it did not tell keep a pending
+    /// record, which readers do not count).
+    pub fn recover_outcomes(me: u8, outcomes: &mut OutcomeTable, store: &mut Store) {
+        let mut unsettled = Vec::new();
+        let me_bit = 1u32 << me;
+        outcomes
+            .unsettled(|e| {
+                let own_open = e.acked() & me_bit != 0 && e.decided() & me_bit == 0;
+                unsettled.push((e.write_seq(), e.key_hash(), e.stamp(), e.state(), own_open))
+            })
+            .unwrap_or_else(|e| panic!("node {me}: reading the outcome table at start: {e}"));
+        let (mut aborted, mut committed) = (0, 0);
+        for (write_seq, key_hash, stamp, state, own_open) in unsettled {
+            let decision = match state {
+                WriteState::InProgress => {
+                    // InProgress a moment ago, in a table only this node writes.
+                    outcomes.set_state(write_seq, WriteState::Aborted).unwrap_or_else(|e| {
+                        panic!("node {me}: aborting write {write_seq} a previous incarnation left: {e}")
+                    });
+                    aborted += 1;
+                    Decision::Aborted
+                }
+                WriteState::Aborted => Decision::Aborted,
+                WriteState::Committed => {
+                    committed += 1;
+                    Decision::Committed
+                }
+                WriteState::Free => continue,
+            };
+            // The own record (if the store took one) gets the decision, and the entry
+            // the own holder bit: the peers' bits come with their resync.
+            if own_open || state == WriteState::InProgress {
+                // The store may never have taken the own record (it was full): nothing
+                // to resolve then.
+                let _ = store.resolve(key_hash, stamp, decision);
+                if own_open {
+                    // Decided (aborted just above if it was not), and this node is a
+                    // holder: its acked bit says so.
+                    outcomes.set_decided(write_seq, me).unwrap_or_else(|e| {
+                        panic!("node {me}: settling write {write_seq} a previous incarnation left: {e}")
+                    });
+                }
+            }
+        }
+        if aborted + committed > 0 {
+            tracing::info!(node = me, aborted, committed, "settled writes a previous incarnation left");
+        }
+    }
+
+    /// Notice slots free, and records waiting per peer (for diagnostics).
+    pub fn notices_debug(&self) -> String {
+        format!(
+            "{} free, batches {:?}",
+            self.notices.in_flight.available(),
+            self.notices.batches.iter().map(Vec::len).collect::<Vec<_>>()
+        )
+    }
+
+    /// Queues an outcome record for peer `h` that no write in flight waits for; false
+    /// if its batch is full.
+    pub fn queue_notice(&mut self, h: u8, record: OutcomeRecordRepr) -> bool {
+        self.notices.queue(h, record, None)
+    }
+
+    /// Sends the outcome records waiting for each peer, one notice entry per peer.
+    pub fn flush_notices<Q: RawQp>(&mut self, cx: &mut WriteCx<'_, Q>) -> bool {
+        let mut busy = false;
+        for h in 0..cx.n as u8 {
+            if h == cx.me || self.notices.batches[h as usize].is_empty() {
+                continue;
+            }
+            let Some(p) = cx.links.peer(h) else { continue };
+            let (up, credit, remote) = (p.is_up(), p.has_credit(), p.remote);
+            if !up {
+                // Kept for when the link is back (bounded by the batch; what does not
+                // fit is found again by the resync from the outcome table).
+                continue;
+            }
+            if !credit || !cx.links.send_room(h, 1) {
+                continue;
+            }
+            let Some(notice) = self.notices.in_flight.reserve() else { continue };
+            busy = true;
+            let remote = remote.expect("an up peer has advertised its regions");
+            let spare = self.notices.spare.pop().expect("a spare batch per notice slot");
+            let batch = std::mem::replace(&mut self.notices.batches[h as usize], spare);
+            let mut payload = [0u8; NOTICE_RECORDS_MAX * OUTCOME_RECORD_LEN];
+            for (i, r) in batch.iter().enumerate() {
+                r.record.emit(&mut payload[i * OUTCOME_RECORD_LEN..(i + 1) * OUTCOME_RECORD_LEN]);
+            }
+            let payload = &payload[..batch.len() * OUTCOME_RECORD_LEN];
+            let p = cx.links.peer_mut(h).expect("peer exists");
+            let seq = p.next_seq;
+            p.next_seq += 1;
+            p.sent.push_back(Sent::Notice { notice });
+            p.bytes_out += (ENTRY_HEADER_LEN + payload.len()) as u64;
+            let entry = EntryRepr {
+                kind: EntryKind::Outcomes,
+                writer: cx.me,
+                holder: h,
+                seq,
+                write_seq: 0,
+                key_hash: 0,
+                stamp: 0,
+                payload_len: payload.len() as u32,
+                tombstone: false,
+                repair: false,
+                payload_crc: crc32c::crc32c(payload),
+                incarnation: cx.incarnation,
+            };
+            let mut head = [0u8; ENTRY_HEADER_LEN];
+            entry.emit(&mut head);
+            let pool = &cx.pools.notices;
+            pool.write(notice.slot(), &head);
+            pool.memory().write(pool.offset(notice.slot()) + ENTRY_HEADER_LEN, payload).expect("notice fits its slot");
+            self.notices.in_flight.put(notice, batch);
+            let log_at = (seq % u64::from(remote.log_slots)) * u64::from(remote.log_slot_bytes);
+            let buf = pool.buf(notice.slot(), ENTRY_HEADER_LEN + payload.len());
+            cx.links.post(
+                h,
+                WrId::of(Kind::Notice, h, notice),
+                Op::Write { remote: remote.log.at(log_at), imm: Some((seq & 0x7fff_ffff) as u32) },
+                buf,
+            );
+        }
+        busy
+    }
+
+    /// Notice `notice` to `peer` was acknowledged (`ok`) or lost.
+    pub fn notice_done<Q: RawQp>(&mut self, cx: &mut WriteCx<'_, Q>, notice: NoticeId, peer: u8, ok: bool) {
+        let me = cx.me;
+        let Some(mut batch) = self.notices.in_flight.remove(notice) else {
+            unreachable!("node {me}: notice {notice:?} to node {peer} settled twice")
+        };
+        for p in batch.drain(..) {
+            if ok {
+                // Settles the outcome table entry (also for resynced, long-gone writes).
+                match cx.outcomes.set_decided(p.record.write_seq, peer) {
+                    // A resynced or repaired write so old that a newer write has taken
+                    // its entry (it had settled): nothing left to record.
+                    Ok(()) | Err(OutcomeError::NotFound { .. }) => {}
+                    Err(e) => panic!("node {me}: recording node {peer}'s decision of a write: {e}"),
+                }
+            }
+            let Some(id) = p.owner else { continue };
+            let Some(w) = self.writes.get_mut(id) else { continue };
+            w.notified &= !(1 << peer);
+            // Only a holder that acknowledged its fragment holds it for sure.
+            if ok && p.record.outcome == Decision::Committed && w.acked & (1 << peer) != 0 {
+                w.decided |= 1 << peer;
+            }
+        }
+        self.notices.spare.push(batch);
+    }
+}
+
+// ---- the node's dispatch for the writer ------------------------------------------------
+//
+// Builds the writer's context from the node's fields, passes its effects on to the
+// roles they are for, and does the work that spans roles: taking host requests (PUTs
+// to the writer, GETs to the reader), predicting (predictor and leases), routing
+// acknowledgements (fragments and notices to the writer, rebuilt fragments to the
+// repairer) and resyncing a peer (decisions through the writer, fragments through the
+// repairer).
+
 impl<F: Fabric> Node<F> {
+    /// The writer and its context, borrowed from disjoint fields.
+    fn write_cx(&mut self) -> (&mut Writer, WriteCx<'_, F::Qp>) {
+        let cx = WriteCx {
+            me: self.me,
+            n: self.n,
+            k: self.k,
+            m: self.m,
+            quorum: self.quorum,
+            policy: self.policy,
+            write_timeout_ns: self.write_timeout_ns,
+            incarnation: self.incarnation,
+            directory_slots: self.directory_slots,
+            links: &mut self.links,
+            host: &mut self.host,
+            metrics: &mut self.metrics,
+            region: &self.region,
+            arena_mr: &self.arena_mr,
+            store: &mut self.store,
+            outcomes: &mut self.outcomes,
+            pools: &self.pools,
+            sealer: &mut self.sealer,
+            rs: &self.rs,
+            crc_shift: &mut self.crc_shift,
+            hlc: &mut self.hlc,
+            hlc_floor: &mut self.hlc_floor,
+            stats: &mut self.stats,
+            noisy: &mut self.noisy,
+            own_resync: &mut self.own_resync,
+        };
+        (&mut self.writer, cx)
+    }
+
+    /// Runs `f` on the writer, then what it left for other roles.
+    fn with_writer<R>(&mut self, now: Now, f: impl FnOnce(&mut Writer, &mut WriteCx<'_, F::Qp>) -> R) -> R {
+        let (writer, mut cx) = self.write_cx();
+        let r = f(writer, &mut cx);
+        self.dispatch_write_effects(now);
+        r
+    }
+
+    /// Passes the writer's effects on, oldest first (a job's start may leave more).
+    fn dispatch_write_effects(&mut self, now: Now) {
+        while let Some(effect) = self.writer.next_effect() {
+            match effect {
+                WriteEffect::StartJob { owner, host, slot, intent, guess } => {
+                    let started = self.start_job(owner, host, slot, intent, guess);
+                    if let Owner::Write(id) = owner {
+                        let (writer, mut cx) = self.write_cx();
+                        writer.job_started(&mut cx, id, host, slot, intent, started, now);
+                    }
+                }
+                WriteEffect::Suspect { host } => self.suspect(host, now),
+            }
+        }
+    }
+
     /// Takes new host requests while there is room for them.
     pub(super) fn take_requests(&mut self, now: Now) -> bool {
         if !self.ready_to_serve(now) {
             return false;
         }
-        // Held writes will each take a write slot and a side buffer.
-        let room = self.writes.available().min(self.side_free.len()).saturating_sub(self.held.len());
-        let room = room.min(self.reader.available()) as u32;
+        let room = self.writer.room().min(self.reader.available()) as u32;
         if room == 0 {
             return false;
         }
@@ -105,12 +1344,7 @@ impl<F: Fabric> Node<F> {
                     let key = key_of(&self.region, &t.accepted, &mut key);
                     let (key_hash, key_id) = (key_hash(key), directory::key_id(key));
                     let held = Held { taken: t, key_hash, key_id, arrived_ns: now.mono_ns };
-                    if self.key_busy(key_hash, self.held.len()) {
-                        // One write of a key at a time from this writer: the next waits
-                        // for it instead of piling undecided versions into the key's
-                        // store set on every holder (a hot key filled it).
-                        self.held.push_back(held);
-                    } else {
+                    if let Some(held) = self.writer.hold_if_busy(held) {
                         self.start_write(held, now);
                     }
                 }
@@ -142,481 +1376,121 @@ impl<F: Fabric> Node<F> {
         self.serving
     }
 
-    /// Whether a write of the key `key_hash` is in flight here, or among the first
-    /// `held` held writes (all of them for a new request).
-    fn key_busy(&self, key_hash: u64, held: usize) -> bool {
-        self.writes.iter().any(|w| w.key_hash == key_hash)
-            || self.held.iter().take(held).any(|h| h.key_hash == key_hash)
-    }
-
     /// Starts the held writes whose key is free now, oldest first; a held write past
     /// its deadline fails `NotDurable` without starting (nothing of it went out).
     pub(super) fn start_held(&mut self, now: Now) -> bool {
         let mut busy = false;
         let mut i = 0;
-        while i < self.held.len() {
-            let (key_hash, arrived_ns) = (self.held[i].key_hash, self.held[i].arrived_ns);
-            let blocked = self.key_busy(key_hash, i);
-            let expired = now.mono_ns >= arrived_ns.saturating_add(self.write_timeout_ns);
-            // A write slot and a side buffer (repairs take side buffers too).
-            let room = self.writes.available() > 0 && !self.side_free.is_empty();
-            if !expired && (blocked || !room) {
-                i += 1;
-                continue;
+        loop {
+            let (writer, mut cx) = self.write_cx();
+            match writer.next_held(&mut cx, &mut i, now) {
+                HeldNext::Start(held) => self.start_write(held, now),
+                HeldNext::Failed => {}
+                HeldNext::Nothing => return busy,
             }
-            let held = self.held.remove(i).expect("index checked");
             busy = true;
-            if blocked || !room {
-                self.stats.record_failure(Status::NotDurable);
-                self.host.complete(&held.taken, Outcome::failed(Status::NotDurable, 0), &mut self.metrics);
-            } else {
-                self.start_write(held, now);
-            }
         }
-        busy
     }
 
     /// Starts a write; the caller checked that a write slot and a side buffer are free.
     fn start_write(&mut self, held: Held, now: Now) {
-        let Held { taken: t, key_hash, key_id, arrived_ns: arrived } = held;
-        let (slot, generation) = self.writes.reserve().expect("the caller checked room");
-        let side = self.side_free.pop().expect("the caller checked room");
-        let fail = |node: &mut Self, end: Status, why: String| {
-            if let Some(left_out) = node.admit_log(Noisy::WriteRefused) {
-                tracing::warn!(node = node.me, sq_index = t.accepted.sq_index, why, left_out, "write refused");
-            }
-            node.writes.unreserve(slot);
-            node.side_free.push(side);
-            node.host.complete(&t, Outcome::failed(end, 0), &mut node.metrics);
-        };
-        let a = t.accepted;
-        let tombstone = a.desc.op == OpCode::Delete;
-        let mut times = [0u64; WriteStage::ALL.len()];
-        // The stages up to encode run within this call: their ends are `now` plus the
-        // real time spent so far, read from the host clock for the per-stage figures
-        // only (nothing decides on them, so a manual clock stays deterministic).
+        // The host clock when the write's stages began (for the per-stage figures).
         let started = prescient_shim::sys::monotonic_ns();
-        let at = move || now.mono_ns + prescient_shim::sys::monotonic_ns().saturating_sub(started);
-
+        let key_id = held.key_id;
         // 2. Predict.
-        let mut hit = false;
-        if let Some(predictor) = self.predictor.as_mut() {
-            let expired = &mut self.expired;
-            expired.clear();
-            let report = predictor.on_write(key_id, |lease| {
-                if expired.len() < expired.capacity() {
-                    expired.push(lease.key)
-                }
-            });
-            hit = report.outcome == WriteOutcome::Hit;
-            self.stats.predictor_hits += u64::from(hit);
-            if self.policy.predictive && self.policy.invalidation == Invalidation::Speculative {
-                for p in &report.opened {
-                    self.open_lease(p.key, now);
-                }
-            }
-            for i in 0..self.expired.len() {
-                let key = self.expired[i];
-                self.lease_expired(key, now);
-            }
-        }
-        times[WriteStage::Predict as usize] = at();
-
-        // 3. Order.
-        if let Err(e) = self.reserve_versions(now) {
-            return fail(self, Status::StageFailed, e);
-        }
-        let stamp = match self.hlc.next(now.wall_us) {
-            Ok(s) => s,
-            Err(e) => return fail(self, Status::StageFailed, e.to_string()),
-        };
-        let stamp = stamp.raw();
-        times[WriteStage::Sequence as usize] = at();
-
-        // 5. Seal, 6. encode, in place in the arena.
-        let config = self.region.layout().config;
-        let buffer_offset = self.region.layout().buffer(a.buffer);
-        let side_offset = self.region.layout().buffer(side);
-        // SAFETY (in the helper): the buffer was accepted (ownership Dpu, private
-        // in-flight table) and the side buffer is this write's; no work request
-        // carries either yet.
-        let buf = super::host_memory::buffer_mut(&self.region, buffer_offset, config.buffer_bytes as usize);
-        let binding = Binding { key_hash, version: stamp, k: self.k as u8, m: self.m as u8, tombstone };
-        let frame_len = match self.sealer.seal_in_place(&mut buf[VALUE_OFFSET..], a.desc.value_len as usize, &binding) {
-            Ok(n) => n,
-            Err(e) => return fail(self, Status::StageFailed, e.to_string()),
-        };
-        times[WriteStage::Seal as usize] = at();
-        let layout = match StripeLayout::new(self.k, self.m, frame_len) {
-            Ok(l) => l,
-            Err(e) => return fail(self, Status::StageFailed, e.to_string()),
-        };
-        let side_buf = super::host_memory::buffer_mut(&self.region, side_offset, config.buffer_bytes as usize);
-        let Some(data) = buf.get_mut(VALUE_OFFSET..VALUE_OFFSET + layout.data_len()) else {
-            return fail(self, Status::BadValueLength, "the stripe does not fit the buffer".into());
-        };
-        if let Err(e) = encode_stripe(&self.rs, &layout, StripeId { key_hash, version: stamp }, data, side_buf) {
-            return fail(self, Status::StageFailed, e.to_string());
-        }
-        times[WriteStage::Encode as usize] = at();
-
-        // Holders: the stripe's k + m fragments on consecutive nodes from the key's home.
-        let mut holders = [0u8; crate::limits::FRAGMENTS_MAX];
-        let home = (key_hash % self.n as u64) as usize;
-        for (i, h) in holders.iter_mut().take(layout.fragments()).enumerate() {
-            *h = ((home + i) % self.n) as u8;
-        }
-        let holder_mask = holders[..layout.fragments()].iter().fold(0u32, |m, &h| m | 1 << h);
-        let write_seq = self.next_write_seq;
-        if let Err(e) = self.outcomes.begin(write_seq, key_hash, stamp, holder_mask, u32::from(tombstone)) {
-            return fail(self, Status::Overloaded, e.to_string());
-        }
-        self.next_write_seq += 1;
+        let hit = self.predict(key_id, now);
+        let predicted = now.mono_ns + prescient_shim::sys::monotonic_ns().saturating_sub(started);
+        let (writer, mut cx) = self.write_cx();
+        let Some(id) = writer.begin(&mut cx, held, started, predicted, now) else { return };
+        // A write that found its key leased upgrades the lease's marks.
         let lease = if hit { self.leases.take_for(key_id) } else { None };
-        let mut write = Write {
-            generation,
-            taken: t,
-            key_hash,
-            key_id,
-            stamp,
-            tombstone,
-            write_seq,
-            layout,
-            side,
-            holders,
-            acked: 0,
-            failed: 0,
-            decided: 0,
-            notified: 0,
-            phase: Phase::Replicating,
-            end: None,
-            marks: [Mark::None; crate::limits::NODES_MAX],
-            wrs: 0,
-            // From arrival: a write held behind another of its key has waited already.
-            deadline_ns: arrived + self.write_timeout_ns,
-            times,
-            lease: None,
-            arrived_ns: arrived,
-            lease_priors: [None; crate::limits::NODES_MAX],
-            waiting_credit: 0,
-        };
-        if let Some(l) = &lease {
-            write.lease = Some(l.slot);
-            for (j, mark) in l.marks.iter().enumerate() {
-                if let Mark::Placed { prior, .. } = mark {
-                    write.lease_priors[j] = Some(*prior);
-                }
-            }
-        }
-        self.writes.put(slot, write);
-
-        // 7. Replicate.
-        for (i, &h) in holders.iter().enumerate().take(layout.fragments()) {
-            if h == self.me {
-                self.persist_own_fragment(slot, generation, i);
-            } else {
-                self.try_send_fragment(slot, generation, i, h);
-            }
-        }
-        // 4. Invalidate speculatively, in the same round trip.
-        if self.policy.invalidation == Invalidation::Speculative {
-            for j in 0..self.n as u8 {
-                let guess = lease.as_ref().and_then(|l| match l.marks[j as usize] {
-                    Mark::Placed { placed, .. } => Some(placed.pack()),
-                    _ => None,
-                });
-                self.start_mark(slot, generation, j, Intent::Mark { version: stamp >> 8 }, guess, now);
-            }
-        }
+        self.with_writer(now, |w, cx| w.replicate(cx, id, lease.as_ref().map(|l| &l.marks)));
         if let Some(l) = lease {
             self.leases.release(l.slot);
         }
     }
 
-    /// Starts (or skips) a directory job of write `slot` on host `j`.
-    fn start_mark(&mut self, slot: u32, generation: u32, j: u8, intent: Intent, guess: Option<u64>, now: Now) {
-        if j != self.me {
-            let trust = self.links.peer(j).map(|p| (p.trust(), p.is_up()));
-            match trust {
-                Some((Trust::Excluded, _)) => {
-                    self.set_mark(slot, generation, j, Mark::Skipped);
-                    return;
-                }
-                Some((Trust::Suspect { .. }, _)) | Some((_, false)) => {
-                    self.set_mark(slot, generation, j, Mark::Failed);
-                    if self.links.peer(j).is_some_and(|p| p.trust() == Trust::Trusted) {
-                        self.suspect(j, now);
-                    }
-                    return;
-                }
-                _ => {}
+    /// Step 2: tells the predictor of a write of `key_id`, opens the leases it predicts
+    /// and rolls back the ones it let expire; whether it had predicted this write.
+    fn predict(&mut self, key_id: u64, now: Now) -> bool {
+        let Some(predictor) = self.predictor.as_mut() else { return false };
+        let expired = &mut self.expired;
+        expired.clear();
+        let report = predictor.on_write(key_id, |lease| {
+            if expired.len() < expired.capacity() {
+                expired.push(lease.key)
+            }
+        });
+        let hit = report.outcome == WriteOutcome::Hit;
+        self.stats.predictor_hits += u64::from(hit);
+        if self.policy.predictive && self.policy.invalidation == Invalidation::Speculative {
+            for p in &report.opened {
+                self.open_lease(p.key, now);
             }
         }
-        let key_id = self.writes.get_mut(slot, generation).map(|w| w.key_id).unwrap_or_default();
-        let dir_slot = self.slot_for(j, key_id);
-        let owner = Owner::Write { slot, generation };
-        match self.start_job(owner, j, dir_slot, intent, guess) {
-            Started::Finished(f) => self.write_job_done(slot, generation, j, dir_slot, intent, f, now),
-            Started::Running(job) => self.set_mark(slot, generation, j, Mark::Running { job }),
+        for i in 0..self.expired.len() {
+            let key = self.expired[i];
+            self.lease_expired(key, now);
         }
+        hit
     }
 
-    fn set_mark(&mut self, slot: u32, generation: u32, j: u8, mark: Mark) {
-        if let Some(w) = self.writes.get_mut(slot, generation) {
-            w.marks[j as usize] = mark;
+    /// Moves every write forward.
+    pub(super) fn advance_writes(&mut self, now: Now) -> bool {
+        let mut busy = false;
+        for slot in 0..self.writer.capacity() {
+            busy |= self.with_writer(now, |w, cx| w.advance(cx, slot, now));
         }
+        busy
     }
 
-    /// The slot of `key_id` in host `j`'s directory.
-    pub(super) fn slot_for(&self, j: u8, key_id: u64) -> u32 {
-        let slots = if j == self.me {
-            self.directory_slots
-        } else {
-            self.links.peer(j).and_then(|p| p.remote).map_or(0, |r| r.directory_slots)
-        };
-        if slots == 0 {
-            0
-        } else {
-            directory::slot_of(key_id, slots)
-        }
-    }
-
-    /// A directory job of a write ended.
-    #[allow(clippy::too_many_arguments)]
+    /// A directory job of write `id` on slot `dir_slot` of host `host` ended.
     pub(super) fn write_job_done(
         &mut self,
-        slot: u32,
-        generation: u32,
-        j: u8,
+        id: WriteId,
+        host: u8,
         dir_slot: u32,
         intent: Intent,
         f: Finished,
         now: Now,
     ) {
-        let me = self.me;
-        let Some(w) = self.writes.get_mut(slot, generation) else {
-            // The write is gone: a mark that landed after it ended must not stay.
-            if let (Intent::Mark { .. }, Finished::Done { placed, replaced }) = (intent, f) {
-                let rollback = Intent::Rollback { placed, prior: directory::prior_of(replaced) };
-                self.start_job(Owner::Detached, j, dir_slot, rollback, Some(placed.pack()));
-            }
-            return;
-        };
-        match (intent, f) {
-            (Intent::Mark { .. }, Finished::Done { placed, replaced }) => {
-                let prior = w.lease_priors[j as usize].unwrap_or_else(|| directory::prior_of(replaced));
-                if w.end.is_some() {
-                    // Aborted while the CAS flew: roll it back now.
-                    w.marks[j as usize] = Mark::Settled;
-                    self.start_job(
-                        Owner::Detached,
-                        j,
-                        dir_slot,
-                        Intent::Rollback { placed, prior },
-                        Some(placed.pack()),
-                    );
-                } else {
-                    w.marks[j as usize] = Mark::Placed { placed, prior };
-                    if w.marks_placed(self.n) {
-                        w.stamp_stage(WriteStage::Invalidate, now.mono_ns);
-                    }
-                    if w.phase == Phase::Deciding {
-                        // Decided while the CAS flew: commit the mark now.
-                        self.commit_mark(slot, generation, j, now);
-                    }
-                }
-            }
-            (Intent::Mark { .. }, Finished::NotNeeded { current }) => {
-                let prior = w.lease_priors[j as usize].unwrap_or(SlotState::Invalid);
-                w.marks[j as usize] = Mark::Placed { placed: current, prior };
-                if w.phase == Phase::Deciding {
-                    self.commit_mark(slot, generation, j, now);
-                }
-            }
-            (Intent::Invalidate { .. } | Intent::Commit { .. }, Finished::Done { .. } | Finished::NotNeeded { .. }) => {
-                w.marks[j as usize] = Mark::Settled;
-            }
-            (
-                Intent::Mark { .. } | Intent::Invalidate { .. } | Intent::Commit { .. },
-                Finished::Failed | Finished::Contended { .. },
-            ) => {
-                w.marks[j as usize] = Mark::Failed;
-                tracing::debug!(node = me, peer = j, "directory job failed: waiting for the host's exclusion");
-            }
-            (Intent::Rollback { .. }, _) => {}
-        }
+        self.with_writer(now, |w, cx| w.job_done(cx, id, host, dir_slot, intent, f, now));
     }
 
-    /// This node holds fragment `i` of its own write: straight into its store.
-    fn persist_own_fragment(&mut self, slot: u32, generation: u32, i: usize) {
-        let me = self.me;
-        let Some(w) = self.writes.get_mut(slot, generation) else { return };
-        let (layout, key_hash, stamp, write_seq, tombstone, side) =
-            (w.layout, w.key_hash, w.stamp, w.write_seq, w.tombstone, w.side);
-        let buffer = w.taken.accepted.buffer;
-        let config = self.region.layout().config;
-        let data = super::host_memory::buffer_mut(
-            &self.region,
-            self.region.layout().buffer(buffer),
-            config.buffer_bytes as usize,
-        );
-        let side = super::host_memory::buffer_mut(
-            &self.region,
-            self.region.layout().buffer(side),
-            config.buffer_bytes as usize,
-        );
-        let f = fragment(&layout, &data[VALUE_OFFSET..], side, i);
-        let record = RecordRepr {
-            writer: me,
-            fragment_index: i as u8,
-            key_hash,
-            stamp,
-            write_seq,
-            fragment_len: f.payload.len() as u32,
-            tombstone,
-            incarnation: self.incarnation,
-        };
-        let ok = self.store.insert(&record, f.header, f.payload).is_ok();
-        let w = self.writes.get_mut(slot, generation).expect("write exists");
-        if ok {
-            w.acked |= 1 << me;
-            let _ = self.outcomes.set_acked(write_seq, me);
-        } else {
-            w.failed |= 1 << me;
-        }
+    /// The slot of `key_id` in host `j`'s directory.
+    pub(super) fn slot_for(&self, j: u8, key_id: u64) -> u32 {
+        slot_for(&self.links, self.me, self.directory_slots, j, key_id)
     }
 
-    /// Sends fragment `i` to holder `h` now, or - if its log has no free slot (the
-    /// holder is slow) or its send queue no room - marks it to retry: a write waits for
-    /// log credit until its deadline rather than overwrite what the holder has not
-    /// persisted. A holder that is down counts as failed at once.
-    fn try_send_fragment(&mut self, slot: u32, generation: u32, i: usize, h: u8) {
-        let up = self.links.peer(h).is_some_and(|p| p.is_up());
-        let sent = up && self.send_fragment(slot, generation, i, h);
-        let Some(w) = self.writes.get_mut(slot, generation) else { return };
-        if sent {
-            w.waiting_credit &= !(1 << i);
-        } else if up {
-            w.waiting_credit |= 1 << i;
-        } else {
-            w.waiting_credit &= !(1 << i);
-            w.failed |= 1 << h;
-        }
-    }
-
-    /// Sends fragment `i` of a write to holder `h`: its bytes, then its entry header
-    /// with the immediate. False if `h` cannot take it now (down, no log credit).
-    fn send_fragment(&mut self, slot: u32, generation: u32, i: usize, h: u8) -> bool {
-        let Some(p) = self.links.peer(h) else { return false };
-        if !p.is_up() || !p.has_credit() || !self.links.send_room(h, 2) {
-            return false;
-        }
-        let w = self.writes.get_mut(slot, generation).expect("write exists");
-        let (layout, key_hash, stamp, write_seq, tombstone, side, buffer) =
-            (w.layout, w.key_hash, w.stamp, w.write_seq, w.tombstone, w.side, w.taken.accepted.buffer);
-        let f = layout.fragment_len();
-        let rl = self.region.layout();
-        let arena = rl.arena_offset;
-        // Where fragment i's bytes and header are, as offsets into the arena region.
-        let bytes_at = if i < layout.k() {
-            rl.buffer(buffer) + VALUE_OFFSET + i * f
-        } else {
-            rl.buffer(side) + layout.headers_len() + (i - layout.k()) * f
-        } - arena;
-        let header_at = rl.buffer(side) + i * crate::stripe::HEADER_LEN;
-        let mut frag_header = [0u8; crate::stripe::HEADER_LEN];
-        self.region.read_bytes(header_at, &mut frag_header);
-        let payload_crc = self.crc_shift.combine(
-            crc32c::crc32c(&frag_header),
-            u32::from_le_bytes(frag_header[32..36].try_into().expect("4 bytes")),
-            f,
-        );
-        let tag = (generation & 0xffff) << 8 | i as u32;
-        let entry = EntryRepr {
-            kind: EntryKind::Fragment,
-            writer: self.me,
-            holder: h,
-            seq: 0,
-            write_seq,
-            key_hash,
-            stamp,
-            payload_len: (crate::stripe::HEADER_LEN + f) as u32,
-            tombstone,
-            repair: false,
-            payload_crc,
-            incarnation: self.incarnation,
-        };
-        let staging = slot * (self.k + self.m) as u32 + i as u32;
-        let w = self.writes.get_mut(slot, generation).expect("write exists");
-        w.wrs += if f > 0 { 2 } else { 1 };
-        self.post_fragment_entry(
-            h,
-            bytes_at,
-            &frag_header,
-            entry,
-            staging,
-            (WrId::new(Kind::FragmentBytes, h, slot, tag), WrId::new(Kind::FragmentHeader, h, slot, tag)),
-            Sent::Fragment { write: slot, generation, fragment: i as u8 },
-        );
-        true
-    }
-
-    /// Writes one fragment entry into peer `h`'s log (which must be up, with credit
-    /// and send room): the `f` bytes at `bytes_at` in the arena with a plain WRITE, then
-    /// the entry header and fragment header from header staging slot `staging` with the
-    /// WRITE_WITH_IMM that announces it; `sent` is what its acknowledgement settles.
+    /// [`post_fragment_entry`] from this node's links, header pool and arena.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn post_fragment_entry(
         &mut self,
         h: u8,
         bytes_at: usize,
         frag_header: &[u8; crate::stripe::HEADER_LEN],
-        mut entry: EntryRepr,
+        entry: EntryRepr,
         staging: u32,
         ids: (WrId, WrId),
         sent: Sent,
     ) {
-        let f = entry.payload_len as usize - crate::stripe::HEADER_LEN;
-        let p = self.links.peer_mut(h).expect("peer exists");
-        let remote = p.remote.expect("an up peer has advertised its regions");
-        let seq = p.next_seq;
-        p.next_seq += 1;
-        p.sent.push_back(sent);
-        p.bytes_out += (super::node::FRAGMENT_HEAD_BYTES + f) as u64;
-        entry.seq = seq;
-        let mut head = [0u8; super::node::FRAGMENT_HEAD_BYTES];
-        entry.emit(&mut head[..ENTRY_HEADER_LEN]);
-        head[ENTRY_HEADER_LEN..].copy_from_slice(frag_header);
-        self.pools.header.write(staging, &head);
-        let log_at = (seq % u64::from(remote.log_slots)) * u64::from(remote.log_slot_bytes);
-        if f > 0 {
-            let buf = self.arena_mr.buf(bytes_at, f).expect("fragment inside the arena");
-            self.links.post(
-                h,
-                ids.0,
-                Op::Write { remote: remote.log.at(log_at + super::node::FRAGMENT_HEAD_BYTES as u64), imm: None },
-                buf,
-            );
-        }
-        let buf = self.pools.header.buf(staging, super::node::FRAGMENT_HEAD_BYTES);
-        self.links.post(
+        post_fragment_entry(
+            &mut self.links,
+            &self.pools,
+            &self.arena_mr,
             h,
-            ids.1,
-            Op::Write { remote: remote.log.at(log_at), imm: Some((seq & 0x7fff_ffff) as u32) },
-            buf,
+            bytes_at,
+            frag_header,
+            entry,
+            staging,
+            ids,
+            sent,
         );
     }
 
     /// A fragment's WRITE (bytes or header) completed.
     pub(super) fn on_fragment_sent(&mut self, id: WrId, ok: bool, _now: Now) {
-        let Some(w) = self.writes.slot_mut(id.a) else { return };
-        if w.generation & 0xffff != id.b >> 8 {
-            return;
-        }
-        w.wrs = w.wrs.saturating_sub(1);
-        if !ok && w.acked & (1 << id.peer) == 0 {
-            w.failed |= 1 << id.peer;
-        }
+        self.writer.on_fragment_sent(id, ok);
     }
 
     /// A holder acknowledged the oldest entry this node wrote into its log.
@@ -636,387 +1510,51 @@ impl<F: Fabric> Node<F> {
             self.link_failed(peer, crate::fabric::WcStatus::RemoteOperation, now);
             return;
         }
+        let ok = status == super::holder::ACK_OK;
         match sent {
-            Sent::Fragment { write, generation, .. } => {
-                let quorum_reached;
-                {
-                    let Some(w) = self.writes.get_mut(write, generation) else { return };
-                    if status == super::holder::ACK_OK {
-                        w.acked |= 1 << peer;
-                        let _ = self.outcomes.set_acked(w.write_seq, peer);
-                    } else {
-                        w.failed |= 1 << peer;
-                        self.stats.refusals += 1;
-                        let now_ns = prescient_shim::sys::monotonic_ns();
-                        if let Some(left_out) = self.noisy.admit(Noisy::HolderRefused as usize, now_ns) {
-                            tracing::warn!(node = me, peer, status, left_out, "holder refused a fragment");
-                        }
-                    }
-                    quorum_reached = w.phase != Phase::Replicating && status == super::holder::ACK_OK;
-                }
-                // A late holder of a decided write gets the decision too (an aborted
-                // write's, so it drops the fragment).
-                if quorum_reached {
-                    self.notify(write, generation, peer);
-                }
+            Sent::Fragment { write, .. } => {
+                self.with_writer(now, |w, cx| w.fragment_acked(cx, write, peer, ok, status))
             }
-            Sent::Notice { notice } => self.notice_done(notice, peer, status == super::holder::ACK_OK),
-            Sent::Repair { repair, generation } => {
-                self.repair_acked(repair, generation, peer, status == super::holder::ACK_OK)
-            }
+            Sent::Notice { notice } => self.with_writer(now, |w, cx| w.notice_done(cx, notice, peer, ok)),
+            Sent::Repair { repair, generation } => self.repair_acked(repair, generation, peer, ok),
         }
     }
 
     /// An entry written to `peer` was lost with its link.
     pub(super) fn entry_lost(&mut self, peer: u8, sent: Sent) {
         match sent {
-            Sent::Fragment { write, generation, .. } => {
-                if let Some(w) = self.writes.get_mut(write, generation) {
-                    if w.acked & (1 << peer) == 0 {
-                        w.failed |= 1 << peer;
-                    }
-                }
+            Sent::Fragment { write, .. } => self.writer.fragment_lost(write, peer),
+            Sent::Notice { notice } => {
+                // Settling a notice leaves nothing for other roles.
+                let (writer, mut cx) = self.write_cx();
+                writer.notice_done(&mut cx, notice, peer, false);
             }
-            Sent::Notice { notice } => self.notice_done(notice, peer, false),
             Sent::Repair { repair, generation } => self.repair_acked(repair, generation, peer, false),
         }
     }
 
-    /// Moves every write forward.
-    pub(super) fn advance_writes(&mut self, now: Now) -> bool {
-        let mut busy = false;
-        for slot in 0..self.writes.capacity() {
-            busy |= self.advance_write(slot, now);
-        }
-        busy
+    /// Sends the outcome records waiting for each peer, one notice entry per peer.
+    pub(super) fn flush_notices(&mut self, now: Now) -> bool {
+        self.with_writer(now, |w, cx| w.flush_notices(cx))
     }
 
-    fn advance_write(&mut self, slot: u32, now: Now) -> bool {
-        let (quorum, n, decide_min) = (self.quorum, self.n, self.m as u32 + 1);
-        let Some(w) = self.writes.slot_mut(slot) else { return false };
-        let generation = w.generation;
-        match w.phase {
-            Phase::Replicating => {
-                if w.waiting_credit != 0 {
-                    let (waiting, holders, fragments) = (w.waiting_credit, w.holders, w.layout.fragments());
-                    for (i, &holder) in holders.iter().enumerate().take(fragments) {
-                        if waiting & (1 << i) != 0 {
-                            self.try_send_fragment(slot, generation, i, holder);
-                        }
-                    }
-                }
-                let w = self.writes.slot_mut(slot).expect("write exists");
-                if w.acked.count_ones() >= quorum {
-                    w.stamp_stage(WriteStage::Replicate, now.mono_ns);
-                    self.decide(slot, generation, now);
-                    true
-                } else if !w.quorum_possible(quorum) || now.mono_ns >= w.deadline_ns {
-                    self.abort(slot, generation, now);
-                    true
-                } else {
-                    false
-                }
-            }
-            Phase::Deciding => {
-                self.renotify(slot, generation);
-                let w = self.writes.slot_mut(slot).expect("write exists");
-                if w.decided.count_ones() >= decide_min && w.marks_settled(n) {
-                    w.stamp_stage(WriteStage::Decide, now.mono_ns);
-                    self.commit(slot, generation, now);
-                    true
-                } else if now.mono_ns >= w.deadline_ns {
-                    w.end = Some(End::Undecided);
-                    w.phase = Phase::Finished;
-                    let (write_seq, decided) = (w.write_seq, w.decided);
-                    if let Some(left_out) = self.admit_log(Noisy::Undecided) {
-                        tracing::warn!(
-                            node = self.me,
-                            write_seq,
-                            decided,
-                            left_out,
-                            "write committed but its decision did not reach m + 1 holders in time"
-                        );
-                    }
-                    true
-                } else {
-                    false
-                }
-            }
-            Phase::Invalidating => {
-                if w.marks_settled(n) {
-                    w.stamp_stage(WriteStage::Invalidate, now.mono_ns);
-                    w.end = Some(End::Committed);
-                    w.phase = Phase::Finished;
-                    true
-                } else if now.mono_ns >= w.deadline_ns {
-                    w.end = Some(End::Undecided);
-                    w.phase = Phase::Finished;
-                    true
-                } else {
-                    false
-                }
-            }
-            Phase::Finished => {
-                if w.wrs == 0 {
-                    self.retire(slot, now);
-                    true
-                } else {
-                    false
-                }
-            }
-        }
-    }
-
-    /// Phase 1 reached its quorum: the write is committed at the writer.
-    fn decide(&mut self, slot: u32, generation: u32, _now: Now) {
-        let me = self.me;
-        let w = self.writes.get_mut(slot, generation).expect("write exists");
-        w.phase = Phase::Deciding;
-        let (write_seq, key_hash, stamp, acked) = (w.write_seq, w.key_hash, w.stamp, w.acked);
-        if let Err(e) = self.outcomes.set_state(write_seq, WriteState::Committed) {
-            tracing::error!(node = me, write_seq, error = %e, "cannot record the commit");
-        }
-        if acked & (1 << me) != 0 && self.settle_own(write_seq, key_hash, stamp, Decision::Committed) {
-            let w = self.writes.get_mut(slot, generation).expect("write exists");
-            w.decided |= 1 << me;
-        }
-        // Every holder hears the decision, also those whose acknowledgement was lost
-        // (they may hold the fragment); only acknowledged ones count towards m + 1.
-        let holders = self.writes.get_mut(slot, generation).map_or(0, |w| w.holder_mask());
-        for h in 0..self.n as u8 {
-            if h != me && holders & (1 << h) != 0 {
-                self.notify(slot, generation, h);
-            }
-        }
-        let _ = acked;
-        // The marks turn Invalid now, in the same round trip as the decision: the host
-        // hears of the commit only once both are done, so no reader can refill a slot
-        // from a value without this write after it (a reader's GET that sees this
-        // write's fragments still undecided gets no refill either).
-        for j in 0..self.n as u8 {
-            self.commit_mark(slot, generation, j, _now);
-        }
-    }
-
-    /// Applies the decision of this node's own write to its own record and, once the
-    /// store has it, records it in the outcome table (the writer is one of its holders,
-    /// and an entry settles only when every holder that stored a fragment has its
-    /// decision). False if the store could not apply it: the entry stays unsettled, and
-    /// the next start's [`Self::recover_outcomes`] tries again.
-    fn settle_own(&mut self, write_seq: u64, key_hash: u64, stamp: u64, decision: Decision) -> bool {
-        let me = self.me;
-        if let Err(e) = self.store.resolve(key_hash, stamp, decision) {
-            tracing::error!(node = me, write_seq, error = %e, "cannot apply the decision of an own write to the store");
-            return false;
-        }
-        if let Err(e) = self.outcomes.set_decided(write_seq, me) {
-            tracing::error!(node = me, write_seq, error = %e, "cannot record an own write's decision");
-            return false;
-        }
-        true
-    }
-
-    /// Turns write `slot`'s placed mark on host `j` Invalid, as a tracked job.
-    fn commit_mark(&mut self, slot: u32, generation: u32, j: u8, now: Now) {
-        let Some(w) = self.writes.get_mut(slot, generation) else { return };
-        let Mark::Placed { placed, .. } = w.marks[j as usize] else { return };
-        if placed.state != SlotState::Pending {
-            w.marks[j as usize] = Mark::Settled;
-            return;
-        }
-        let key_id = w.key_id;
-        let dir_slot = self.slot_for(j, key_id);
-        let intent = Intent::Commit { placed };
-        match self.start_job(Owner::Write { slot, generation }, j, dir_slot, intent, Some(placed.pack())) {
-            Started::Finished(f) => self.write_job_done(slot, generation, j, dir_slot, intent, f, now),
-            Started::Running(job) => self.set_mark(slot, generation, j, Mark::Running { job }),
-        }
-    }
-
-    /// Queues the write's decision for holder `h` (nothing while it is undecided).
-    fn notify(&mut self, slot: u32, generation: u32, h: u8) {
-        let Some(w) = self.writes.get_mut(slot, generation) else { return };
-        let outcome = match (w.phase, w.end) {
-            (Phase::Replicating, _) => return,
-            (_, Some(End::NotDurable | End::Failed | End::Overloaded)) => Decision::Aborted,
-            _ => Decision::Committed,
-        };
-        let record = OutcomeRecordRepr { write_seq: w.write_seq, key_hash: w.key_hash, stamp: w.stamp, outcome };
-        // Only a Committed decision counts towards the m + 1 a write waits for.
-        let owner = (outcome == Decision::Committed).then_some((slot, generation));
-        if self.notices.queue(h, record, owner) {
-            w.notified |= 1 << h;
-        } else {
-            // The batch is full (the peer is slow or away): the write tries again while
-            // it decides (`renotify`), and a retired one leaves it to the peer's resync.
-            tracing::debug!(node = self.me, peer = h, "notice batch full; the decision is queued again later");
-        }
-    }
-
-    /// Queues the decision again for the holders it counts on that have neither heard it
-    /// nor have it queued (a full batch refused it, or its notice was lost).
-    fn renotify(&mut self, slot: u32, generation: u32) {
-        let Some(w) = self.writes.get_mut(slot, generation) else { return };
-        let waiting = w.holder_mask() & w.acked & !w.decided & !w.notified & !(1 << self.me);
-        if waiting == 0 {
-            return;
-        }
-        for h in 0..self.n as u8 {
-            if waiting & (1 << h) != 0 && self.links.peer(h).is_some_and(|p| p.is_up()) {
-                self.notify(slot, generation, h);
-            }
-        }
-    }
-
-    /// Phase 1 cannot reach its quorum: roll back.
-    fn abort(&mut self, slot: u32, generation: u32, now: Now) {
-        let me = self.me;
-        let w = self.writes.get_mut(slot, generation).expect("write exists");
-        let (write_seq, key_hash, stamp, acked) = (w.write_seq, w.key_hash, w.stamp, w.acked);
-        w.end = Some(End::NotDurable);
-        w.phase = Phase::Finished;
-        // Counted by status in the summary; per write only at debug level.
-        tracing::debug!(node = me, write_seq, acked, failed = w.failed, "write not durable: rolling back");
-        let _ = self.outcomes.set_state(write_seq, WriteState::Aborted);
-        if acked & (1 << me) != 0 {
-            // The writer is a holder too: its own record dropped is its own decision
-            // persisted. Without this bit the entry never settles, and once the table
-            // wraps every new write finds it in its way (the outcome-table wedge).
-            self.settle_own(write_seq, key_hash, stamp, Decision::Aborted);
-        }
-        let holders = self.writes.get_mut(slot, generation).map_or(0, |w| w.holder_mask());
-        for h in 0..self.n as u8 {
-            if h != me && holders & (1 << h) != 0 {
-                let record = OutcomeRecordRepr { write_seq, key_hash, stamp, outcome: Decision::Aborted };
-                if !self.notices.queue(h, record, None) {
-                    if let Some(p) = self.links.peer_mut(h) {
-                        rewind(&mut p.resync, write_seq);
-                    }
-                }
-            }
-        }
-        self.rollback_marks(slot, generation);
-        let _ = now;
-    }
-
-    /// Rolls the write's placed marks back to what they replaced.
-    fn rollback_marks(&mut self, slot: u32, generation: u32) {
-        for j in 0..self.n as u8 {
-            let Some(w) = self.writes.get_mut(slot, generation) else { return };
-            let key_id = w.key_id;
-            let Mark::Placed { placed, prior } = w.marks[j as usize] else { continue };
-            w.marks[j as usize] = Mark::Settled;
-            if placed.state != SlotState::Pending {
-                continue;
-            }
-            let intent = Intent::Rollback { placed, prior };
-            let dir_slot = self.slot_for(j, key_id);
-            self.start_job(Owner::Detached, j, dir_slot, intent, Some(placed.pack()));
-        }
-    }
-
-    /// Decided on m + 1 holders and every mark settled: the write is committed.
-    fn commit(&mut self, slot: u32, generation: u32, now: Now) {
-        let w = self.writes.get_mut(slot, generation).expect("write exists");
-        w.stamp_stage(WriteStage::Commit, now.mono_ns);
-        self.stats.record_commit(w.stamp, now.mono_ns);
-        if self.policy.invalidation == Invalidation::AfterCommit {
-            w.phase = Phase::Invalidating;
-            let version = w.stamp >> 8;
-            for j in 0..self.n as u8 {
-                self.start_mark(slot, generation, j, Intent::Invalidate { version }, None, now);
-            }
-        } else {
-            w.end = Some(End::Committed);
-            w.phase = Phase::Finished;
-        }
-    }
-
-    /// Completes a finished write to the host and frees its slot and side buffer.
-    fn retire(&mut self, slot: u32, now: Now) {
-        let Some(w) = self.writes.remove(slot) else { return };
-        self.side_free.push(w.side);
-        let outcome = match w.end.unwrap_or(End::Failed) {
-            End::Committed => Outcome::ok(w.stamp),
-            End::NotDurable => Outcome::failed(Status::NotDurable, w.acked.count_ones()),
-            End::Undecided => Outcome::failed(Status::Unavailable, w.decided.count_ones()),
-            End::Failed => Outcome::failed(Status::StageFailed, 0),
-            End::Overloaded => Outcome::failed(Status::Overloaded, 0),
-        };
-        // Holders that never persisted their fragment of a committed write get it
-        // rebuilt (the resync of each comes back to this write).
-        if matches!(w.end, Some(End::Committed | End::Undecided)) {
-            // And those that may not have heard the decision, with none queued for them.
-            let missing = w.holder_mask() & (!w.acked | (!w.decided & !w.notified)) & !(1 << self.me);
-            // Its own fragment, if its store refused it (a set full of undecided
-            // versions of a hot key): rebuilt into its own store by a local repair.
-            if w.holder_mask() & !w.acked & (1 << self.me) != 0 {
-                rewind(&mut self.own_resync, w.write_seq);
-            }
-            for h in 0..self.n as u8 {
-                if missing & (1 << h) != 0 {
-                    if let Some(p) = self.links.peer_mut(h) {
-                        rewind(&mut p.resync, w.write_seq);
-                    }
-                }
-            }
-        }
-        self.stats.record_write(&w, now.mono_ns, outcome.status);
-        self.host.complete(&w.taken, outcome, &mut self.metrics);
-    }
-
-    /// After a restart: finishes what the previous incarnation decided. A write it
-    /// left in progress never completed to the host and is aborted; one it committed
-    /// has its own record resolved (holders it did not tell keep a pending record,
-    /// which readers do not count).
-    pub(super) fn recover_outcomes(&mut self, _now: Now) {
-        let mut unsettled = Vec::new();
-        let me_bit = 1u32 << self.me;
-        let _ = self.outcomes.unsettled(|e| {
-            let own_open = e.acked() & me_bit != 0 && e.decided() & me_bit == 0;
-            unsettled.push((e.write_seq(), e.key_hash(), e.stamp(), e.state(), own_open))
-        });
-        let (mut aborted, mut committed) = (0, 0);
-        for (write_seq, key_hash, stamp, state, own_open) in unsettled {
-            let decision = match state {
-                WriteState::InProgress => {
-                    let _ = self.outcomes.set_state(write_seq, WriteState::Aborted);
-                    aborted += 1;
-                    Decision::Aborted
-                }
-                WriteState::Aborted => Decision::Aborted,
-                WriteState::Committed => {
-                    committed += 1;
-                    Decision::Committed
-                }
-                WriteState::Free => continue,
-            };
-            // The own record (if the store took one) gets the decision, and the entry
-            // the own holder bit: the peers' bits come with their resync.
-            if own_open || state == WriteState::InProgress {
-                let _ = self.store.resolve(key_hash, stamp, decision);
-                if own_open {
-                    let _ = self.outcomes.set_decided(write_seq, self.me);
-                }
-            }
-        }
-        if aborted + committed > 0 {
-            tracing::info!(node = self.me, aborted, committed, "settled writes a previous incarnation left");
-        }
-    }
+    /// A notice's work request completed (its acknowledgement settles it).
+    pub(super) fn on_notice_sent(&mut self, _id: WrId, _ok: bool) {}
 
     /// Notice slots free, and records waiting per peer (for diagnostics).
     pub(super) fn notices_debug(&self) -> String {
-        format!(
-            "{} free, batches {:?}",
-            self.notices.free.len(),
-            self.notices.batches.iter().map(Vec::len).collect::<Vec<_>>()
-        )
+        self.writer.notices_debug()
     }
 
     /// Queues an outcome record for peer `h` that no write in flight waits for.
     pub(super) fn notices_queue(&mut self, h: u8, record: OutcomeRecordRepr) -> bool {
-        self.notices.queue(h, record, None)
+        self.writer.queue_notice(h, record)
+    }
+
+    /// After a restart: finishes what the previous incarnation decided
+    /// ([`Writer::recover_outcomes`]).
+    pub(super) fn recover_outcomes(&mut self, _now: Now) {
+        Writer::recover_outcomes(self.me, &mut self.outcomes, &mut self.store);
     }
 
     /// Resends the decisions peer `h` may have missed (it was down, or its link broke
@@ -1026,7 +1564,7 @@ impl<F: Fabric> Node<F> {
     pub(super) fn resync(&mut self, h: u8, now: Now) {
         let Some(p) = self.links.peer(h) else { return };
         let (Some(mut seq), true) = (p.resync, p.is_up()) else { return };
-        let end = self.next_write_seq;
+        let end = self.writer.next_write_seq();
         let stop = (seq + RESYNC_CHUNK).min(end);
         while seq < stop {
             if let Some(e) = self.outcomes.get(seq) {
@@ -1047,7 +1585,7 @@ impl<F: Fabric> Node<F> {
                 if let (Some(outcome), true) = (outcome, e.holders() & bit != 0 && e.decided() & bit == 0) {
                     let record =
                         OutcomeRecordRepr { write_seq: seq, key_hash: e.key_hash(), stamp: e.stamp(), outcome };
-                    if !self.notices.queue(h, record, None) {
+                    if !self.writer.queue_notice(h, record) {
                         break;
                     }
                     self.stats.notices_resent += 1;
@@ -1082,7 +1620,7 @@ impl<F: Fabric> Node<F> {
     pub(super) fn resync_own(&mut self, now: Now) {
         let Some(mut seq) = self.own_resync else { return };
         let me = self.me;
-        let end = self.next_write_seq;
+        let end = self.writer.next_write_seq();
         let stop = (seq + RESYNC_CHUNK).min(end);
         while seq < stop {
             if let Some(e) = self.outcomes.get(seq) {
@@ -1098,107 +1636,5 @@ impl<F: Fabric> Node<F> {
             seq += 1;
         }
         self.own_resync = (seq < end).then_some(seq);
-    }
-
-    /// Keeps the persisted version floor ahead of the versions issued (an fsync at
-    /// most once per second of versions).
-    pub(super) fn reserve_versions(&mut self, now: Now) -> Result<(), String> {
-        if let Some(floor) = self.hlc.reservation_due(now.wall_us) {
-            self.hlc_floor.persist(floor).map_err(|e| format!("cannot persist the version floor: {e}"))?;
-            self.hlc.floor_persisted(floor);
-        }
-        Ok(())
-    }
-
-    /// Sends the outcome records waiting for each peer, one notice entry per peer.
-    pub(super) fn flush_notices(&mut self, _now: Now) -> bool {
-        let mut busy = false;
-        for h in 0..self.n as u8 {
-            if h == self.me || self.notices.batches[h as usize].is_empty() {
-                continue;
-            }
-            let Some(p) = self.links.peer(h) else { continue };
-            let (up, credit, remote) = (p.is_up(), p.has_credit(), p.remote);
-            if !up {
-                // Kept for when the link is back (bounded by the batch; what does not
-                // fit is found again by the resync from the outcome table).
-                continue;
-            }
-            if !credit || !self.links.send_room(h, 1) {
-                continue;
-            }
-            let Some(notice) = self.notices.free.pop() else { continue };
-            busy = true;
-            let remote = remote.expect("an up peer has advertised its regions");
-            let batch = std::mem::replace(
-                &mut self.notices.batches[h as usize],
-                std::mem::take(&mut self.notices.in_flight[notice as usize]),
-            );
-            let mut payload = [0u8; NOTICE_RECORDS_MAX * OUTCOME_RECORD_LEN];
-            for (i, r) in batch.iter().enumerate() {
-                r.record.emit(&mut payload[i * OUTCOME_RECORD_LEN..(i + 1) * OUTCOME_RECORD_LEN]);
-            }
-            let payload = &payload[..batch.len() * OUTCOME_RECORD_LEN];
-            let p = self.links.peer_mut(h).expect("peer exists");
-            let seq = p.next_seq;
-            p.next_seq += 1;
-            p.sent.push_back(Sent::Notice { notice });
-            p.bytes_out += (ENTRY_HEADER_LEN + payload.len()) as u64;
-            let entry = EntryRepr {
-                kind: EntryKind::Outcomes,
-                writer: self.me,
-                holder: h,
-                seq,
-                write_seq: 0,
-                key_hash: 0,
-                stamp: 0,
-                payload_len: payload.len() as u32,
-                tombstone: false,
-                repair: false,
-                payload_crc: crc32c::crc32c(payload),
-                incarnation: self.incarnation,
-            };
-            let mut head = [0u8; ENTRY_HEADER_LEN];
-            entry.emit(&mut head);
-            self.pools.notices.write(notice, &head);
-            self.pools
-                .notices
-                .memory()
-                .write(self.pools.notices.offset(notice) + ENTRY_HEADER_LEN, payload)
-                .expect("notice fits its slot");
-            self.notices.in_flight[notice as usize] = batch;
-            let log_at = (seq % u64::from(remote.log_slots)) * u64::from(remote.log_slot_bytes);
-            let buf = self.pools.notices.buf(notice, ENTRY_HEADER_LEN + payload.len());
-            self.links.post(
-                h,
-                WrId::new(Kind::Notice, h, notice, 0),
-                Op::Write { remote: remote.log.at(log_at), imm: Some((seq & 0x7fff_ffff) as u32) },
-                buf,
-            );
-        }
-        busy
-    }
-
-    /// A notice's work request completed (its acknowledgement settles it).
-    pub(super) fn on_notice_sent(&mut self, _id: WrId, _ok: bool) {}
-
-    /// Notice `notice` to `peer` was acknowledged (`ok`) or lost.
-    fn notice_done(&mut self, notice: u32, peer: u8, ok: bool) {
-        let mut batch = std::mem::take(&mut self.notices.in_flight[notice as usize]);
-        for p in batch.drain(..) {
-            if ok {
-                // Settles the outcome table entry (also for resynced, long-gone writes).
-                let _ = self.outcomes.set_decided(p.record.write_seq, peer);
-            }
-            let Some((slot, generation)) = p.owner else { continue };
-            let Some(w) = self.writes.get_mut(slot, generation) else { continue };
-            w.notified &= !(1 << peer);
-            // Only a holder that acknowledged its fragment holds it for sure.
-            if ok && p.record.outcome == Decision::Committed && w.acked & (1 << peer) != 0 {
-                w.decided |= 1 << peer;
-            }
-        }
-        self.notices.in_flight[notice as usize] = batch;
-        self.notices.free.push(notice);
     }
 }

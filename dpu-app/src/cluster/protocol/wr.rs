@@ -12,13 +12,14 @@
 pub enum Kind {
     /// A receive buffer (WRITE_WITH_IMM notifications land on these).
     Recv = 1,
-    /// A fragment's bytes (plain WRITE): a = write slot, b = fragment index.
+    /// A fragment's bytes (plain WRITE): a = write slot, b = the write's generation
+    /// (low 16 bits) << 8 | fragment index.
     FragmentBytes = 2,
-    /// A fragment's entry header (WRITE_WITH_IMM): a = write slot, b = fragment index.
+    /// A fragment's entry header (WRITE_WITH_IMM): a and b as for its bytes.
     FragmentHeader = 3,
     /// A compare-and-swap on a directory slot word: a = CAS slot.
     Cas = 4,
-    /// An outcome notice (WRITE_WITH_IMM): a = notice slot.
+    /// An outcome notice (WRITE_WITH_IMM): a = notice slot, b = its generation.
     Notice = 5,
     /// An acknowledgement to a writer (WRITE_WITH_IMM): a = ack slot.
     Ack = 6,

@@ -3,13 +3,25 @@
 //! of its mark in every host's cache directory, and the times of each stage.
 //!
 //! ```text
-//!   Replicating --(quorum of fragments persisted)--> Deciding --(m+1 decisions)--> Done
-//!        |                                              |
-//!        +--(quorum impossible or deadline)--> Aborted  +--(deadline)--> Undecided
+//!   Replicating ---> Deciding ---> [Invalidating] ---> Finished(Committed)
+//!        |              |                |
+//!        |              +----------------+--(deadline)--> Finished(Undecided)
+//!        +--(no quorum possible, or deadline)--> Finished(NotDurable)
 //! ```
-//! (`Done` also waits for every host's mark to be settled, and, after commit, the
-//! baseline policy's invalidations.) A write's buffers stay with it until every work
-//! request that carries them has completed.
+//! - `Replicating -> Deciding`: a quorum of holders persisted their fragment (the
+//!   write is committed at the writer, in its outcome table).
+//! - `Replicating -> Finished(NotDurable)`: the quorum can no longer be reached, or
+//!   the deadline passed first (rolled back).
+//! - `Deciding -> Finished(Committed)`: m + 1 holders persisted the decision and every
+//!   host's mark is settled; `Deciding -> Invalidating` instead under the after-commit
+//!   (baseline) policy, which invalidates the directories only now.
+//! - `Invalidating -> Finished(Committed)`: every host's mark is settled.
+//! - `Deciding` or `Invalidating -> Finished(Undecided)`: the deadline passed first.
+//!
+//! [`Phase`] names the states and [`Phase::next_allowed`] the arrows; a write's phase
+//! changes only through [`Write::set_phase`], which checks the arrow and logs it. A
+//! `Finished` write waits only for the work requests that carry its buffers to
+//! complete; then it completes to the host and leaves the table.
 
 use prescient_shim::directory::{SlotState, SlotWord};
 
@@ -26,10 +38,31 @@ pub enum Phase {
     Replicating,
     /// Committed at the writer; the decision goes to the holders.
     Deciding,
-    /// Decided; the baseline policy invalidates the directories now.
+    /// Decided on m + 1 holders; the baseline policy invalidates the directories now.
     Invalidating,
-    /// Over: waiting only for its work requests to complete.
-    Finished,
+    /// Over, with how it ended: waiting only for its work requests to complete.
+    Finished(End),
+}
+
+impl Phase {
+    /// Whether a write may go from `self` to `to` (the arrows of the diagram above).
+    pub fn next_allowed(self, to: Phase) -> bool {
+        use Phase::*;
+        matches!(
+            (self, to),
+            (Replicating, Deciding | Finished(End::NotDurable))
+                | (Deciding, Invalidating | Finished(End::Committed | End::Undecided))
+                | (Invalidating, Finished(End::Committed | End::Undecided))
+        )
+    }
+
+    /// How the write ended, once it has.
+    pub fn end(self) -> Option<End> {
+        match self {
+            Phase::Finished(end) => Some(end),
+            _ => None,
+        }
+    }
 }
 
 /// How a write ended, for its completion.
@@ -42,10 +75,6 @@ pub enum End {
     /// Committed at the writer, but the decision reached fewer than m + 1 holders
     /// before the deadline.
     Undecided,
-    /// A local failure before anything was sent (the detail says which stage).
-    Failed,
-    /// Refused for lack of room (logs, tables): retry.
-    Overloaded,
 }
 
 /// The state of the write's mark in one host's directory.
@@ -87,11 +116,38 @@ impl Mark {
     }
 }
 
-/// One write in flight.
+/// What a write is when it starts (everything else starts empty, in `Replicating`).
+#[derive(Debug)]
+pub struct NewWrite {
+    /// The host request.
+    pub taken: Taken,
+    /// SHA-256 prefix of the key (store, AAD).
+    pub key_hash: u64,
+    /// The directory's key id.
+    pub key_id: u64,
+    /// The write's stamp (`version << 8 | writer`).
+    pub stamp: u64,
+    /// A DELETE.
+    pub tombstone: bool,
+    /// The writer's write number (outcome table).
+    pub write_seq: u64,
+    /// The stripe.
+    pub layout: StripeLayout,
+    /// The DPU scratch buffer holding headers and parity.
+    pub side: u32,
+    /// Node of each fragment.
+    pub holders: [u8; FRAGMENTS_MAX],
+    /// When it must be over.
+    pub deadline_ns: u64,
+    /// When the stages up to encode ended (ns), indexed by `WriteStage`.
+    pub times: [u64; WriteStage::ALL.len()],
+    /// When the write arrived from the host.
+    pub arrived_ns: u64,
+}
+
+/// One write in flight (in the writer's `SlotTable<Write, WriteId>`).
 #[derive(Debug)]
 pub struct Write {
-    /// Generation of this slot (bumped at every reuse; part of work-request ids).
-    pub generation: u32,
     /// The host request.
     pub taken: Taken,
     /// SHA-256 prefix of the key (store, AAD).
@@ -118,10 +174,8 @@ pub struct Write {
     pub decided: u32,
     /// Nodes a notice went to and has not been answered.
     pub notified: u32,
-    /// Where it stands.
-    pub phase: Phase,
-    /// How it ended (set once it has).
-    pub end: Option<End>,
+    /// Where it stands (changed only by [`Write::set_phase`]).
+    phase: Phase,
     /// Marks per host directory (indexed by node).
     pub marks: [Mark; NODES_MAX],
     /// Work requests carrying this write's buffers, not completed yet.
@@ -130,8 +184,6 @@ pub struct Write {
     pub deadline_ns: u64,
     /// When each stage ended (ns, 0 = not yet), indexed by `WriteStage`.
     pub times: [u64; WriteStage::ALL.len()],
-    /// The predictor lease this write found (its marks were upgraded from the lease's).
-    pub lease: Option<u32>,
     /// When the write arrived from the host.
     pub arrived_ns: u64,
     /// Fragments (by index) waiting for log credit at their holder.
@@ -142,6 +194,66 @@ pub struct Write {
 }
 
 impl Write {
+    /// A write starting: `Replicating`, nothing sent, acknowledged or marked yet.
+    pub fn new(w: NewWrite) -> Self {
+        let NewWrite {
+            taken,
+            key_hash,
+            key_id,
+            stamp,
+            tombstone,
+            write_seq,
+            layout,
+            side,
+            holders,
+            deadline_ns,
+            times,
+            arrived_ns,
+        } = w;
+        Self {
+            taken,
+            key_hash,
+            key_id,
+            stamp,
+            tombstone,
+            write_seq,
+            layout,
+            side,
+            holders,
+            acked: 0,
+            failed: 0,
+            decided: 0,
+            notified: 0,
+            phase: Phase::Replicating,
+            marks: [Mark::None; NODES_MAX],
+            wrs: 0,
+            deadline_ns,
+            times,
+            arrived_ns,
+            waiting_credit: 0,
+            lease_priors: [None; NODES_MAX],
+        }
+    }
+
+    /// Where it stands.
+    pub fn phase(&self) -> Phase {
+        self.phase
+    }
+
+    /// Moves it to phase `to`, which must be an arrow of the diagram from where it is
+    /// (anything else is a programmer error).
+    pub fn set_phase(&mut self, to: Phase) {
+        let from = self.phase;
+        assert!(
+            from.next_allowed(to),
+            "write {} (writer {}): phase {from:?} => {to:?} is not a transition",
+            self.write_seq,
+            self.stamp as u8
+        );
+        tracing::trace!(writer = self.stamp as u8, write_seq = self.write_seq, "write phase {from:?} => {to:?}");
+        self.phase = to;
+    }
+
     /// Nodes holding a fragment of this write.
     pub fn holder_mask(&self) -> u32 {
         self.holders[..self.layout.fragments()].iter().fold(0, |m, &h| m | 1 << h)
@@ -172,88 +284,30 @@ impl Write {
     }
 }
 
-/// A fixed table of writes in flight.
-#[derive(Debug)]
-pub struct WriteTable {
-    slots: Vec<Option<Write>>,
-    generations: Vec<u32>,
-    free: Vec<u32>,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-impl WriteTable {
-    /// Room for `capacity` writes.
-    pub fn new(capacity: u32) -> Self {
-        Self {
-            slots: (0..capacity).map(|_| None).collect(),
-            generations: vec![0; capacity as usize],
-            free: (0..capacity).rev().collect(),
+    #[test]
+    fn phases_move_only_along_the_diagram() {
+        use End::*;
+        use Phase::*;
+        let all = [Replicating, Deciding, Invalidating, Finished(Committed), Finished(NotDurable), Finished(Undecided)];
+        let allowed = [
+            (Replicating, Deciding),
+            (Replicating, Finished(NotDurable)),
+            (Deciding, Invalidating),
+            (Deciding, Finished(Committed)),
+            (Deciding, Finished(Undecided)),
+            (Invalidating, Finished(Committed)),
+            (Invalidating, Finished(Undecided)),
+        ];
+        for from in all {
+            for to in all {
+                assert_eq!(from.next_allowed(to), allowed.contains(&(from, to)), "{from:?} => {to:?}");
+            }
         }
-    }
-
-    /// Slots in all.
-    pub fn capacity(&self) -> u32 {
-        self.slots.len() as u32
-    }
-
-    /// Free slots.
-    pub fn available(&self) -> usize {
-        self.free.len()
-    }
-
-    /// Writes in flight.
-    pub fn in_flight(&self) -> usize {
-        self.slots.len() - self.free.len()
-    }
-
-    /// Reserves a slot; the caller fills it with [`WriteTable::put`].
-    pub fn reserve(&mut self) -> Option<(u32, u32)> {
-        let slot = self.free.pop()?;
-        let g = &mut self.generations[slot as usize];
-        *g = g.wrapping_add(1) & 0xff_ffff;
-        Some((slot, *g))
-    }
-
-    /// Gives back a reserved slot that was never filled.
-    pub fn unreserve(&mut self, slot: u32) {
-        debug_assert!(self.slots[slot as usize].is_none());
-        self.free.push(slot);
-    }
-
-    /// Fills a reserved slot.
-    pub fn put(&mut self, slot: u32, write: Write) {
-        debug_assert!(self.slots[slot as usize].is_none());
-        self.slots[slot as usize] = Some(write);
-    }
-
-    /// The write in `slot` if it is still generation `generation`.
-    pub fn get_mut(&mut self, slot: u32, generation: u32) -> Option<&mut Write> {
-        self.slots.get_mut(slot as usize)?.as_mut().filter(|w| w.generation == generation)
-    }
-
-    /// The write in `slot`, whatever its generation.
-    pub fn slot_mut(&mut self, slot: u32) -> Option<&mut Write> {
-        self.slots.get_mut(slot as usize)?.as_mut()
-    }
-
-    /// Removes the write in `slot`.
-    pub fn remove(&mut self, slot: u32) -> Option<Write> {
-        let w = self.slots.get_mut(slot as usize)?.take()?;
-        self.free.push(slot);
-        Some(w)
-    }
-
-    /// Every write in flight.
-    pub fn iter(&self) -> impl Iterator<Item = &Write> + '_ {
-        self.slots.iter().flatten()
-    }
-
-    /// Every write in flight.
-    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut Write> + '_ {
-        self.slots.iter_mut().flatten()
-    }
-
-    /// Slots of the writes in flight.
-    pub fn busy(&self) -> impl Iterator<Item = u32> + '_ {
-        self.slots.iter().enumerate().filter(|(_, s)| s.is_some()).map(|(i, _)| i as u32)
+        assert_eq!(Finished(Undecided).end(), Some(Undecided));
+        assert_eq!(Deciding.end(), None);
     }
 }
