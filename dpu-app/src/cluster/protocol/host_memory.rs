@@ -1,6 +1,8 @@
 //! The host's shared region as fabric memory: the arena (sources of fragment WRITEs,
 //! registered for local access only) and the cache directory (registered for remote
-//! atomics, so peers CAS its slot words). The one module of the cluster with `unsafe`.
+//! atomics, so peers CAS its slot words), and its buffers as slices for the writer and the
+//! repairer to seal and stripe in place: `unsafe fn`s whose contract says when a buffer is
+//! the caller's, each call stating why it is.
 #![allow(unsafe_code)]
 
 use std::ptr::NonNull;
@@ -42,15 +44,39 @@ pub fn directory(region: &Arc<Region>) -> Result<Option<Memory>, FabricError> {
     span(region, layout.directory_offset, 8 * slots).map(Some)
 }
 
-/// `len` bytes of the region from `offset` as a slice: an arena buffer this node holds.
+/// `len` bytes of the region from `offset`, to seal and stripe in place: an arena
+/// buffer this node holds.
 ///
-/// The caller must own the buffer: a host buffer accepted by this DPU app (ownership
-/// `Dpu`, private in-flight table) or a DPU scratch buffer it took from its pool, with
-/// no work request carrying it and no other slice of it alive.
+/// # Safety
+/// The caller must hold the buffer, and no one else may touch it while the slice lives:
+/// - it is a host buffer of a request this DPU app accepted (the in-flight table says
+///   `Dpu`; the host handed it over at submission and, by the ring's contract, does not
+///   write it again until the completion gives it back), or a DPU buffer this node took
+///   from its free list;
+/// - no work request carries it (the NIC reads fragment sources only after this
+///   returns and the slice is dropped);
+/// - no other slice of it is alive.
+///
+/// A host that breaks the ring's contract and writes a buffer it handed over races
+/// only with its own request's bytes: everything derived from them is checksummed and
+/// sealed afterwards, and nothing the DPU app decides (lengths, keys, indices) is read
+/// from the buffer after it was accepted (the key is copied out once, at the door).
 #[allow(clippy::mut_from_ref)]
-pub fn buffer_mut(region: &Region, offset: usize, len: usize) -> &mut [u8] {
-    // SAFETY: per the contract above, nobody else (the host, another slice, the NIC)
-    // touches these bytes while the slice lives; the range lies inside the mapping,
-    // which the region keeps alive for at least the borrow of `region`.
+pub unsafe fn buffer_mut(region: &Region, offset: usize, len: usize) -> &mut [u8] {
+    // SAFETY: the range lies inside the mapping (checked by `bytes_mut`), which the
+    // region keeps alive for at least the borrow of `region`; exclusivity is the
+    // caller's, per the contract above.
+    unsafe { region.bytes_mut(offset, len) }
+}
+
+/// `len` bytes of the region from `offset`, read only: a buffer this node holds whose
+/// bytes the NIC may be reading (a fragment in flight) but nobody writes.
+///
+/// # Safety
+/// As for [`buffer_mut`], except that work requests may read it and other shared
+/// slices of it may be alive: no `&mut` slice of it may exist while this one lives.
+pub unsafe fn buffer(region: &Region, offset: usize, len: usize) -> &[u8] {
+    // SAFETY: as above; nobody writes the range while the slice lives (the caller's
+    // contract), so a shared slice over it is sound.
     unsafe { region.bytes_mut(offset, len) }
 }

@@ -495,7 +495,16 @@ impl Repairer {
             return Some(RepairEffect::Notify { holder: r.target, record, rewind_if_full: true });
         }
         // Rebuild the sealed frame into the data buffer, then the whole stripe.
-        let data = super::host_memory::buffer_mut(cx.region, rl.buffer(r.data), config.buffer_bytes as usize);
+        // SAFETY: `r.data` and `r.side` are two DPU buffers this repair took from the
+        // free list; no work request carries them until the rebuilt fragment is posted,
+        // after both slices end.
+        #[allow(unsafe_code)]
+        let (data, side) = unsafe {
+            (
+                super::host_memory::buffer_mut(cx.region, rl.buffer(r.data), config.buffer_bytes as usize),
+                super::host_memory::buffer_mut(cx.region, rl.buffer(r.side), config.buffer_bytes as usize),
+            )
+        };
         let layout = match decode_stripe(cx.rs, &frags[..used], data) {
             Ok((layout, _)) => layout,
             Err(e) => {
@@ -503,7 +512,6 @@ impl Repairer {
                 return retry_later(r);
             }
         };
-        let side = super::host_memory::buffer_mut(cx.region, rl.buffer(r.side), config.buffer_bytes as usize);
         let stripe = StripeId { key_hash: r.key_hash, version: r.stamp };
         let relaid = StripeLayout::new(cx.k, cx.m, layout.frame_len());
         if relaid.is_err() || encode_stripe(cx.rs, &layout, stripe, data, side).is_err() {

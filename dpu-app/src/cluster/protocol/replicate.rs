@@ -464,10 +464,17 @@ impl Writer {
         let config = cx.region.layout().config;
         let buffer_offset = cx.region.layout().buffer(a.buffer);
         let side_offset = cx.region.layout().buffer(side);
-        // SAFETY (in the helper): the buffer was accepted (ownership Dpu, private
-        // in-flight table) and the side buffer is this write's; no work request
-        // carries either yet.
-        let buf = super::host_memory::buffer_mut(cx.region, buffer_offset, config.buffer_bytes as usize);
+        // SAFETY: the host buffer was accepted (ownership Dpu in the private in-flight
+        // table) and the side buffer is this write's, taken from the free list; no work
+        // request carries either yet (fragments are posted after both slices end), and
+        // they are two different buffers.
+        #[allow(unsafe_code)]
+        let (buf, side_buf) = unsafe {
+            (
+                super::host_memory::buffer_mut(cx.region, buffer_offset, config.buffer_bytes as usize),
+                super::host_memory::buffer_mut(cx.region, side_offset, config.buffer_bytes as usize),
+            )
+        };
         let binding = Binding { key_hash, version: stamp, k: cx.k as u8, m: cx.m as u8, tombstone };
         let frame_len = cx
             .sealer
@@ -475,7 +482,6 @@ impl Writer {
             .map_err(|e| failed(&e))?;
         times[WriteStage::Seal as usize] = at();
         let layout = StripeLayout::new(cx.k, cx.m, frame_len).map_err(|e| failed(&e))?;
-        let side_buf = super::host_memory::buffer_mut(cx.region, side_offset, config.buffer_bytes as usize);
         let Some(data) = buf.get_mut(VALUE_OFFSET..VALUE_OFFSET + layout.data_len()) else {
             return Err((Status::BadValueLength, "the stripe does not fit the buffer".into()));
         };
@@ -654,13 +660,20 @@ impl Writer {
         let me = cx.me;
         let Some(w) = self.writes.get_mut(id) else { return };
         let config = cx.region.layout().config;
-        let data = super::host_memory::buffer_mut(
-            cx.region,
-            cx.region.layout().buffer(w.taken.accepted.buffer),
-            config.buffer_bytes as usize,
-        );
-        let side =
-            super::host_memory::buffer_mut(cx.region, cx.region.layout().buffer(w.side), config.buffer_bytes as usize);
+        // SAFETY: both buffers are this write's (accepted host buffer, side buffer from
+        // the free list) and were last written when it sealed and striped; since then
+        // only the NIC reads them, as fragment sources.
+        #[allow(unsafe_code)]
+        let (data, side) = unsafe {
+            (
+                super::host_memory::buffer(
+                    cx.region,
+                    cx.region.layout().buffer(w.taken.accepted.buffer),
+                    config.buffer_bytes as usize,
+                ),
+                super::host_memory::buffer(cx.region, cx.region.layout().buffer(w.side), config.buffer_bytes as usize),
+            )
+        };
         let f = fragment(&w.layout, &data[VALUE_OFFSET..], side, i);
         let record = RecordRepr {
             writer: me,
