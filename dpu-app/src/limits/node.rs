@@ -4,6 +4,9 @@
 
 use super::{OUTCOMES_PER_ENTRY_MAX, OUTCOME_RECORD_BYTES, STORE_WAYS_MAX};
 
+/// Largest index a work-request id carries in each of its two 24-bit fields (a slot and
+/// a generation of a role's slot table, a pool slot, a connection count).
+pub const WR_INDEX_MAX: u32 = (1 << 24) - 1;
 /// Writes one node keeps in flight (each also holds a DPU buffer of its host's region
 /// for parity and headers, so a region needs at least this many DPU buffers).
 pub const WRITES_MAX: u32 = 64;

@@ -166,7 +166,7 @@ impl<F: Fabric> Node<F> {
         let zero = &self.pools.zero;
         let Some(p) = self.links.peer_mut(j) else { return false };
         p.conn_gen = p.conn_gen.wrapping_add(1);
-        let gen = p.conn_gen & super::wr::INDEX_MAX;
+        let gen = p.conn_gen & crate::limits::WR_INDEX_MAX;
         let Conn::Reset(qp) = std::mem::replace(&mut p.conn, Conn::Gone) else {
             tracing::warn!(node = me, peer = j, "connect without a reset queue pair");
             return false;

@@ -32,7 +32,7 @@ use super::replicate::Writer;
 use super::slotjob::{self, Finished, Intent, Job, Step};
 use super::slots::WriteId;
 use super::stats::NodeStats;
-use super::wr::{Kind, WrId, INDEX_MAX};
+use super::wr::{Kind, WrId};
 use crate::cluster::config::{ClusterConfig, Invalidation};
 use crate::cluster::format::control::{ControlBlock, CONTROL_BYTES};
 use crate::cluster::format::entry::HEADER_LEN as ENTRY_HEADER_LEN;
@@ -44,6 +44,7 @@ use crate::cluster::run::rendezvous::Mailbox;
 use crate::fabric::{
     Access, Completion, CompletionQueue, Fabric, LocalBuf, MemoryRegion, Op, QpOptions, WcOpcode, WcStatus,
 };
+use crate::limits::WR_INDEX_MAX;
 use crate::limits::*;
 use crate::log_limit::LogLimits;
 use crate::metrics::Metrics;
@@ -701,7 +702,7 @@ impl<F: Fabric> Node<F> {
             return;
         };
         let ok = c.status == WcStatus::Success;
-        if id.kind == Kind::Recv && self.links.peer(id.peer).is_none_or(|p| p.conn_gen & INDEX_MAX != id.a) {
+        if id.kind == Kind::Recv && self.links.peer(id.peer).is_none_or(|p| p.conn_gen & WR_INDEX_MAX != id.a) {
             // A receive of an earlier connection to this peer, flushed when that one
             // broke: nothing of the current link.
             return;
@@ -750,7 +751,7 @@ impl<F: Fabric> Node<F> {
         let buf = self.zero_buf();
         let Some(p) = self.links.peer_mut(peer) else { return };
         let Some(qp) = p.conn.ready() else { return };
-        match qp.post_recv(WrId::new(Kind::Recv, peer, p.conn_gen & INDEX_MAX, 0).encode(), buf) {
+        match qp.post_recv(WrId::new(Kind::Recv, peer, p.conn_gen & WR_INDEX_MAX, 0).encode(), buf) {
             Ok(()) => p.recvs += 1,
             Err(e) => tracing::debug!(peer, error = %e.error, "receive not reposted"),
         }

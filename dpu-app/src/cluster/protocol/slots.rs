@@ -6,11 +6,11 @@
 //! Handles are typed ([`WriteId`], [`GetId`], ...): a GET's handle cannot be passed
 //! where a write's is expected, and `(slot, generation)` never travels as two loose
 //! integers. A handle fits a work-request id ([`super::wr`]): slot and generation are
-//! each at most [`super::wr::INDEX_MAX`].
+//! each at most [`crate::limits::WR_INDEX_MAX`].
 
 use std::marker::PhantomData;
 
-use super::wr::INDEX_MAX;
+use crate::limits::WR_INDEX_MAX;
 
 /// A typed handle to an entry of a [`SlotTable`]: the slot and the generation it was
 /// reserved at.
@@ -78,9 +78,9 @@ impl<T: std::fmt::Debug, H: Handle> std::fmt::Debug for SlotTable<T, H> {
 }
 
 impl<T, H: Handle> SlotTable<T, H> {
-    /// Room for `capacity` entries, allocated now (at most [`INDEX_MAX`] + 1).
+    /// Room for `capacity` entries, allocated now (at most [`WR_INDEX_MAX`] + 1).
     pub fn new(capacity: u32) -> Self {
-        assert!(capacity <= INDEX_MAX + 1, "a slot table of {capacity} slots does not fit a work-request id");
+        assert!(capacity <= WR_INDEX_MAX + 1, "a slot table of {capacity} slots does not fit a work-request id");
         Self {
             entries: (0..capacity).map(|_| None).collect(),
             generations: vec![0; capacity as usize],
@@ -109,7 +109,7 @@ impl<T, H: Handle> SlotTable<T, H> {
     pub fn reserve(&mut self) -> Option<H> {
         let slot = self.free.pop()?;
         let g = &mut self.generations[slot as usize];
-        *g = g.wrapping_add(1) & INDEX_MAX;
+        *g = g.wrapping_add(1) & WR_INDEX_MAX;
         Some(H::from_parts(slot, *g))
     }
 
@@ -243,10 +243,10 @@ mod tests {
         let mut t: SlotTable<(), RepairId> = SlotTable::new(1);
         for _ in 0..(1 << 12) {
             let id = t.insert(()).unwrap();
-            assert!(id.generation() <= INDEX_MAX);
+            assert!(id.generation() <= WR_INDEX_MAX);
             t.remove(id).unwrap();
         }
-        t.generations[0] = INDEX_MAX;
+        t.generations[0] = WR_INDEX_MAX;
         let id = t.insert(()).unwrap();
         assert_eq!(id.generation(), 0);
     }

@@ -6,6 +6,8 @@
 //! ```
 //! `a` and `b` are the owner's indices (a write's slot and fragment, a pool slot).
 
+use crate::limits::WR_INDEX_MAX;
+
 /// What a work request is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
@@ -57,9 +59,6 @@ impl Kind {
     }
 }
 
-/// Largest value of `a` and `b`.
-pub const INDEX_MAX: u32 = (1 << 24) - 1;
-
 /// A decoded work-request identifier.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WrId {
@@ -76,7 +75,7 @@ pub struct WrId {
 impl WrId {
     /// A work-request id.
     pub fn new(kind: Kind, peer: u8, a: u32, b: u32) -> Self {
-        debug_assert!(a <= INDEX_MAX && b <= INDEX_MAX, "wr_id index out of range");
+        debug_assert!(a <= WR_INDEX_MAX && b <= WR_INDEX_MAX, "wr_id index out of range");
         Self { kind, peer, a, b }
     }
 
@@ -94,14 +93,14 @@ impl WrId {
     pub fn encode(self) -> u64 {
         (self.kind as u64) << 56
             | u64::from(self.peer) << 48
-            | u64::from(self.a & INDEX_MAX) << 24
-            | u64::from(self.b & INDEX_MAX)
+            | u64::from(self.a & WR_INDEX_MAX) << 24
+            | u64::from(self.b & WR_INDEX_MAX)
     }
 
     /// Decodes a completion's `wr_id`; `None` for one this node never posted.
     pub fn decode(v: u64) -> Option<Self> {
         let kind = Kind::from_u8((v >> 56) as u8)?;
-        Some(Self { kind, peer: (v >> 48) as u8, a: (v >> 24) as u32 & INDEX_MAX, b: v as u32 & INDEX_MAX })
+        Some(Self { kind, peer: (v >> 48) as u8, a: (v >> 24) as u32 & WR_INDEX_MAX, b: v as u32 & WR_INDEX_MAX })
     }
 }
 
@@ -111,7 +110,7 @@ mod tests {
 
     #[test]
     fn round_trips_and_refuses_unknown_kinds() {
-        let w = WrId::new(Kind::FragmentHeader, 31, 12345, INDEX_MAX);
+        let w = WrId::new(Kind::FragmentHeader, 31, 12345, WR_INDEX_MAX);
         assert_eq!(WrId::decode(w.encode()), Some(w));
         assert_eq!(w.encode() >> 56, 3);
         assert_eq!(WrId::decode(0), None);
