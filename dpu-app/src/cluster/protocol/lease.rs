@@ -10,6 +10,7 @@ use prescient_shim::directory;
 use super::node::{Node, Now, Owner, Started};
 use super::peer::Trust;
 use super::slotjob::{Finished, Intent};
+use super::slots::{Handle, LeaseId};
 use super::write::Mark;
 use crate::fabric::Fabric;
 use crate::limits::NODES_MAX;
@@ -118,12 +119,12 @@ impl<F: Fabric> Node<F> {
                 continue;
             }
             let dir_slot = self.slot_for(j, key_id);
-            let owner = Owner::Lease { slot, generation };
+            let owner = Owner::Lease(LeaseId::from_parts(slot, generation));
             match self.start_job(owner, j, dir_slot, Intent::Mark { version }, None) {
                 Started::Finished(f) => {
                     self.lease_job_done(slot, generation, j, dir_slot, Intent::Mark { version }, f, now)
                 }
-                Started::Running(job) => self.set_lease_mark(slot, j, Mark::Running { job }),
+                Started::Running(job) => self.set_lease_mark(slot, j, Mark::Running { job: job.slot() }),
             }
         }
     }

@@ -191,7 +191,8 @@ impl<F: Fabric> Node<F> {
         }
         p.dead = true;
         tracing::warn!(node = me, peer = j, "peer silent too long: declared dead; clearing its marks");
-        let cleared = self.sweep_directory(|w| directory::clear_dead(w, j));
+        let cleared = super::host_directory::HostDirectory::new(&self.region, self.directory_slots)
+            .sweep(|w| directory::clear_dead(w, j));
         self.stats.dead_declared += 1;
         self.stats.marks_cleared += cleared;
         // Writes waiting on the dead peer's fragment stop waiting.

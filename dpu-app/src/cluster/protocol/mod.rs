@@ -4,7 +4,9 @@
 mod connect;
 pub mod get;
 mod holder;
+mod host_directory;
 mod host_memory;
+mod jobs;
 pub mod lease;
 pub mod links;
 mod membership;

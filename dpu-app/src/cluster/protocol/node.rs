@@ -9,28 +9,28 @@
 //!
 //! The roles of a node, each in its own file: writer (`replicate.rs`), holder of other
 //! writers' fragments (`holder.rs`), reader (`get.rs`), predictor leases (`lease.rs`),
-//! membership and directory exclusion (`membership.rs`), connection setup
-//! (`connect.rs`).
+//! directory jobs (`jobs.rs`), membership and directory exclusion (`membership.rs`),
+//! connection setup (`connect.rs`).
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use prescient_models::{Model, Predictor};
-use prescient_shim::directory::{self, SlotWord};
 use prescient_shim::layout::header;
 use prescient_shim::region::Region;
 
 use super::get::Reader;
 use super::holder::Holder;
+use super::jobs::Jobs;
 use super::lease::LeaseTable;
 use super::links::Links;
 use super::peer::{Conn, Peer};
 use super::pool::Pool;
 use super::repair::Repairer;
 use super::replicate::Writer;
-use super::slotjob::{self, Finished, Intent, Job, Step};
-use super::slots::WriteId;
+use super::slotjob::Finished;
+use super::slots::{JobId, LeaseId, WriteId};
 use super::stats::NodeStats;
 use super::wr::{Kind, WrId};
 use crate::cluster::config::{ClusterConfig, Invalidation};
@@ -42,7 +42,7 @@ use crate::cluster::format::store::{Store, StoreGeometry};
 use crate::cluster::hlc::{Hlc, HlcFloor};
 use crate::cluster::run::rendezvous::Mailbox;
 use crate::fabric::{
-    Access, Completion, CompletionQueue, Fabric, LocalBuf, MemoryRegion, Op, QpOptions, WcOpcode, WcStatus,
+    Access, Completion, CompletionQueue, Fabric, LocalBuf, MemoryRegion, QpOptions, WcOpcode, WcStatus,
 };
 use crate::limits::WR_INDEX_MAX;
 use crate::limits::*;
@@ -96,15 +96,10 @@ pub struct Policy {
 /// Who a directory job reports to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Owner {
-    /// The mark of a write in host `host`'s directory.
+    /// The mark of a write in the job's host's directory.
     Write(WriteId),
-    /// The mark of lease `slot` in host `host`'s directory.
-    Lease {
-        /// Lease slot.
-        slot: u32,
-        /// Its generation.
-        generation: u32,
-    },
+    /// The mark of a lease in the job's host's directory.
+    Lease(LeaseId),
     /// Nobody (a commit or rollback whose owner is gone).
     Detached,
 }
@@ -114,28 +109,8 @@ pub enum Owner {
 pub enum Started {
     /// It finished at once (the local directory, or no room for it).
     Finished(Finished),
-    /// It runs in job slot `0`; the owner hears through `on_job_done`.
-    Running(u32),
-}
-
-/// log2 of the entries remembering each (host, slot)'s latest directory job.
-const RECENT_JOBS_BITS: u32 = 12;
-
-/// A directory job in flight.
-#[derive(Clone, Copy, Debug)]
-pub struct JobEntry {
-    /// The job.
-    pub job: Job,
-    /// Who hears of its end.
-    pub owner: Owner,
-    /// Host node whose directory it works on.
-    pub host: u8,
-    /// Slot in that directory.
-    pub slot: u32,
-    /// What it is for (kept to tell the owner).
-    pub intent: Intent,
-    /// CASes posted and not completed.
-    pub posted: u8,
+    /// It runs as job `0`; the owner hears through `on_job_done`.
+    Running(JobId),
 }
 
 /// The node's staging pools.
@@ -216,11 +191,7 @@ pub struct Node<F: Fabric> {
     pub(super) mailbox: Box<dyn Mailbox>,
     /// The writer: this node's writes in flight, held and notified.
     pub(super) writer: Writer,
-    pub(super) jobs: Vec<Option<JobEntry>>,
-    pub(super) free_jobs: Vec<u32>,
-    /// The latest job started on each (host, slot), hashed (index + 1; 0: none): a
-    /// job behind it on the same queue pair expects the word it places.
-    pub(super) recent_jobs: Vec<u32>,
+    pub(super) jobs: Jobs,
     pub(super) reader: Reader,
     pub(super) leases: LeaseTable,
     pub(super) repairer: Repairer,
@@ -504,9 +475,7 @@ impl<F: Fabric> Node<F> {
             links: Links::new(me, peers, qp_options, config.log_slots as u32 + 8, POLL_BATCH),
             mailbox,
             writer: Writer::new(writes_max, side_free, next_write_seq, n),
-            jobs: (0..jobs_max).map(|_| None).collect(),
-            free_jobs: (0..jobs_max as u32).rev().collect(),
-            recent_jobs: vec![0; 1 << RECENT_JOBS_BITS],
+            jobs: Jobs::new(jobs_max as u32),
             reader: Reader::new(gets_max, n, geometry.set_bytes(), stripe_max.data_len()),
             leases: LeaseTable::new(LEASES_MAX as u32),
             // Its staging follows the reader's in the sets pool, the writer's in the header pool.
@@ -728,10 +697,7 @@ impl<F: Fabric> Node<F> {
                 }
             }
             Kind::FragmentBytes | Kind::FragmentHeader => self.on_fragment_sent(id, ok, now),
-            Kind::Cas => {
-                let old = ok.then(|| self.pools.cas.word(id.a * 2 + id.b));
-                self.on_cas_result(id.a, id.b as usize, old, now);
-            }
+            Kind::Cas => self.on_cas_completion(id, ok, now),
             Kind::Notice => self.on_notice_sent(id, ok),
             Kind::Ack => {}
             Kind::Heartbeat => self.on_heartbeat(id.peer, ok, now),
@@ -765,225 +731,5 @@ impl<F: Fabric> Node<F> {
         } else {
             self.on_entry(peer, imm, now);
         }
-    }
-
-    // ---- directory jobs ---------------------------------------------------------------
-
-    /// Starts `intent` on slot `slot` of host `host`'s directory for `owner`. The local
-    /// host's directory is worked on at once; a remote one through CASes, whose end the
-    /// owner hears through [`Node::on_job_done`].
-    pub(super) fn start_job(
-        &mut self,
-        owner: Owner,
-        host: u8,
-        slot: u32,
-        intent: Intent,
-        guess: Option<u64>,
-    ) -> Started {
-        if host == self.me {
-            if self.directory_slots == 0 {
-                return Started::Finished(Finished::NotNeeded { current: SlotWord::unpack(0) });
-            }
-            let word = self.region.u64_at(self.region.layout().directory_slot(slot % self.directory_slots));
-            return Started::Finished(match slotjob::run_local(word, intent, self.me) {
-                // Only this host's readers race a local CAS: rounds of losses to them
-                // leave the write to fence its own host.
-                Finished::Contended { .. } => Finished::Failed,
-                f => f,
-            });
-        }
-        let shadow = self.links.peer(host).map_or(0, |p| p.shadow.guess(slot));
-        // A job of ours on the same slot still flying (a hot key, written again before
-        // the last write's CAS came back): ours runs after it on the same queue pair, so
-        // expect the word it places, and the shadow's in case it misses.
-        let recent = Self::recent_index(host, slot);
-        let behind = match (guess, intent) {
-            (None, Intent::Mark { .. } | Intent::Invalidate { .. }) => self.recent_jobs[recent]
-                .checked_sub(1)
-                .and_then(|i| self.jobs[i as usize].as_ref())
-                .filter(|e| e.host == host && e.slot == slot)
-                .and_then(|e| e.job.expected_result())
-                .map(SlotWord::pack),
-            _ => None,
-        };
-        let Some(index) = self.free_jobs.pop() else {
-            self.stats.job_table_full += 1;
-            if let Some(left_out) = self.admit_log(Noisy::JobTableFull) {
-                tracing::warn!(node = self.me, left_out, "directory job table full");
-            }
-            return Started::Finished(Finished::Failed);
-        };
-        self.recent_jobs[recent] = index + 1;
-        let (job, step) = match behind {
-            Some(expected) => Job::start_guessing(intent, self.me, [Some(expected), Some(shadow)]),
-            None => Job::start(intent, self.me, guess.unwrap_or(shadow)),
-        };
-        self.jobs[index as usize] = Some(JobEntry { job, owner, host, slot, intent, posted: 0 });
-        self.stats.cas_jobs += 1;
-        match step {
-            Step::Post(cases) => {
-                self.post_cases(index, cases);
-                Started::Running(index)
-            }
-            Step::Finished(f) => {
-                self.free_job(index);
-                Started::Finished(f)
-            }
-            Step::Wait => Started::Running(index),
-        }
-    }
-
-    /// Where the latest job on (`host`, `slot`) is remembered.
-    fn recent_index(host: u8, slot: u32) -> usize {
-        let h = (u64::from(slot) << 8 | u64::from(host)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        (h >> (64 - RECENT_JOBS_BITS)) as usize
-    }
-
-    fn free_job(&mut self, index: u32) {
-        self.jobs[index as usize] = None;
-        self.free_jobs.push(index);
-    }
-
-    fn post_cases(&mut self, index: u32, cases: [Option<(u64, u64)>; 2]) {
-        let Some(entry) = self.jobs[index as usize] else { return };
-        self.stats.cas_rounds += 1;
-        let Some(remote) = self.links.peer(entry.host).and_then(|p| p.remote) else {
-            // No link: both guesses fail at once.
-            for (b, c) in cases.iter().enumerate() {
-                if c.is_some() {
-                    self.links.fail(
-                        entry.host,
-                        WrId::new(Kind::Cas, entry.host, index, b as u32),
-                        WcOpcode::CompareSwap,
-                        None,
-                    );
-                    if let Some(e) = self.jobs[index as usize].as_mut() {
-                        e.posted += 1;
-                    }
-                }
-            }
-            return;
-        };
-        let slot = entry.slot % remote.directory_slots.max(1);
-        for (b, c) in cases.iter().enumerate() {
-            let Some((compare, swap)) = *c else { continue };
-            let buf = self.pools.cas.buf(index * 2 + b as u32, 8);
-            let op = Op::CompareSwap { remote: remote.directory.at(u64::from(slot) * 8), compare, swap };
-            if let Some(e) = self.jobs[index as usize].as_mut() {
-                e.posted += 1;
-            }
-            self.links.post(entry.host, WrId::new(Kind::Cas, entry.host, index, b as u32), op, buf);
-        }
-    }
-
-    fn on_cas_result(&mut self, index: u32, which: usize, old: Option<u64>, now: Now) {
-        let Some(entry) = self.jobs.get_mut(index as usize).and_then(Option::as_mut) else { return };
-        entry.posted = entry.posted.saturating_sub(1);
-        let (host, slot) = (entry.host, entry.slot);
-        if let (Intent::Mark { version }, Owner::Write(w)) = (entry.job.intent(), entry.owner) {
-            // Decided while this mark still looks for the slot's word: a retry goes
-            // straight to the commit's Invalid (one round trip, not two).
-            let decided = self.writer.is_deciding(w);
-            let entry = self.jobs[index as usize].as_mut().expect("job exists");
-            if decided {
-                entry.job.retry_as(Intent::Invalidate { version });
-            }
-        }
-        let entry = self.jobs[index as usize].as_mut().expect("job exists");
-        let step = entry.job.on_result(which, old);
-        entry.intent = entry.job.intent();
-        if let Some(v) = old {
-            // The word CAS returned is the freshest this node knows; our own swap, if
-            // it took, is fresher still (recorded below when the job finishes).
-            if let Some(p) = self.links.peer_mut(host) {
-                p.shadow.observed(slot, v, host);
-            }
-            let _ = self.hlc.observe(SlotWord::unpack(v).version);
-        }
-        match step {
-            Step::Wait => {}
-            Step::Post(cases) => self.post_cases(index, cases),
-            Step::Finished(mut f) => {
-                let entry = self.jobs[index as usize].expect("job exists");
-                if let Finished::Done { placed, .. } = f {
-                    if let Some(p) = self.links.peer_mut(host) {
-                        p.shadow.saw(slot, placed.pack());
-                    }
-                }
-                if let Finished::Contended { current } = f {
-                    // A hot slot, not an unreachable host: a write's job starts over from
-                    // the newest word while the write has time (the others' CASes took,
-                    // so someone progresses); a lease's gives up quietly.
-                    let retry = match entry.owner {
-                        Owner::Write(w) => self.writer.before_deadline(w, now),
-                        Owner::Lease { .. } | Owner::Detached => false,
-                    };
-                    self.stats.cas_contended += 1;
-                    if retry {
-                        let (job, step) = Job::start(entry.intent, self.me, current.pack());
-                        if let Some(e) = self.jobs[index as usize].as_mut() {
-                            e.job = job;
-                        }
-                        if let Step::Post(cases) = step {
-                            self.post_cases(index, cases);
-                        }
-                        return;
-                    }
-                    f = Finished::Failed;
-                    if matches!(entry.owner, Owner::Write { .. }) {
-                        // Out of time with its mark unplaced: the host must be fenced.
-                        self.suspect(host, now);
-                    }
-                } else if f == Finished::Failed {
-                    self.suspect(host, now);
-                }
-                self.free_job(index);
-                self.on_job_done(entry.owner, host, slot, entry.intent, f, now);
-            }
-        }
-    }
-
-    /// Tells a job's owner how it ended.
-    pub(super) fn on_job_done(&mut self, owner: Owner, host: u8, dir_slot: u32, intent: Intent, f: Finished, now: Now) {
-        match owner {
-            Owner::Write(w) => self.write_job_done(w, host, dir_slot, intent, f, now),
-            Owner::Lease { slot, generation } => self.lease_job_done(slot, generation, host, dir_slot, intent, f, now),
-            Owner::Detached => {}
-        }
-    }
-
-    /// Moves every slot word of this node's own host directory with `f` (revocation
-    /// after a suspicion, or clearing a dead writer's marks).
-    pub(super) fn sweep_directory(&self, f: impl Fn(SlotWord) -> Option<SlotWord>) -> u64 {
-        let mut changed = 0;
-        for slot in 0..self.directory_slots {
-            let word = self.region.u64_at(self.region.layout().directory_slot(slot));
-            let mut current = word.load(std::sync::atomic::Ordering::Acquire);
-            for _ in 0..slotjob::ATTEMPTS_MAX {
-                let Some(next) = f(SlotWord::unpack(current)) else { break };
-                match word.compare_exchange(
-                    current,
-                    next.pack(),
-                    std::sync::atomic::Ordering::AcqRel,
-                    std::sync::atomic::Ordering::Acquire,
-                ) {
-                    Ok(_) => {
-                        changed += 1;
-                        break;
-                    }
-                    Err(seen) => current = seen,
-                }
-            }
-        }
-        changed
-    }
-
-    /// Revokes this node's whole directory: every word changes to Invalid (at a
-    /// higher version), so no reader's refill from before can succeed.
-    pub(super) fn revoke_directory(&mut self) {
-        let me = self.me;
-        let changed = self.sweep_directory(|w| Some(directory::revoke(w, me)));
-        self.stats.revocations += 1;
-        tracing::info!(node = me, slots = changed, "revoked the host's cache directory");
     }
 }

@@ -586,7 +586,7 @@ impl Writer {
     ) {
         match started {
             Started::Finished(f) => self.job_done(cx, id, j, dir_slot, intent, f, now),
-            Started::Running(job) => self.set_mark(id, j, Mark::Running { job }),
+            Started::Running(job) => self.set_mark(id, j, Mark::Running { job: job.slot() }),
         }
     }
 

@@ -19,7 +19,8 @@ pub enum Kind {
     FragmentBytes = 2,
     /// A fragment's entry header (WRITE_WITH_IMM): a and b as for its bytes.
     FragmentHeader = 3,
-    /// A compare-and-swap on a directory slot word: a = CAS slot.
+    /// A compare-and-swap on a directory slot word: a = the job's CAS pool word (job
+    /// slot * 2 + guess), b = the job's generation.
     Cas = 4,
     /// An outcome notice (WRITE_WITH_IMM): a = notice slot, b = its generation.
     Notice = 5,
