@@ -5,219 +5,411 @@
 //! predictor's window passed, or [`LEASE_MARK_MAX_NS`] - is rolled back to what it
 //! replaced.
 
-use prescient_shim::directory;
+use prescient_shim::directory::{self, SlotState, SlotWord};
 
 use super::node::{Node, Now, Owner, Started};
 use super::peer::Trust;
 use super::slotjob::{Finished, Intent};
-use super::slots::{Handle, LeaseId};
-use super::write::Mark;
+use super::slots::{JobId, LeaseId, SlotTable};
+use super::stats::NodeStats;
+use crate::cluster::hlc::Hlc;
 use crate::fabric::Fabric;
 use crate::limits::NODES_MAX;
 
 /// Longest a lease mark stays without its PUT, whatever the predictor's window.
 pub const LEASE_MARK_MAX_NS: u64 = 20_000_000;
 
-/// One lease's marks.
+/// The state of a lease's mark in one host's directory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeaseMark {
+    /// None out: not started, the host not reachable, or the job did not place one.
+    None,
+    /// Its directory job runs.
+    Running {
+        /// The job.
+        job: JobId,
+    },
+    /// Placed: the slot holds `placed`, which replaced a word of state `prior`.
+    Placed {
+        /// The word placed.
+        placed: SlotWord,
+        /// What rollback restores.
+        prior: SlotState,
+    },
+    /// Given up: rolled back (by a detached job), or handed to the write that took it.
+    Settled,
+}
+
+impl LeaseMark {
+    /// Whether a mark may go from `from` to `to`.
+    fn may_become(from: LeaseMark, to: LeaseMark) -> bool {
+        use LeaseMark as M;
+        match (from, to) {
+            // A job started; or it ended at once (the local directory, or no room).
+            (M::None, M::Running { .. } | M::Placed { .. } | M::None) => true,
+            // Its job ended: placed, not placed, or placed for a lease already closed
+            // (then rolled back at once).
+            (M::Running { .. }, M::Placed { .. } | M::None | M::Settled) => true,
+            // Rolled back.
+            (M::Placed { .. }, M::Settled) => true,
+            (M::None, M::Settled)
+            | (M::Running { .. }, M::Running { .. })
+            | (M::Placed { .. }, M::None | M::Running { .. } | M::Placed { .. })
+            | (M::Settled, _) => false,
+        }
+    }
+}
+
+/// Where a lease stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeaseState {
+    /// Its marks are out (or going out), waiting for the predicted PUT.
+    Open,
+    /// A PUT of its key took it: its placed marks belong to that write now.
+    Taken,
+    /// It ended unused: its placed marks are being rolled back.
+    RolledBack,
+}
+
+/// One lease: its marks in the directories of a predicted key.
 #[derive(Clone, Copy, Debug)]
-pub struct LeaseMarks {
-    /// Its slot.
-    pub slot: u32,
-    /// Its generation.
-    pub generation: u32,
+pub struct Lease {
     /// The key id leased.
-    pub key_id: u64,
+    key_id: u64,
     /// When it was opened.
-    pub opened_ns: u64,
-    /// The version its marks carry.
-    pub version: u64,
+    opened_ns: u64,
+    /// Where it stands.
+    state: LeaseState,
     /// Per host.
-    pub marks: [Mark; NODES_MAX],
-    /// Taken by a write (its marks belong to the write now).
-    pub taken: bool,
+    marks: [LeaseMark; NODES_MAX],
+}
+
+impl Lease {
+    /// Changes the mark on host `j` (checked, logged).
+    fn set_mark(&mut self, id: LeaseId, j: u8, to: LeaseMark) {
+        let from = self.marks[j as usize];
+        assert!(LeaseMark::may_become(from, to), "lease {id:?}'s mark on host {j}: {from:?} => {to:?}");
+        if from != to {
+            tracing::trace!(lease = ?id, host = j, "lease mark {from:?} => {to:?}");
+            self.marks[j as usize] = to;
+        }
+    }
+
+    /// Closes the lease (checked, logged): only an open lease can be taken or rolled back.
+    fn set_state(&mut self, id: LeaseId, to: LeaseState) {
+        let from = self.state;
+        let legal = match (from, to) {
+            (LeaseState::Open, LeaseState::Taken | LeaseState::RolledBack) => true,
+            (LeaseState::Open, LeaseState::Open) | (LeaseState::Taken | LeaseState::RolledBack, _) => false,
+        };
+        assert!(legal, "lease {id:?}: {from:?} => {to:?}");
+        tracing::trace!(lease = ?id, "lease {from:?} => {to:?}");
+        self.state = to;
+    }
+
+    /// Whether a directory job of the lease still runs.
+    fn running(&self) -> bool {
+        self.marks.iter().any(|m| matches!(m, LeaseMark::Running { .. }))
+    }
+}
+
+/// What a write takes of the lease of its key.
+#[derive(Clone, Copy, Debug)]
+pub struct TakenLease {
+    /// The lease (release it with [`Leases::release`] once the write's marks started).
+    pub id: LeaseId,
+    /// Its marks per host, as the write found them.
+    pub marks: [LeaseMark; NODES_MAX],
+}
+
+/// A placed lease mark to roll back with a detached job (the lease lets go of it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rollback {
+    /// The host.
+    pub host: u8,
+    /// The word the lease placed there.
+    pub placed: SlotWord,
+    /// What it replaced.
+    pub prior: SlotState,
 }
 
 /// The leases with marks out.
 #[derive(Debug)]
-pub struct LeaseTable {
-    slots: Vec<Option<LeaseMarks>>,
-    generations: Vec<u32>,
-    free: Vec<u32>,
+pub struct Leases {
+    table: SlotTable<Lease, LeaseId>,
 }
 
-impl LeaseTable {
+impl Leases {
     /// Room for `capacity` leases.
     pub fn new(capacity: u32) -> Self {
-        Self {
-            slots: (0..capacity).map(|_| None).collect(),
-            generations: vec![0; capacity as usize],
-            free: (0..capacity).rev().collect(),
+        Self { table: SlotTable::new(capacity) }
+    }
+
+    /// Slots in all.
+    pub fn capacity(&self) -> u32 {
+        self.table.capacity()
+    }
+
+    /// The open lease of `key_id`.
+    fn find(&self, key_id: u64) -> Option<LeaseId> {
+        self.table.iter().find(|(_, l)| l.key_id == key_id && l.state == LeaseState::Open).map(|(id, _)| id)
+    }
+
+    /// Opens a lease of `key_id` at `now`, unless one is open: its handle and the
+    /// version its marks carry. `None` when it is open already, the table is full
+    /// (counted) or the clock has no version to give.
+    pub(super) fn open(
+        &mut self,
+        key_id: u64,
+        now: Now,
+        hlc: &mut Hlc,
+        stats: &mut NodeStats,
+    ) -> Option<(LeaseId, u64)> {
+        if self.find(key_id).is_some() {
+            return None;
+        }
+        let Some(id) = self.table.reserve() else {
+            stats.leases_dropped += 1;
+            return None;
+        };
+        let version = match hlc.next(now.wall_us) {
+            Ok(s) => s.raw() >> 8,
+            // Can happen (the clock's floor is not persisted yet, or it is exhausted):
+            // no lease this time; the write marks on its own.
+            Err(_) => {
+                self.table.unreserve(id);
+                return None;
+            }
+        };
+        let lease =
+            Lease { key_id, opened_ns: now.mono_ns, state: LeaseState::Open, marks: [LeaseMark::None; NODES_MAX] };
+        self.table.put(id, lease);
+        stats.leases_opened += 1;
+        Some((id, version))
+    }
+
+    /// The lease's mark on host `j` is job `job`, running.
+    pub(super) fn started(&mut self, id: LeaseId, j: u8, job: JobId) {
+        self.table.get_mut(id).expect("a lease whose job just started").set_mark(id, j, LeaseMark::Running { job });
+    }
+
+    /// The lease's mark job on host `j` ended with `f`. Returns the mark to roll back
+    /// at once: one that landed after a write took the lease (the write marked on its
+    /// own) or after it was rolled back.
+    pub(super) fn job_done(&mut self, id: LeaseId, j: u8, intent: Intent, f: Finished) -> Option<Rollback> {
+        assert!(matches!(intent, Intent::Mark { .. }), "a lease's jobs only mark: {intent:?}");
+        // A lease is freed only once none of its jobs runs.
+        let l = self.table.get_mut(id).unwrap_or_else(|| panic!("a job of lease {id:?}, which is gone"));
+        let open = l.state == LeaseState::Open;
+        let rollback = match f {
+            Finished::Done { placed, replaced } => {
+                let prior = directory::prior_of(replaced);
+                if open {
+                    l.set_mark(id, j, LeaseMark::Placed { placed, prior });
+                    None
+                } else {
+                    // The write came while this CAS flew and marked on its own: undo ours
+                    // (the rollback takes only if the slot still holds our word).
+                    l.set_mark(id, j, LeaseMark::Settled);
+                    Some(Rollback { host: j, placed, prior })
+                }
+            }
+            Finished::NotNeeded { .. } | Finished::Failed | Finished::Contended { .. } => {
+                l.set_mark(id, j, LeaseMark::None);
+                None
+            }
+        };
+        if !open {
+            self.release(id);
+        }
+        rollback
+    }
+
+    /// Hands the marks of `key_id`'s open lease to the write that found it (the lease
+    /// stays until [`Leases::release`], so jobs still running find it).
+    pub fn take_for(&mut self, key_id: u64) -> Option<TakenLease> {
+        let id = self.find(key_id)?;
+        let l = self.table.get_mut(id).expect("found");
+        l.set_state(id, LeaseState::Taken);
+        Some(TakenLease { id, marks: l.marks })
+    }
+
+    /// Frees lease `id` once no job runs for it (a job that ends later frees it then).
+    pub fn release(&mut self, id: LeaseId) {
+        if self.table.get(id).is_some_and(|l| !l.running()) {
+            self.table.remove(id);
         }
     }
 
-    fn find(&self, key_id: u64) -> Option<u32> {
-        self.slots.iter().position(|s| s.as_ref().is_some_and(|l| l.key_id == key_id && !l.taken)).map(|i| i as u32)
+    /// The open lease of `key_id`, which the predictor says ended unused.
+    pub(super) fn open_lease_of(&self, key_id: u64) -> Option<LeaseId> {
+        self.find(key_id)
     }
 
-    /// Hands the marks of `key_id`'s lease to the write that found it (the slot stays
-    /// until [`LeaseTable::release`], so jobs still running find their lease).
-    pub fn take_for(&mut self, key_id: u64) -> Option<LeaseMarks> {
-        let slot = self.find(key_id)?;
-        let l = self.slots[slot as usize].as_mut().expect("found");
-        l.taken = true;
-        Some(*l)
+    /// The lease in `slot`, if it is open and older than [`LEASE_MARK_MAX_NS`] at `now_ns`.
+    pub(super) fn timed_out(&self, slot: u32, now_ns: u64) -> Option<LeaseId> {
+        let id = self.table.current(slot)?;
+        let l = self.table.get(id).expect("current");
+        (l.state == LeaseState::Open && now_ns >= l.opened_ns + LEASE_MARK_MAX_NS).then_some(id)
     }
 
-    /// Frees `slot` once no job runs for it.
-    pub fn release(&mut self, slot: u32) {
-        let running = self.slots[slot as usize]
-            .as_ref()
-            .is_some_and(|l| l.marks.iter().any(|m| matches!(m, Mark::Running { .. })));
-        if !running && self.slots[slot as usize].take().is_some() {
-            self.free.push(slot);
+    /// Rolls open lease `id` back: its key, and per host the placed mark to roll back
+    /// with a detached job (the lease is freed, or is once its jobs still running end).
+    pub(super) fn roll_back(&mut self, id: LeaseId) -> (u64, [Option<Rollback>; NODES_MAX]) {
+        let l = self.table.get_mut(id).expect("rolling back a lease that is open");
+        l.set_state(id, LeaseState::RolledBack);
+        let mut rollbacks = [None; NODES_MAX];
+        for j in 0..NODES_MAX {
+            if let LeaseMark::Placed { placed, prior } = l.marks[j] {
+                l.set_mark(id, j as u8, LeaseMark::Settled);
+                rollbacks[j] = Some(Rollback { host: j as u8, placed, prior });
+            }
         }
-    }
-
-    /// Leases with marks out.
-    pub fn in_use(&self) -> usize {
-        self.slots.len() - self.free.len()
+        let key_id = l.key_id;
+        self.release(id);
+        (key_id, rollbacks)
     }
 }
+
+// ---- dispatch: Node starts the jobs leases ask for ---------------------------------
 
 impl<F: Fabric> Node<F> {
     /// The predictor leased `key_id`: mark it Pending everywhere it can be reached.
     pub(super) fn open_lease(&mut self, key_id: u64, now: Now) {
-        if self.leases.find(key_id).is_some() {
-            return;
-        }
-        let Some(slot) = self.leases.free.pop() else {
-            self.stats.leases_dropped += 1;
-            return;
-        };
-        let version = match self.hlc.next(now.wall_us) {
-            Ok(s) => s.raw() >> 8,
-            Err(_) => {
-                self.leases.free.push(slot);
-                return;
-            }
-        };
-        let g = &mut self.leases.generations[slot as usize];
-        *g = g.wrapping_add(1) & 0xff_ffff;
-        let generation = *g;
-        self.leases.slots[slot as usize] = Some(LeaseMarks {
-            slot,
-            generation,
-            key_id,
-            opened_ns: now.mono_ns,
-            version,
-            marks: [Mark::None; NODES_MAX],
-            taken: false,
-        });
-        self.stats.leases_opened += 1;
+        let Some((id, version)) = self.leases.open(key_id, now, &mut self.hlc, &mut self.stats) else { return };
+        let intent = Intent::Mark { version };
         for j in 0..self.n as u8 {
             if j != self.me && !self.links.peer(j).is_some_and(|p| p.is_up() && p.trust() == Trust::Trusted) {
                 continue;
             }
             let dir_slot = self.slot_for(j, key_id);
-            let owner = Owner::Lease(LeaseId::from_parts(slot, generation));
-            match self.start_job(owner, j, dir_slot, Intent::Mark { version }, None) {
-                Started::Finished(f) => {
-                    self.lease_job_done(slot, generation, j, dir_slot, Intent::Mark { version }, f, now)
-                }
-                Started::Running(job) => self.set_lease_mark(slot, j, Mark::Running { job: job.slot() }),
+            match self.start_job(Owner::Lease(id), j, dir_slot, intent, None) {
+                Started::Finished(f) => self.lease_job_done(id, j, dir_slot, intent, f),
+                Started::Running(job) => self.leases.started(id, j, job),
             }
         }
     }
 
-    fn set_lease_mark(&mut self, slot: u32, j: u8, mark: Mark) {
-        if let Some(l) = self.leases.slots[slot as usize].as_mut() {
-            l.marks[j as usize] = mark;
-        }
-    }
-
-    /// A lease's directory job ended.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn lease_job_done(
-        &mut self,
-        slot: u32,
-        generation: u32,
-        j: u8,
-        dir_slot: u32,
-        intent: Intent,
-        f: Finished,
-        _now: Now,
-    ) {
-        let Some(l) =
-            self.leases.slots.get_mut(slot as usize).and_then(Option::as_mut).filter(|l| l.generation == generation)
-        else {
-            return;
-        };
-        if !matches!(intent, Intent::Mark { .. }) {
-            return;
-        }
-        match f {
-            Finished::Done { placed, replaced } => {
-                let prior = directory::prior_of(replaced);
-                if l.taken {
-                    // The write came while this CAS flew and marked on its own: undo ours
-                    // (the rollback takes only if the slot still holds our word).
-                    l.marks[j as usize] = Mark::Settled;
-                    self.start_job(
-                        Owner::Detached,
-                        j,
-                        dir_slot,
-                        Intent::Rollback { placed, prior },
-                        Some(placed.pack()),
-                    );
-                    self.leases.release(slot);
-                } else {
-                    l.marks[j as usize] = Mark::Placed { placed, prior };
-                }
-            }
-            Finished::NotNeeded { .. } | Finished::Failed | Finished::Contended { .. } => {
-                l.marks[j as usize] = Mark::None;
-                if l.taken {
-                    self.leases.release(slot);
-                }
-            }
+    /// A lease's directory job on slot `dir_slot` of host `j` ended.
+    pub(super) fn lease_job_done(&mut self, id: LeaseId, j: u8, dir_slot: u32, intent: Intent, f: Finished) {
+        if let Some(r) = self.leases.job_done(id, j, intent, f) {
+            self.start_rollback(r, dir_slot);
         }
     }
 
     /// The predictor says `key_id`'s lease ended unused: roll its marks back.
     pub(super) fn lease_expired(&mut self, key_id: u64, _now: Now) {
-        let Some(slot) = self.leases.find(key_id) else { return };
-        self.roll_back_lease(slot);
+        let Some(id) = self.leases.open_lease_of(key_id) else { return };
+        self.roll_back_lease(id);
         self.stats.leases_rolled_back += 1;
-    }
-
-    fn roll_back_lease(&mut self, slot: u32) {
-        let Some(l) = self.leases.slots[slot as usize].as_mut() else { return };
-        l.taken = true;
-        let marks = l.marks;
-        let key_id = l.key_id;
-        for (j, mark) in marks.iter().enumerate() {
-            if let Mark::Placed { placed, prior } = *mark {
-                let j = j as u8;
-                let dir_slot = self.slot_for(j, key_id);
-                self.start_job(Owner::Detached, j, dir_slot, Intent::Rollback { placed, prior }, Some(placed.pack()));
-                if let Some(l) = self.leases.slots[slot as usize].as_mut() {
-                    l.marks[j as usize] = Mark::Settled;
-                }
-            }
-        }
-        self.leases.release(slot);
     }
 
     /// Rolls back leases older than [`LEASE_MARK_MAX_NS`].
     pub(super) fn expire_leases(&mut self, now: Now) {
-        for slot in 0..self.leases.slots.len() as u32 {
-            let old = self.leases.slots[slot as usize]
-                .as_ref()
-                .is_some_and(|l| !l.taken && now.mono_ns >= l.opened_ns + LEASE_MARK_MAX_NS);
-            if old {
-                self.roll_back_lease(slot);
+        for slot in 0..self.leases.capacity() {
+            if let Some(id) = self.leases.timed_out(slot, now.mono_ns) {
+                self.roll_back_lease(id);
                 self.stats.leases_timed_out += 1;
             }
         }
+    }
+
+    fn roll_back_lease(&mut self, id: LeaseId) {
+        let (key_id, rollbacks) = self.leases.roll_back(id);
+        for r in rollbacks.into_iter().flatten() {
+            let dir_slot = self.slot_for(r.host, key_id);
+            self.start_rollback(r, dir_slot);
+        }
+    }
+
+    fn start_rollback(&mut self, r: Rollback, dir_slot: u32) {
+        let intent = Intent::Rollback { placed: r.placed, prior: r.prior };
+        self.start_job(Owner::Detached, r.host, dir_slot, intent, Some(r.placed.pack()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::slots::Handle;
+    use super::*;
+
+    fn word(state: SlotState, writer: u8, version: u64) -> SlotWord {
+        SlotWord { state, writer, version }
+    }
+
+    fn opened(leases: &mut Leases, key_id: u64, now_ns: u64) -> (LeaseId, u64) {
+        let mut hlc = Hlc::new(0, 0);
+        hlc.floor_persisted(1 << 40);
+        let mut stats = NodeStats::new(3);
+        leases.open(key_id, Now { mono_ns: now_ns, wall_us: 1_000 }, &mut hlc, &mut stats).expect("room")
+    }
+
+    fn job(slot: u32) -> JobId {
+        JobId::from_parts(slot, 1)
+    }
+
+    #[test]
+    fn a_taken_lease_stays_until_its_jobs_end_and_rolls_back_a_late_mark() {
+        let mut leases = Leases::new(2);
+        let (id, version) = opened(&mut leases, 7, 0);
+        assert_eq!(version, 1_000);
+        leases.started(id, 1, job(0));
+        leases.started(id, 2, job(1));
+        let placed = word(SlotState::Pending, 0, version);
+        let done = Finished::Done { placed, replaced: word(SlotState::Valid, 0, 5) };
+        assert_eq!(leases.job_done(id, 1, Intent::Mark { version }, done), None);
+        let taken = leases.take_for(7).expect("open");
+        assert_eq!(taken.marks[1], LeaseMark::Placed { placed, prior: SlotState::Valid });
+        assert!(matches!(taken.marks[2], LeaseMark::Running { .. }));
+        assert!(leases.take_for(7).is_none(), "a taken lease is not found again");
+        leases.release(id);
+        assert!(leases.table.get(id).is_some(), "a job still runs for it");
+        // The job on host 2 lands after the write took the lease: undone at once.
+        let r = leases.job_done(id, 2, Intent::Mark { version }, done).expect("a rollback");
+        assert_eq!(r, Rollback { host: 2, placed, prior: SlotState::Valid });
+        assert!(leases.table.get(id).is_none(), "freed with its last job");
+    }
+
+    #[test]
+    fn an_old_open_lease_times_out_and_rolls_back_only_what_it_placed() {
+        let mut leases = Leases::new(1);
+        let (id, version) = opened(&mut leases, 9, 100);
+        let placed = word(SlotState::Pending, 0, version);
+        leases.started(id, 0, job(0));
+        leases.job_done(
+            id,
+            0,
+            Intent::Mark { version },
+            Finished::Done { placed, replaced: word(SlotState::Invalid, 1, 3) },
+        );
+        leases.job_done(id, 1, Intent::Mark { version }, Finished::Failed);
+        assert_eq!(leases.timed_out(id.slot(), 100 + LEASE_MARK_MAX_NS - 1), None);
+        assert_eq!(leases.timed_out(id.slot(), 100 + LEASE_MARK_MAX_NS), Some(id));
+        let (key_id, rollbacks) = leases.roll_back(id);
+        assert_eq!(key_id, 9);
+        assert_eq!(rollbacks[0], Some(Rollback { host: 0, placed, prior: SlotState::Invalid }));
+        assert!(rollbacks[1..].iter().all(Option::is_none));
+        assert_eq!(leases.table.in_use(), 0);
+        assert_eq!(leases.open_lease_of(9), None);
+    }
+
+    #[test]
+    #[should_panic(expected = "Settled => ")]
+    fn a_mark_cannot_come_back_after_it_settled() {
+        let id = LeaseId::from_parts(0, 1);
+        let mut l = Lease { key_id: 3, opened_ns: 0, state: LeaseState::Open, marks: [LeaseMark::None; NODES_MAX] };
+        let placed = word(SlotState::Pending, 0, 9);
+        l.set_mark(id, 1, LeaseMark::Running { job: job(0) });
+        l.set_mark(id, 1, LeaseMark::Settled);
+        l.set_mark(id, 1, LeaseMark::Placed { placed, prior: SlotState::Valid });
+    }
+
+    #[test]
+    #[should_panic(expected = "Taken => RolledBack")]
+    fn a_taken_lease_is_not_rolled_back() {
+        let id = LeaseId::from_parts(0, 1);
+        let mut l = Lease { key_id: 3, opened_ns: 0, state: LeaseState::Open, marks: [LeaseMark::None; NODES_MAX] };
+        l.set_state(id, LeaseState::Taken);
+        l.set_state(id, LeaseState::RolledBack);
     }
 }

@@ -23,7 +23,7 @@ use prescient_shim::region::Region;
 use super::get::Reader;
 use super::holder::Holder;
 use super::jobs::Jobs;
-use super::lease::LeaseTable;
+use super::lease::Leases;
 use super::links::Links;
 use super::peer::{Conn, Peer};
 use super::pool::Pool;
@@ -193,7 +193,7 @@ pub struct Node<F: Fabric> {
     pub(super) writer: Writer,
     pub(super) jobs: Jobs,
     pub(super) reader: Reader,
-    pub(super) leases: LeaseTable,
+    pub(super) leases: Leases,
     pub(super) repairer: Repairer,
     pub(super) sealer: Sealer,
     pub(super) rs: ReedSolomon,
@@ -477,7 +477,7 @@ impl<F: Fabric> Node<F> {
             writer: Writer::new(writes_max, side_free, next_write_seq, n),
             jobs: Jobs::new(jobs_max as u32),
             reader: Reader::new(gets_max, n, geometry.set_bytes(), stripe_max.data_len()),
-            leases: LeaseTable::new(LEASES_MAX as u32),
+            leases: Leases::new(LEASES_MAX as u32),
             // Its staging follows the reader's in the sets pool, the writer's in the header pool.
             repairer: Repairer::new(n, geometry.set_bytes(), gets_max, writes_max * (k + m) as u32),
             sealer,

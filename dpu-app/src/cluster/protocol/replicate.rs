@@ -32,6 +32,7 @@ use prescient_shim::directory::{self, SlotState};
 use prescient_shim::region::Region;
 use prescient_shim::Status;
 
+use super::lease::LeaseMark;
 use super::links::Links;
 use super::node::{rewind, Node, Noisy, Now, Owner, Policy, Pools, Started};
 use super::peer::{Sent, Trust};
@@ -1417,9 +1418,16 @@ impl<F: Fabric> Node<F> {
         let Some(id) = writer.begin(&mut cx, held, started, predicted, now) else { return };
         // A write that found its key leased upgrades the lease's marks.
         let lease = if hit { self.leases.take_for(key_id) } else { None };
-        self.with_writer(now, |w, cx| w.replicate(cx, id, lease.as_ref().map(|l| &l.marks)));
+        // The writer takes the lease's placed marks as its own (`Mark::Placed`).
+        let marks = lease.map(|l| {
+            l.marks.map(|m| match m {
+                LeaseMark::Placed { placed, prior } => Mark::Placed { placed, prior },
+                LeaseMark::None | LeaseMark::Running { .. } | LeaseMark::Settled => Mark::None,
+            })
+        });
+        self.with_writer(now, |w, cx| w.replicate(cx, id, marks.as_ref()));
         if let Some(l) = lease {
-            self.leases.release(l.slot);
+            self.leases.release(l.id);
         }
     }
 
