@@ -2,33 +2,43 @@
 //! regions the peer needs), the higher answers with its own, and both bring their
 //! queue pairs to RTS. A restarted node (a new incarnation) or a broken link starts
 //! over the same way; a link with requests outstanding is drained first.
+//!
+//! These are [`Membership`]'s: it owns the mailbox and the offers waiting for a link
+//! to drain; failing a live link (whose lost entries the writer must hear of) is left
+//! to `Node`, which [`Membership::on_hello`] asks for with [`HelloNext::Reconnect`].
 
+use super::membership::{MemberCx, Membership};
 use super::node::{Node, Now};
 use super::peer::{Conn, Link, Remote};
 use super::wr::{Kind, WrId};
 use crate::cluster::format::hello::{HelloKind, HelloRepr};
-use crate::fabric::{Fabric, RemoteRegion};
+use crate::fabric::{Fabric, RemoteRegion, WcStatus};
 
 /// How long an offer waits for its answer before it is sent again.
 const OFFER_RETRY_NS: u64 = 20_000_000;
 
-impl<F: Fabric> Node<F> {
-    /// Handles every hello the mailbox holds.
-    pub(super) fn poll_mailbox(&mut self, now: Now) -> bool {
-        let mut busy = false;
-        while let Some(hello) = self.mailbox.try_recv() {
-            busy = true;
-            self.on_hello(hello, now);
-        }
-        busy
+/// What handling a hello leaves to the node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum HelloNext {
+    /// Nothing.
+    Done,
+    /// An offer on a link that is not down: the link must fail (unless it drains
+    /// already) and be reset; the offer is kept and answered then.
+    Reconnect,
+}
+
+impl Membership {
+    /// The next hello the mailbox holds.
+    pub(super) fn next_hello(&mut self) -> Option<HelloRepr> {
+        self.mailbox().try_recv()
     }
 
     /// Sends an offer to `j` when this node is the lower id and no link is up.
-    pub(super) fn offer_if_due(&mut self, j: u8, now: Now) {
-        if self.me > j {
+    pub(super) fn offer_if_due<F: Fabric>(&mut self, cx: &mut MemberCx<'_, F>, j: u8, now: Now) {
+        if cx.me > j {
             return;
         }
-        let Some(p) = self.links.peer(j) else { return };
+        let Some(p) = cx.links.peer(j) else { return };
         let due = match p.link() {
             Link::Down => true,
             Link::Offered { at_ns } => now.mono_ns >= at_ns + OFFER_RETRY_NS,
@@ -37,45 +47,46 @@ impl<F: Fabric> Node<F> {
         if !due || !matches!(p.conn, Conn::Reset(_)) {
             return;
         }
-        let hello = self.hello_for(j, HelloKind::Offer);
-        match self.mailbox.send(j, &hello) {
+        let hello = Self::hello_for(cx, j, HelloKind::Offer);
+        match self.mailbox().send(j, &hello) {
             Ok(()) => {
-                let me = self.me;
-                if let Some(p) = self.links.peer_mut(j) {
+                let me = cx.me;
+                if let Some(p) = cx.links.peer_mut(j) {
                     p.set_link(me, Link::Offered { at_ns: now.mono_ns });
                 }
             }
-            Err(e) => tracing::debug!(node = self.me, peer = j, error = %e, "offer not sent"),
+            Err(e) => tracing::debug!(node = cx.me, peer = j, error = %e, "offer not sent"),
         }
     }
 
     /// What node `j` needs to know of this node.
-    fn hello_for(&self, j: u8, kind: HelloKind) -> HelloRepr {
-        let p = self.links.peer(j).expect("a peer");
+    fn hello_for<F: Fabric>(cx: &MemberCx<'_, F>, j: u8, kind: HelloKind) -> HelloRepr {
+        let p = cx.links.peer(j).expect("a peer");
         let endpoint = match &p.conn {
             Conn::Reset(qp) => qp.endpoint(),
             Conn::Ready(qp) => qp.endpoint(),
             Conn::Gone => unreachable!("hellos are built for a queue pair"),
         };
-        let (log, applied) = match self.holder.log(j) {
+        let a = &cx.advert;
+        let (log, applied) = match a.holder.log(j) {
             Some((log, mr)) => (mr.remote(), log.applied_seq()),
             None => unreachable!("every peer has a log here"),
         };
-        let geometry = self.store.geometry();
-        let log_geometry = self.holder.log(j).map(|(l, _)| l.geometry()).expect("a log");
+        let geometry = a.store.geometry();
+        let log_geometry = a.holder.log(j).map(|(l, _)| l.geometry()).expect("a log");
         HelloRepr {
-            from: self.me,
+            from: cx.me,
             to: j,
             kind,
-            incarnation: self.incarnation,
-            cluster_hash: self.config.cluster_hash(),
+            incarnation: cx.incarnation,
+            cluster_hash: a.config.cluster_hash(),
             endpoint,
-            control: self.control.remote(),
+            control: cx.control.remote(),
             log,
             acks: RemoteRegion { addr: 0, len: 0, rkey: 0 },
-            store: self.store_mr.remote(),
-            directory: self.directory_mr.as_ref().map_or(RemoteRegion { addr: 0, len: 0, rkey: 0 }, |mr| mr.remote()),
-            directory_slots: self.directory_slots,
+            store: a.store_mr.remote(),
+            directory: a.directory_mr.map_or(RemoteRegion { addr: 0, len: 0, rkey: 0 }, |mr| mr.remote()),
+            directory_slots: a.directory_slots,
             store_sets: geometry.sets(),
             store_ways: geometry.ways(),
             store_record_bytes: geometry.record_bytes(),
@@ -85,25 +96,22 @@ impl<F: Fabric> Node<F> {
         }
     }
 
-    pub(super) fn pending_offer_take(&mut self, j: u8) -> Option<HelloRepr> {
-        self.pending_offers.get_mut(j as usize).and_then(Option::take)
-    }
-
     /// One hello from the mailbox.
-    pub(super) fn on_hello(&mut self, hello: HelloRepr, now: Now) {
-        let me = self.me;
+    pub(super) fn on_hello<F: Fabric>(&mut self, cx: &mut MemberCx<'_, F>, hello: HelloRepr) -> HelloNext {
+        let me = cx.me;
         let j = hello.from;
+        let geometry = cx.advert.store.geometry();
         let bad = if hello.to != me {
             Some("it is addressed to another node")
-        } else if j == me || j as usize >= self.n {
+        } else if j == me || j as usize >= cx.n {
             Some("it comes from a node not in this cluster")
-        } else if hello.cluster_hash != self.config.cluster_hash() {
+        } else if hello.cluster_hash != cx.advert.config.cluster_hash() {
             Some("its cluster configuration differs from ours: give every node the same cluster file")
         } else if (hello.kind == HelloKind::Offer) != (j < me) {
             Some("the lower node id offers, the higher answers")
-        } else if hello.store_sets != self.store.geometry().sets()
-            || hello.store_ways != self.store.geometry().ways()
-            || hello.store_record_bytes != self.store.geometry().record_bytes()
+        } else if hello.store_sets != geometry.sets()
+            || hello.store_ways != geometry.ways()
+            || hello.store_record_bytes != geometry.record_bytes()
         {
             Some("its fragment store has another geometry")
         } else {
@@ -111,38 +119,33 @@ impl<F: Fabric> Node<F> {
         };
         if let Some(why) = bad {
             tracing::warn!(node = me, from = j, why, "hello refused");
-            return;
+            return HelloNext::Done;
         }
-        let link = self.links.peer(j).map(|p| p.link()).expect("a peer");
+        let link = cx.links.peer(j).map(|p| p.link()).expect("a peer");
         match hello.kind {
             HelloKind::Offer => {
-                let same = self
+                let same = cx
                     .links
                     .peer(j)
                     .and_then(|p| p.remote)
                     .is_some_and(|r| r.incarnation == hello.incarnation && r.endpoint == hello.endpoint);
                 if same && matches!(link, Link::Connected | Link::Up) {
                     // A retransmitted offer: our answer was lost.
-                    let answer = self.hello_for(j, HelloKind::Answer);
-                    let _ = self.mailbox.send(j, &answer);
-                    return;
+                    let answer = Self::hello_for(cx, j, HelloKind::Answer);
+                    if let Err(e) = self.mailbox().send(j, &answer) {
+                        // Handled: the peer offers again, and is answered then.
+                        tracing::debug!(node = me, peer = j, error = %e, "answer not sent again");
+                    }
+                    return HelloNext::Done;
                 }
                 if !matches!(link, Link::Down) {
                     // Reconnect: drain what is outstanding first, then answer.
-                    self.pending_offers[j as usize] = Some(hello);
-                    if link != Link::Draining {
-                        self.link_failed(j, crate::fabric::WcStatus::Flushed, now);
-                    }
-                    if self.links.peer(j).is_some_and(|p| p.sends == 0) {
-                        self.reset_link(j);
-                        let hello = self.pending_offer_take(j).expect("just stored");
-                        self.on_hello(hello, now);
-                    }
-                    return;
+                    self.keep_offer(hello);
+                    return HelloNext::Reconnect;
                 }
-                if self.connect(j, &hello) {
-                    let answer = self.hello_for(j, HelloKind::Answer);
-                    if let Err(e) = self.mailbox.send(j, &answer) {
+                if self.connect(cx, j, &hello) {
+                    let answer = Self::hello_for(cx, j, HelloKind::Answer);
+                    if let Err(e) = self.mailbox().send(j, &answer) {
                         tracing::debug!(node = me, peer = j, error = %e, "answer not sent; the peer offers again");
                     }
                 }
@@ -150,21 +153,22 @@ impl<F: Fabric> Node<F> {
             HelloKind::Answer => {
                 if !matches!(link, Link::Offered { .. }) {
                     tracing::debug!(node = me, peer = j, ?link, "answer without an offer outstanding: ignored");
-                    return;
+                    return HelloNext::Done;
                 }
-                self.connect(j, &hello);
+                self.connect(cx, j, &hello);
             }
         }
+        HelloNext::Done
     }
 
     /// Brings the queue pair to `j` up to RTS against `hello`'s endpoint, posts its
     /// receives and records what the peer advertised.
-    fn connect(&mut self, j: u8, hello: &HelloRepr) -> bool {
-        let me = self.me;
-        let recv_depth = self.links.options().recv_depth as u32;
-        let resync_from = self.writer.next_write_seq().saturating_sub(self.config.outcome_entries as u64).max(1);
-        let zero = &self.pools.zero;
-        let Some(p) = self.links.peer_mut(j) else { return false };
+    fn connect<F: Fabric>(&mut self, cx: &mut MemberCx<'_, F>, j: u8, hello: &HelloRepr) -> bool {
+        let me = cx.me;
+        let recv_depth = cx.links.options().recv_depth as u32;
+        let resync_from = cx.advert.next_write_seq.saturating_sub(cx.advert.config.outcome_entries as u64).max(1);
+        let zero = &cx.pools.zero;
+        let Some(p) = cx.links.peer_mut(j) else { return false };
         p.conn_gen = p.conn_gen.wrapping_add(1);
         let gen = p.conn_gen & crate::limits::WR_INDEX_MAX;
         let Conn::Reset(qp) = std::mem::replace(&mut p.conn, Conn::Gone) else {
@@ -211,9 +215,67 @@ impl<F: Fabric> Node<F> {
             Err(e) => {
                 tracing::warn!(node = me, peer = j, error = %e, "queue pair bring-up failed; starting over");
                 p.set_link(me, Link::Down);
-                self.reset_link(j);
+                self.reset_link(cx, j);
                 false
             }
+        }
+    }
+
+    /// Puts the queue pair to `j` back in RESET (or makes a new one).
+    pub(super) fn reset_link<F: Fabric>(&mut self, cx: &mut MemberCx<'_, F>, j: u8) {
+        let me = cx.me;
+        let options = cx.links.options();
+        let Some(p) = cx.links.peer_mut(j) else { return };
+        // A link is reset only after it failed (which lost every entry it carried) or
+        // before it ever came up, and entries are sent only on a link that is up.
+        assert!(p.sent.is_empty(), "node {me}: resetting the link to {j} with entries unacknowledged");
+        let conn = std::mem::replace(&mut p.conn, Conn::Gone);
+        let mut bufs = Vec::new();
+        p.conn = match conn {
+            Conn::Ready(qp) => qp.reset(&mut bufs).map(Conn::Reset).unwrap_or(Conn::Gone),
+            Conn::Reset(qp) => Conn::Reset(qp),
+            Conn::Gone => Conn::Gone,
+        };
+        if matches!(p.conn, Conn::Gone) {
+            let (send_cq, recv_cq) = cx.cqs;
+            match cx.fabric.create_qp(send_cq, recv_cq, options) {
+                Ok(qp) => p.conn = Conn::Reset(qp),
+                Err(e) => tracing::error!(node = me, peer = j, error = %e, "cannot create a queue pair"),
+            }
+        }
+        p.recvs = 0;
+        p.heartbeat_posted_ns = None;
+        p.set_link(me, Link::Down);
+    }
+}
+
+// ---- dispatch: Node delivers hellos and fails the links they reconnect -------------
+
+impl<F: Fabric> Node<F> {
+    /// Handles every hello the mailbox holds.
+    pub(super) fn poll_mailbox(&mut self, now: Now) -> bool {
+        let mut busy = false;
+        while let Some(hello) = self.membership.next_hello() {
+            busy = true;
+            self.on_hello(hello, now);
+        }
+        busy
+    }
+
+    /// One hello from the mailbox.
+    pub(super) fn on_hello(&mut self, hello: HelloRepr, now: Now) {
+        let j = hello.from;
+        let (m, mut cx) = self.membership_parts();
+        if m.on_hello(&mut cx, hello) == HelloNext::Done {
+            return;
+        }
+        if self.links.peer(j).is_some_and(|p| p.link() != Link::Draining) {
+            self.link_failed(j, WcStatus::Flushed, now);
+        }
+        let (m, mut cx) = self.membership_parts();
+        if m.reset_if_idle(&mut cx, j) {
+            let hello = m.take_offer(j).expect("just stored");
+            self.on_hello(hello, now);
         }
     }
 }

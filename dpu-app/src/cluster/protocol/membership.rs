@@ -18,83 +18,202 @@
 //!   and zero while any peer's suspicion is not both honored and readmitted. A peer
 //!   silent for `dead_after` is declared dead: its Pending marks in P's directory are
 //!   cleared (Invalid; a reader then asks the DPU app).
+//!
+//! The role is [`Membership`]: its timers, the host's directory lease it publishes,
+//! the mailbox and the offers that wait for a link to drain (connection setup is in
+//! `connect.rs`). It sees the node through a [`MemberCx`]; what the writer must do
+//! about a peer (a failed mark may go ahead, a dead holder's fragments are lost, the
+//! entries a broken link carried are lost) comes back to `Node` as a return value.
 
 use std::sync::atomic::Ordering;
 
 use prescient_shim::directory;
 use prescient_shim::layout::header;
+use prescient_shim::region::Region;
 
-use super::node::{Node, Now};
-use super::peer::{Conn, Link, Trust};
+use super::holder::Holder;
+use super::host_directory::HostDirectory;
+use super::links::Links;
+use super::node::{Node, Now, Pools};
+use super::peer::{Link, Trust};
+use super::stats::NodeStats;
 use super::wr::{Kind, WrId};
-use crate::cluster::format::control::{first_epoch, ControlView, CONTROL_BYTES, SUSPICIONS_PER_INCARNATION_MAX};
-use crate::fabric::{Fabric, Op, WcStatus};
+use crate::cluster::config::ClusterConfig;
+use crate::cluster::format::control::{
+    first_epoch, ControlBlock, ControlView, CONTROL_BYTES, SUSPICIONS_PER_INCARNATION_MAX,
+};
+use crate::cluster::format::hello::HelloRepr;
+use crate::cluster::format::store::Store;
+use crate::cluster::run::rendezvous::Mailbox;
+use crate::fabric::{Fabric, MemoryRegion, Op, WcStatus};
 
-impl<F: Fabric> Node<F> {
-    /// Timers: heartbeats, exclusion, dead peers, leases, offers, drained links.
-    pub(super) fn run_timers(&mut self, now: Now) -> bool {
-        let mut busy = self.finish_draining(now);
-        if now.mono_ns < self.next_heartbeat_ns {
-            return busy;
+/// Membership and connections: heartbeat timer, the host's directory lease, the
+/// mailbox hellos come and go through, and offers waiting for a link to drain.
+pub(super) struct Membership {
+    /// Period of heartbeats.
+    heartbeat_ns: u64,
+    /// The host's directory lease past the last answered heartbeat READ.
+    lease_ns: u64,
+    /// Silence after which a peer is declared dead.
+    dead_after_ns: u64,
+    /// When the next heartbeat round is due.
+    next_heartbeat_ns: u64,
+    /// The lease last published to the host (monotonic ns; 0: none).
+    lease_until_ns: u64,
+    /// Where hellos come and go.
+    mailbox: Box<dyn Mailbox>,
+    /// Per peer, an offer that waits for the link to drain before it is answered.
+    pending_offers: Vec<Option<HelloRepr>>,
+}
+
+impl std::fmt::Debug for Membership {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Membership")
+            .field("next_heartbeat_ns", &self.next_heartbeat_ns)
+            .field("lease_until_ns", &self.lease_until_ns)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What this node advertises in a hello, and where a new link's resync starts.
+pub(super) struct Advert<'a> {
+    /// The cluster (its hash, the outcome table's size).
+    pub config: &'a ClusterConfig,
+    /// The holder of the peers' logs here.
+    pub holder: &'a Holder,
+    /// The fragment store.
+    pub store: &'a Store,
+    /// Its registration.
+    pub store_mr: &'a MemoryRegion,
+    /// The host directory's registration (`None`: no directory).
+    pub directory_mr: Option<&'a MemoryRegion>,
+    /// Slots in the host directory.
+    pub directory_slots: u32,
+    /// The next write's sequence number (a resync goes back an outcome table from it).
+    pub next_write_seq: u64,
+}
+
+/// What membership and connection setup may touch of the node.
+pub(super) struct MemberCx<'a, F: Fabric> {
+    /// This node.
+    pub me: u8,
+    /// Nodes in the cluster.
+    pub n: usize,
+    /// This node's incarnation.
+    pub incarnation: u32,
+    /// When this node first polled.
+    pub started_ns: Option<u64>,
+    /// The peers.
+    pub links: &'a mut Links<F::Qp>,
+    /// This node's control block (its epochs).
+    pub control: &'a ControlBlock,
+    /// Heartbeat READ targets (`control`) and the zero-length receive buffer (`zero`).
+    pub pools: &'a Pools,
+    /// The host region (where the lease and the peers up are published).
+    pub region: &'a Region,
+    /// The host's directory (revoked, or swept of a dead writer's marks).
+    pub directory: HostDirectory<'a>,
+    /// Counters.
+    pub stats: &'a mut NodeStats,
+    /// The NIC (new queue pairs).
+    pub fabric: &'a F,
+    /// The completion queues new queue pairs report to.
+    pub cqs: (&'a F::Cq, &'a F::Cq),
+    /// What hellos advertise.
+    pub advert: Advert<'a>,
+}
+
+/// What a heartbeat READ's answer asks of the node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Heard {
+    /// Nothing more.
+    Nothing,
+    /// The peer's control block was refused: the link must fail.
+    Refused,
+    /// The peer's directory is readmitted: writes waiting on a failed mark there go
+    /// ahead.
+    Readmitted,
+}
+
+impl Membership {
+    /// Membership of a node of `config` at `now`, hellos going through `mailbox`.
+    pub(super) fn new(config: &ClusterConfig, mailbox: Box<dyn Mailbox>, now: Now) -> Self {
+        Self {
+            heartbeat_ns: config.heartbeat_us * 1_000,
+            lease_ns: config.lease_us * 1_000,
+            dead_after_ns: config.dead_after_us * 1_000,
+            next_heartbeat_ns: now.mono_ns,
+            lease_until_ns: 0,
+            mailbox,
+            pending_offers: (0..config.nodes.len()).map(|_| None).collect(),
         }
-        busy = true;
-        self.next_heartbeat_ns = self.next_heartbeat_ns.saturating_add(self.heartbeat_ns).max(now.mono_ns);
-        self.control.beat();
-        self.host.beat();
-        self.host.watch_host(std::time::Instant::now(), &mut self.metrics);
-        for j in 0..self.n as u8 {
-            if j == self.me {
-                continue;
-            }
-            self.offer_if_due(j, now);
-            self.post_heartbeat(j, now);
-            self.resync(j, now);
-            self.check_trust(j, now);
-            self.check_dead(j, now);
-        }
-        self.resync_own(now);
-        self.renew_lease(now);
-        self.expire_leases(now);
-        let up = self.links.iter().filter(|p| p.is_up()).fold(1u32 << self.me, |m, p| m | 1 << p.id);
-        self.region.u32_at(header::CLUSTER_PEERS_UP).store(up, Ordering::Release);
-        busy
     }
 
-    fn post_heartbeat(&mut self, j: u8, now: Now) {
-        let Some(p) = self.links.peer(j) else { return };
+    /// The mailbox, for the node that takes over this one's network endpoint.
+    pub(super) fn into_mailbox(self) -> Box<dyn Mailbox> {
+        self.mailbox
+    }
+
+    /// The mailbox hellos come and go through.
+    pub(super) fn mailbox(&mut self) -> &mut dyn Mailbox {
+        &mut *self.mailbox
+    }
+
+    /// The offer that waited for the link to `j` to drain, if any.
+    pub(super) fn take_offer(&mut self, j: u8) -> Option<HelloRepr> {
+        self.pending_offers.get_mut(j as usize).and_then(Option::take)
+    }
+
+    /// Keeps `hello` until the link to its sender has drained.
+    pub(super) fn keep_offer(&mut self, hello: HelloRepr) {
+        self.pending_offers[hello.from as usize] = Some(hello);
+    }
+
+    /// Whether a heartbeat round is due at `now` (then the next is scheduled).
+    pub(super) fn heartbeat_due(&mut self, now: Now) -> bool {
+        if now.mono_ns < self.next_heartbeat_ns {
+            return false;
+        }
+        self.next_heartbeat_ns = self.next_heartbeat_ns.saturating_add(self.heartbeat_ns).max(now.mono_ns);
+        true
+    }
+
+    /// READs peer `j`'s control block, if its link is connected and no READ is out.
+    pub(super) fn post_heartbeat<F: Fabric>(&mut self, cx: &mut MemberCx<'_, F>, j: u8, now: Now) {
+        let Some(p) = cx.links.peer(j) else { return };
         if !matches!(p.link(), Link::Connected | Link::Up) || p.heartbeat_posted_ns.is_some() {
             return;
         }
         let Some(remote) = p.remote else { return };
-        let buf = self.pools.control.buf(u32::from(j), CONTROL_BYTES);
-        if let Some(p) = self.links.peer_mut(j) {
+        let buf = cx.pools.control.buf(u32::from(j), CONTROL_BYTES);
+        if let Some(p) = cx.links.peer_mut(j) {
             p.heartbeat_posted_ns = Some(now.mono_ns);
         }
-        self.links.post(j, WrId::new(Kind::Heartbeat, j, 0, 0), Op::Read { remote: remote.control.at(0) }, buf);
+        cx.links.post(j, WrId::new(Kind::Heartbeat, j, 0, 0), Op::Read { remote: remote.control.at(0) }, buf);
     }
 
-    /// A heartbeat READ of peer `j` came back.
-    pub(super) fn on_heartbeat(&mut self, j: u8, ok: bool, now: Now) {
-        let me = self.me;
-        let Some(posted_ns) = self.links.peer_mut(j).and_then(|p| p.heartbeat_posted_ns.take()) else { return };
+    /// A heartbeat READ of peer `j` came back (`ok`: with its control block).
+    pub(super) fn on_heartbeat<F: Fabric>(&mut self, cx: &mut MemberCx<'_, F>, j: u8, ok: bool) -> Heard {
+        let me = cx.me;
+        let Some(posted_ns) = cx.links.peer_mut(j).and_then(|p| p.heartbeat_posted_ns.take()) else {
+            return Heard::Nothing;
+        };
         if !ok {
-            return;
+            return Heard::Nothing;
         }
         let mut bytes = [0u8; CONTROL_BYTES];
-        self.pools.control.read(u32::from(j), &mut bytes);
+        cx.pools.control.read(u32::from(j), &mut bytes);
         let view = match ControlView::new_checked(bytes, j) {
             Ok(v) => v,
             Err(e) => {
                 tracing::warn!(node = me, peer = j, error = %e, "refused a peer's control block");
-                self.link_failed(j, WcStatus::RemoteOperation, now);
-                return;
+                return Heard::Refused;
             }
         };
-        let Some(p) = self.links.peer_mut(j) else { return };
+        let Some(p) = cx.links.peer_mut(j) else { return Heard::Nothing };
         if p.remote.is_some_and(|r| r.incarnation != view.incarnation()) {
             tracing::warn!(node = me, peer = j, "peer's control block is of another incarnation; reconnecting");
-            self.link_failed(j, WcStatus::RemoteOperation, now);
-            return;
+            return Heard::Refused;
         }
         p.last_heard_ns = p.last_heard_ns.max(posted_ns);
         p.view = Some(view);
@@ -125,26 +244,26 @@ impl<F: Fabric> Node<F> {
             p.set_trust(me, Trust::Trusted);
             p.shadow.clear();
         }
-        let (epoch_readmitted, suspect_epoch) = (p.readmitted, p.suspect_epoch);
+        let epoch_readmitted = p.readmitted;
         if revoke {
             // Lease to zero first: no reader may trust a slot while we sweep.
-            self.set_lease(0);
-            self.revoke_directory();
-            self.control.set_honored(j, honored);
+            self.set_lease(cx.region, 0);
+            cx.directory.revoke(me, cx.stats);
+            cx.control.set_honored(j, honored);
         }
         if readmit {
-            self.control.set_readmitted(j, epoch_readmitted);
-            self.skip_failed_marks(j, suspect_epoch);
+            cx.control.set_readmitted(j, epoch_readmitted);
             tracing::info!(node = me, peer = j, epoch = epoch_readmitted, "peer's directory readmitted");
+            return Heard::Readmitted;
         }
+        Heard::Nothing
     }
 
     /// This node failed to reach peer `j`'s directory (or lost its link to it): bump
     /// the suspicion epoch that `j` must honor before it trusts its directory again.
-    pub(super) fn suspect(&mut self, j: u8, now: Now) {
-        let me = self.me;
-        let incarnation = self.incarnation;
-        let Some(p) = self.links.peer_mut(j) else { return };
+    pub(super) fn suspect<F: Fabric>(&mut self, cx: &mut MemberCx<'_, F>, j: u8, now: Now) {
+        let (me, incarnation) = (cx.me, cx.incarnation);
+        let Some(p) = cx.links.peer_mut(j) else { return };
         // Past the range of this incarnation its epochs would collide with the next
         // one's: crash (the restart is the next incarnation) rather than reuse one.
         let epoch = p
@@ -158,53 +277,50 @@ impl<F: Fabric> Node<F> {
         // Every bump restarts the wait: the host renews its lease only from READs
         // that would have seen the newest bump.
         p.set_trust(me, Trust::Suspect { since_ns: now.mono_ns });
-        self.control.set_suspect(j, epoch);
-        self.stats.suspicions += 1;
+        cx.control.set_suspect(j, epoch);
+        cx.stats.suspicions += 1;
     }
 
-    fn check_trust(&mut self, j: u8, now: Now) {
-        let me = self.me;
+    /// Excludes peer `j`'s directory once its lease must have lapsed since the latest
+    /// suspicion. Returns whether it did now (writes waiting on a failed mark at `j`
+    /// then go ahead).
+    pub(super) fn check_trust<F: Fabric>(&mut self, cx: &mut MemberCx<'_, F>, j: u8, now: Now) -> bool {
         let wait_ns = self.lease_ns + self.heartbeat_ns;
-        let Some(p) = self.links.peer_mut(j) else { return };
+        let Some(p) = cx.links.peer_mut(j) else { return false };
         if let Trust::Suspect { since_ns } = p.trust() {
             // Margin: one heartbeat, for the READ that renewed its lease last.
             if now.mono_ns >= since_ns + wait_ns {
-                p.set_trust(me, Trust::Excluded);
-                let epoch = p.suspect_epoch;
-                self.skip_failed_marks(j, epoch);
+                p.set_trust(cx.me, Trust::Excluded);
+                return true;
             }
         }
+        false
     }
 
-    /// Writes waiting on a failed mark at `j` go ahead: `j` has revoked its directory
-    /// after our suspicion epoch `epoch`, or its lease has lapsed.
-    fn skip_failed_marks(&mut self, j: u8, _epoch: u64) {
-        self.writer.host_excluded(j);
-    }
-
-    fn check_dead(&mut self, j: u8, now: Now) {
-        let me = self.me;
-        let (dead_after, started) = (self.dead_after_ns, self.started_ns.unwrap_or(now.mono_ns));
-        let Some(p) = self.links.peer_mut(j) else { return };
-        if p.dead || now.mono_ns < p.last_heard_ns.max(started) + dead_after {
-            return;
+    /// Declares peer `j` dead once it has been silent for `dead_after` and clears its
+    /// marks from the host's directory. Returns whether it did now (writes waiting on
+    /// its fragments then stop waiting).
+    pub(super) fn check_dead<F: Fabric>(&mut self, cx: &mut MemberCx<'_, F>, j: u8, now: Now) -> bool {
+        let me = cx.me;
+        let started = cx.started_ns.unwrap_or(now.mono_ns);
+        let Some(p) = cx.links.peer_mut(j) else { return false };
+        if p.dead || now.mono_ns < p.last_heard_ns.max(started) + self.dead_after_ns {
+            return false;
         }
         p.dead = true;
         tracing::warn!(node = me, peer = j, "peer silent too long: declared dead; clearing its marks");
-        let cleared = super::host_directory::HostDirectory::new(&self.region, self.directory_slots)
-            .sweep(|w| directory::clear_dead(w, j));
-        self.stats.dead_declared += 1;
-        self.stats.marks_cleared += cleared;
-        // Writes waiting on the dead peer's fragment stop waiting.
-        self.writer.holder_dead(j);
+        let cleared = cx.directory.sweep(|w| directory::clear_dead(w, j));
+        cx.stats.dead_declared += 1;
+        cx.stats.marks_cleared += cleared;
+        true
     }
 
     /// The host's directory lease: `min over peers of last heard + lease`, or zero
     /// while a suspicion of this node is not yet honored and readmitted.
-    fn renew_lease(&mut self, now: Now) {
+    pub(super) fn renew_lease<F: Fabric>(&mut self, cx: &mut MemberCx<'_, F>, now: Now) {
         let mut until = u64::MAX;
-        for p in self.links.iter() {
-            let pending = p.view.is_some_and(|v| v.suspect(self.me) > p.honored);
+        for p in cx.links.iter() {
+            let pending = p.view.is_some_and(|v| v.suspect(cx.me) > p.honored);
             if !p.readmitted_by_peer || pending || p.last_heard_ns == 0 {
                 until = 0;
                 break;
@@ -214,78 +330,179 @@ impl<F: Fabric> Node<F> {
         if until == u64::MAX {
             until = now.mono_ns + self.lease_ns;
         }
-        self.set_lease(until);
+        self.set_lease(cx.region, until);
     }
 
-    pub(super) fn set_lease(&mut self, until_ns: u64) {
+    fn set_lease(&mut self, region: &Region, until_ns: u64) {
         if until_ns != self.lease_until_ns {
             self.lease_until_ns = until_ns;
-            self.region.u64_at(header::DIRECTORY_LEASE_UNTIL_NS).store(until_ns, Ordering::Release);
+            region.u64_at(header::DIRECTORY_LEASE_UNTIL_NS).store(until_ns, Ordering::Release);
         }
+    }
+
+    /// Publishes to the host which nodes are up (this one always).
+    pub(super) fn publish_peers_up<F: Fabric>(&self, cx: &MemberCx<'_, F>) {
+        let up = cx.links.iter().filter(|p| p.is_up()).fold(1u32 << cx.me, |m, p| m | 1 << p.id);
+        cx.region.u32_at(header::CLUSTER_PEERS_UP).store(up, Ordering::Release);
+    }
+
+    /// The link to `j` failed (an error completion): stop posting. Returns whether it
+    /// was live (then the entries it carried are lost, and `j` is to be suspected).
+    pub(super) fn link_lost<F: Fabric>(&mut self, cx: &mut MemberCx<'_, F>, j: u8, status: WcStatus) -> bool {
+        let me = cx.me;
+        let Some(p) = cx.links.peer_mut(j) else { return false };
+        if matches!(p.link(), Link::Draining | Link::Down | Link::Offered { .. }) && p.sent.is_empty() {
+            return false;
+        }
+        tracing::warn!(node = me, peer = j, ?status, "link lost");
+        p.set_link(me, Link::Draining);
+        cx.stats.links_lost += 1;
+        true
+    }
+
+    /// Resets the link to `j` if it is draining and its requests have all flushed.
+    pub(super) fn reset_if_drained<F: Fabric>(&mut self, cx: &mut MemberCx<'_, F>, j: u8) -> bool {
+        let ready = cx.links.peer(j).is_some_and(|p| p.link() == Link::Draining && p.sends == 0);
+        if ready {
+            self.reset_link(cx, j);
+        }
+        ready
+    }
+
+    /// Resets the link to `j` if nothing is outstanding on it.
+    pub(super) fn reset_if_idle<F: Fabric>(&mut self, cx: &mut MemberCx<'_, F>, j: u8) -> bool {
+        let idle = cx.links.peer(j).is_some_and(|p| p.sends == 0);
+        if idle {
+            self.reset_link(cx, j);
+        }
+        idle
+    }
+}
+
+// ---- dispatch: Node runs membership's timers and passes on what they ask -----------
+
+impl<F: Fabric> Node<F> {
+    /// Membership and its context, from disjoint fields of the node.
+    pub(super) fn membership_parts(&mut self) -> (&mut Membership, MemberCx<'_, F>) {
+        let cx = MemberCx {
+            me: self.me,
+            n: self.n,
+            incarnation: self.incarnation,
+            started_ns: self.started_ns,
+            links: &mut self.links,
+            control: &self.control,
+            pools: &self.pools,
+            region: &self.region,
+            directory: HostDirectory::new(&self.region, self.directory_slots),
+            stats: &mut self.stats,
+            fabric: &*self.fabric,
+            cqs: (&self.send_cq, &self.recv_cq),
+            advert: Advert {
+                config: &self.config,
+                holder: &self.holder,
+                store: &self.store,
+                store_mr: &self.store_mr,
+                directory_mr: self.directory_mr.as_deref(),
+                directory_slots: self.directory_slots,
+                next_write_seq: self.writer.next_write_seq(),
+            },
+        };
+        (&mut self.membership, cx)
+    }
+
+    /// Timers: heartbeats, exclusion, dead peers, leases, offers, drained links.
+    pub(super) fn run_timers(&mut self, now: Now) -> bool {
+        let mut busy = self.finish_draining(now);
+        if !self.membership.heartbeat_due(now) {
+            return busy;
+        }
+        busy = true;
+        self.control.beat();
+        self.host.beat();
+        self.host.watch_host(std::time::Instant::now(), &mut self.metrics);
+        for j in 0..self.n as u8 {
+            if j == self.me {
+                continue;
+            }
+            let (m, mut cx) = self.membership_parts();
+            m.offer_if_due(&mut cx, j, now);
+            m.post_heartbeat(&mut cx, j, now);
+            self.resync(j, now);
+            let (m, mut cx) = self.membership_parts();
+            if m.check_trust(&mut cx, j, now) {
+                self.skip_failed_marks(j);
+            }
+            let (m, mut cx) = self.membership_parts();
+            if m.check_dead(&mut cx, j, now) {
+                // Writes waiting on the dead peer's fragment stop waiting.
+                self.writer.holder_dead(j);
+            }
+        }
+        self.resync_own(now);
+        let (m, mut cx) = self.membership_parts();
+        m.renew_lease(&mut cx, now);
+        self.expire_leases(now);
+        let (m, cx) = self.membership_parts();
+        m.publish_peers_up(&cx);
+        busy
+    }
+
+    /// A heartbeat READ of peer `j` came back.
+    pub(super) fn on_heartbeat(&mut self, j: u8, ok: bool, now: Now) {
+        let (m, mut cx) = self.membership_parts();
+        match m.on_heartbeat(&mut cx, j, ok) {
+            Heard::Nothing => {}
+            Heard::Refused => self.link_failed(j, WcStatus::RemoteOperation, now),
+            Heard::Readmitted => self.skip_failed_marks(j),
+        }
+    }
+
+    /// This node failed to reach peer `j`'s directory (or lost its link to it).
+    pub(super) fn suspect(&mut self, j: u8, now: Now) {
+        let (m, mut cx) = self.membership_parts();
+        m.suspect(&mut cx, j, now);
+    }
+
+    /// Writes waiting on a failed mark at `j` go ahead: `j` has revoked its directory
+    /// after our suspicion epoch, or its lease has lapsed.
+    fn skip_failed_marks(&mut self, j: u8) {
+        self.writer.host_excluded(j);
     }
 
     /// The link to `j` failed (an error completion): stop posting, fail what waited on
     /// acknowledgements, suspect its directory, and reset once the rest has flushed.
     pub(super) fn link_failed(&mut self, j: u8, status: WcStatus, now: Now) {
-        let me = self.me;
-        let Some(p) = self.links.peer_mut(j) else { return };
-        if matches!(p.link(), Link::Draining | Link::Down | Link::Offered { .. }) && p.sent.is_empty() {
+        let (m, mut cx) = self.membership_parts();
+        if !m.link_lost(&mut cx, j, status) {
             return;
         }
-        tracing::warn!(node = me, peer = j, ?status, "link lost");
-        p.set_link(me, Link::Draining);
-        let sent: Vec<_> = p.sent.drain(..).collect();
-        for s in sent {
+        let mut sent = self.links.peer_mut(j).map(|p| std::mem::take(&mut p.sent)).unwrap_or_default();
+        for s in sent.drain(..) {
             self.entry_lost(j, s);
         }
+        // Keep the queue's room for the next connection (nothing is sent on a
+        // draining link).
+        if let Some(p) = self.links.peer_mut(j) {
+            if p.sent.is_empty() {
+                p.sent = sent;
+            }
+        }
         self.suspect(j, now);
-        self.stats.links_lost += 1;
     }
 
     /// Resets drained links and answers offers that waited for it.
     fn finish_draining(&mut self, now: Now) -> bool {
         let mut busy = false;
         for j in 0..self.n as u8 {
-            let ready = self.links.peer(j).is_some_and(|p| p.link() == Link::Draining && p.sends == 0);
-            if !ready {
+            let (m, mut cx) = self.membership_parts();
+            if !m.reset_if_drained(&mut cx, j) {
                 continue;
             }
             busy = true;
-            self.reset_link(j);
-            if let Some(hello) = self.pending_offer_take(j) {
+            if let Some(hello) = m.take_offer(j) {
                 self.on_hello(hello, now);
             }
         }
         busy
-    }
-
-    /// Puts the queue pair to `j` back in RESET (or makes a new one).
-    pub(super) fn reset_link(&mut self, j: u8) {
-        let me = self.me;
-        let options = self.links.options();
-        let fabric = std::sync::Arc::clone(&self.fabric);
-        let (send_cq, recv_cq) = (self.send_cq.clone(), self.recv_cq.clone());
-        let Some(p) = self.links.peer_mut(j) else { return };
-        let conn = std::mem::replace(&mut p.conn, Conn::Gone);
-        let mut bufs = Vec::new();
-        p.conn = match conn {
-            Conn::Ready(qp) => qp.reset(&mut bufs).map(Conn::Reset).unwrap_or(Conn::Gone),
-            Conn::Reset(qp) => Conn::Reset(qp),
-            Conn::Gone => Conn::Gone,
-        };
-        if matches!(p.conn, Conn::Gone) {
-            match fabric.create_qp(&send_cq, &recv_cq, options) {
-                Ok(qp) => p.conn = Conn::Reset(qp),
-                Err(e) => tracing::error!(node = me, peer = j, error = %e, "cannot create a queue pair"),
-            }
-        }
-        p.recvs = 0;
-        p.heartbeat_posted_ns = None;
-        p.set_link(me, Link::Down);
-        // (Nothing is left in `sent`: the link failed, and that lost every entry.)
-        let leftover: Vec<_> = p.sent.drain(..).collect();
-        for s in leftover {
-            self.entry_lost(j, s);
-        }
     }
 }

@@ -25,6 +25,7 @@ use super::holder::Holder;
 use super::jobs::Jobs;
 use super::lease::Leases;
 use super::links::Links;
+use super::membership::Membership;
 use super::peer::{Conn, Peer};
 use super::pool::Pool;
 use super::repair::Repairer;
@@ -167,10 +168,6 @@ pub struct Node<F: Fabric> {
     pub(super) policy: Policy,
     pub(super) config: Arc<ClusterConfig>,
     pub(super) incarnation: u32,
-    pub(super) pending_offers: Vec<Option<crate::cluster::format::hello::HelloRepr>>,
-    pub(super) heartbeat_ns: u64,
-    pub(super) lease_ns: u64,
-    pub(super) dead_after_ns: u64,
     pub(super) write_timeout_ns: u64,
     pub(super) sync_records: bool,
     pub(super) fabric: Arc<F>,
@@ -188,7 +185,7 @@ pub struct Node<F: Fabric> {
     pub(super) holder: Holder,
     pub(super) outcomes: OutcomeTable,
     pub(super) links: Links<F::Qp>,
-    pub(super) mailbox: Box<dyn Mailbox>,
+    pub(super) membership: Membership,
     /// The writer: this node's writes in flight, held and notified.
     pub(super) writer: Writer,
     pub(super) jobs: Jobs,
@@ -210,8 +207,6 @@ pub struct Node<F: Fabric> {
     pub(super) noisy: LogLimits<{ Noisy::COUNT }>,
     pub(super) stats: NodeStats,
     pub(super) metrics: Metrics,
-    pub(super) next_heartbeat_ns: u64,
-    pub(super) lease_until_ns: u64,
     /// When this node first polled: a peer it has never heard from is judged dead only
     /// `dead_after` from here (a node that was slow to open its files, or whose peers
     /// were, does not call them dead before it has even looked).
@@ -453,10 +448,6 @@ impl<F: Fabric> Node<F> {
             quorum: config.quorum as u32,
             policy: Policy { invalidation: config.invalidation, predictive: config.predictive },
             incarnation,
-            pending_offers: (0..n).map(|_| None).collect(),
-            heartbeat_ns: config.heartbeat_us * 1_000,
-            lease_ns: config.lease_us * 1_000,
-            dead_after_ns: config.dead_after_us * 1_000,
             write_timeout_ns: config.write_timeout_us * 1_000,
             sync_records: config.durability == crate::cluster::config::Durability::Sync,
             fabric,
@@ -473,7 +464,7 @@ impl<F: Fabric> Node<F> {
             holder: Holder::new(logs, entry_buf),
             outcomes,
             links: Links::new(me, peers, qp_options, config.log_slots as u32 + 8, POLL_BATCH),
-            mailbox,
+            membership: Membership::new(&config, mailbox, now),
             writer: Writer::new(writes_max, side_free, next_write_seq, n),
             jobs: Jobs::new(jobs_max as u32),
             reader: Reader::new(gets_max, n, geometry.set_bytes(), stripe_max.data_len()),
@@ -493,8 +484,6 @@ impl<F: Fabric> Node<F> {
             noisy: LogLimits::default(),
             stats: NodeStats::new(n),
             metrics,
-            next_heartbeat_ns: now.mono_ns,
-            lease_until_ns: 0,
             started_ns: None,
             serving: false,
             // A previous incarnation may have committed writes whose own fragment it
@@ -621,7 +610,7 @@ impl<F: Fabric> Node<F> {
     /// Drops the node as a crash would (no cleanup) and hands back its mailbox, the
     /// network endpoint a restarted node takes over.
     pub fn into_mailbox(self) -> Box<dyn Mailbox> {
-        self.mailbox
+        self.membership.into_mailbox()
     }
 
     /// Detaches from the host region cleanly (its successor need not wait out the

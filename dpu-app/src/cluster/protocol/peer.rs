@@ -61,6 +61,28 @@ pub enum Link {
     Draining,
 }
 
+impl Link {
+    /// Whether the link may go from `self` to `to`.
+    fn may_become(self, to: Link) -> bool {
+        use Link as L;
+        match (self, to) {
+            // Reset, from anywhere: a drained link, a failed bring-up, a reconnect.
+            (_, L::Down) => true,
+            // An offer, or its retry.
+            (L::Down | L::Offered { .. }, L::Offered { .. }) => true,
+            // Brought up against the peer's hello (answering its offer, or answered).
+            (L::Down | L::Offered { .. }, L::Connected) => true,
+            // Its first heartbeat answered.
+            (L::Connected, L::Up) => true,
+            // An error completion on a live link (one never up carries no entries).
+            (L::Connected | L::Up, L::Draining) => true,
+            (L::Connected | L::Up | L::Draining, L::Offered { .. } | L::Connected)
+            | (L::Down | L::Offered { .. } | L::Up | L::Draining, L::Up)
+            | (L::Down | L::Offered { .. } | L::Draining, L::Draining) => false,
+        }
+    }
+}
+
 /// This node's trust in the peer's cache directory (this node as a writer).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Trust {
@@ -75,6 +97,22 @@ pub enum Trust {
     /// Its lease has lapsed: writes go ahead without its directory until it honors
     /// the suspicion.
     Excluded,
+}
+
+impl Trust {
+    /// Whether trust may go from `self` to `to`.
+    fn may_become(self, to: Trust) -> bool {
+        use Trust as T;
+        match (self, to) {
+            // A failure to reach it, again or for the first time: the wait restarts.
+            (_, T::Suspect { .. }) => true,
+            // Its lease must have lapsed.
+            (T::Suspect { .. }, T::Excluded) => true,
+            // It honored the suspicion.
+            (T::Suspect { .. } | T::Excluded, T::Trusted) => true,
+            (T::Trusted, T::Trusted | T::Excluded) | (T::Excluded, T::Excluded) => false,
+        }
+    }
 }
 
 /// What the peer advertised in its hello.
@@ -307,8 +345,9 @@ impl<Q: RawQp> Peer<Q> {
         matches!(self.link, Link::Connected | Link::Up) && self.conn.ready().is_some()
     }
 
-    /// Changes the link state (logged).
+    /// Changes the link state (checked, logged).
     pub fn set_link(&mut self, me: u8, to: Link) {
+        assert!(self.link.may_become(to), "node {me}: link to {}: {:?} => {to:?}", self.id, self.link);
         if self.link != to {
             tracing::debug!(node = me, peer = self.id, from = ?self.link, to = ?to, "link");
             self.link = to;
@@ -320,8 +359,9 @@ impl<Q: RawQp> Peer<Q> {
         self.trust
     }
 
-    /// Changes the trust state (logged).
+    /// Changes the trust state (checked, logged).
     pub fn set_trust(&mut self, me: u8, to: Trust) {
+        assert!(self.trust.may_become(to), "node {me}: trust in {}: {:?} => {to:?}", self.id, self.trust);
         if self.trust != to {
             tracing::info!(node = me, peer = self.id, from = ?self.trust, to = ?to, "directory trust");
             self.trust = to;
@@ -336,5 +376,45 @@ impl<Q: RawQp> Peer<Q> {
     /// The shadow guess for `slot`, as a word.
     pub fn guess(&self, slot: u32) -> SlotWord {
         SlotWord::unpack(self.shadow.guess(slot))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_link_comes_up_in_order_and_drains_only_once_connected() {
+        let offered = Link::Offered { at_ns: 1 };
+        for (from, to) in [
+            (Link::Down, offered),
+            (offered, Link::Offered { at_ns: 2 }),
+            (offered, Link::Connected),
+            (Link::Down, Link::Connected),
+            (Link::Connected, Link::Up),
+            (Link::Up, Link::Draining),
+            (Link::Draining, Link::Down),
+            (offered, Link::Down),
+        ] {
+            assert!(from.may_become(to), "{from:?} => {to:?}");
+        }
+        for (from, to) in [
+            (Link::Down, Link::Up),
+            (Link::Draining, Link::Connected),
+            (Link::Down, Link::Draining),
+            (Link::Up, Link::Connected),
+        ] {
+            assert!(!from.may_become(to), "{from:?} => {to:?}");
+        }
+    }
+
+    #[test]
+    fn a_trusted_directory_is_suspected_before_it_is_excluded() {
+        let suspect = Trust::Suspect { since_ns: 5 };
+        assert!(Trust::Trusted.may_become(suspect));
+        assert!(suspect.may_become(Trust::Excluded));
+        assert!(Trust::Excluded.may_become(suspect));
+        assert!(Trust::Excluded.may_become(Trust::Trusted));
+        assert!(!Trust::Trusted.may_become(Trust::Excluded));
     }
 }
