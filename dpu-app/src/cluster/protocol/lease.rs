@@ -259,10 +259,10 @@ impl Leases {
         let l = self.table.get_mut(id).expect("rolling back a lease that is open");
         l.set_state(id, LeaseState::RolledBack);
         let mut rollbacks = [None; NODES_MAX];
-        for j in 0..NODES_MAX {
+        for (j, rollback) in rollbacks.iter_mut().enumerate() {
             if let LeaseMark::Placed { placed, prior } = l.marks[j] {
                 l.set_mark(id, j as u8, LeaseMark::Settled);
-                rollbacks[j] = Some(Rollback { host: j as u8, placed, prior });
+                *rollback = Some(Rollback { host: j as u8, placed, prior });
             }
         }
         let key_id = l.key_id;
