@@ -8,11 +8,11 @@
 //! to `Node`, which [`Membership::on_hello`] asks for with [`HelloNext::Reconnect`].
 
 use super::membership::{MemberCx, Membership};
-use super::node::{Node, Now};
 use super::peer::{Conn, Link, Remote};
+use super::time::Now;
 use super::wr::{Kind, WrId};
 use crate::cluster::format::hello::{HelloKind, HelloRepr};
-use crate::fabric::{Fabric, RemoteRegion, WcStatus};
+use crate::fabric::{Fabric, RemoteRegion};
 
 /// How long an offer waits for its answer before it is sent again.
 const OFFER_RETRY_NS: u64 = 20_000_000;
@@ -68,12 +68,8 @@ impl Membership {
             Conn::Gone => unreachable!("hellos are built for a queue pair"),
         };
         let a = &cx.advert;
-        let (log, applied) = match a.holder.log(j) {
-            Some((log, mr)) => (mr.remote(), log.applied_seq()),
-            None => unreachable!("every peer has a log here"),
-        };
+        let Some(log) = a.logs.advert(j) else { unreachable!("every peer has a log here") };
         let geometry = a.store.geometry();
-        let log_geometry = a.holder.log(j).map(|(l, _)| l.geometry()).expect("a log");
         HelloRepr {
             from: cx.me,
             to: j,
@@ -82,7 +78,7 @@ impl Membership {
             cluster_hash: a.config.cluster_hash(),
             endpoint,
             control: cx.control.remote(),
-            log,
+            log: log.region,
             acks: RemoteRegion { addr: 0, len: 0, rkey: 0 },
             store: a.store_mr.remote(),
             directory: a.directory_mr.map_or(RemoteRegion { addr: 0, len: 0, rkey: 0 }, |mr| mr.remote()),
@@ -90,9 +86,9 @@ impl Membership {
             store_sets: geometry.sets(),
             store_ways: geometry.ways(),
             store_record_bytes: geometry.record_bytes(),
-            log_slots: log_geometry.slots(),
-            log_slot_bytes: log_geometry.slot_bytes(),
-            applied,
+            log_slots: log.geometry.slots(),
+            log_slot_bytes: log.geometry.slot_bytes(),
+            applied: log.applied,
         }
     }
 
@@ -167,7 +163,7 @@ impl Membership {
         let me = cx.me;
         let recv_depth = cx.links.options().recv_depth as u32;
         let resync_from = cx.advert.next_write_seq.saturating_sub(cx.advert.config.outcome_entries as u64).max(1);
-        let zero = &cx.pools.zero;
+        let zero = cx.zero_pool;
         let Some(p) = cx.links.peer_mut(j) else { return false };
         p.conn_gen = p.conn_gen.wrapping_add(1);
         let gen = p.conn_gen & crate::limits::WR_INDEX_MAX;
@@ -246,36 +242,5 @@ impl Membership {
         p.recvs = 0;
         p.heartbeat_posted_ns = None;
         p.set_link(me, Link::Down);
-    }
-}
-
-// ---- dispatch: Node delivers hellos and fails the links they reconnect -------------
-
-impl<F: Fabric> Node<F> {
-    /// Handles every hello the mailbox holds.
-    pub(super) fn poll_mailbox(&mut self, now: Now) -> bool {
-        let mut busy = false;
-        while let Some(hello) = self.membership.next_hello() {
-            busy = true;
-            self.on_hello(hello, now);
-        }
-        busy
-    }
-
-    /// One hello from the mailbox.
-    pub(super) fn on_hello(&mut self, hello: HelloRepr, now: Now) {
-        let j = hello.from;
-        let (m, mut cx) = self.membership_parts();
-        if m.on_hello(&mut cx, hello) == HelloNext::Done {
-            return;
-        }
-        if self.links.peer(j).is_some_and(|p| p.link() != Link::Draining) {
-            self.link_failed(j, WcStatus::Flushed, now);
-        }
-        let (m, mut cx) = self.membership_parts();
-        if m.reset_if_idle(&mut cx, j) {
-            let hello = m.take_offer(j).expect("just stored");
-            self.on_hello(hello, now);
-        }
     }
 }

@@ -13,16 +13,36 @@ use prescient_shim::directory::SlotWord;
 
 use super::host_directory::HostDirectory;
 use super::links::Links;
-use super::node::{Node, Noisy, Now, Owner, Started};
 use super::pool::Pool;
 use super::slotjob::{self, Finished, Intent, Job, Step};
-use super::slots::{Handle, JobId, SlotTable, WriteId};
+use super::slots::{Handle, JobId, LeaseId, SlotTable, WriteId};
 use super::stats::NodeStats;
+use super::time::Now;
 use super::wr::{Kind, WrId};
 use crate::cluster::hlc::Hlc;
-use crate::fabric::{Fabric, Op, RawQp, WcOpcode};
+use crate::fabric::{Op, RawQp, WcOpcode};
 use crate::limits::WR_INDEX_MAX;
-use crate::log_limit::LogLimits;
+use crate::log_limit::LogLimit;
+
+/// Who a directory job reports to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Owner {
+    /// The mark of a write in the job's host's directory.
+    Write(WriteId),
+    /// The mark of a lease in the job's host's directory.
+    Lease(LeaseId),
+    /// Nobody (a commit or rollback whose owner is gone).
+    Detached,
+}
+
+/// How starting a directory job went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Started {
+    /// It finished at once (the local directory, or no room for it).
+    Finished(Finished),
+    /// It runs as job `0`; the owner hears how it ends when it does.
+    Running(JobId),
+}
 
 /// log2 of the entries remembering each (host, slot)'s latest directory job.
 const RECENT_JOBS_BITS: u32 = 12;
@@ -58,8 +78,6 @@ pub(super) struct JobCx<'a, Q: RawQp> {
     pub hlc: &'a mut Hlc,
     /// Counters.
     pub stats: &'a mut NodeStats,
-    /// Rate limits of the node's noisy log lines.
-    pub noisy: &'a mut LogLimits<{ Noisy::COUNT }>,
 }
 
 /// What a job of a write asks of the writer while it runs.
@@ -96,6 +114,8 @@ pub(super) struct Jobs {
     /// The latest job started on each (host, slot), hashed: a job behind it on the same
     /// queue pair expects the word it places.
     recent: Vec<Option<JobId>>,
+    /// The rate limit of the "job table full" log line (the condition is counted).
+    table_full_log: LogLimit,
 }
 
 /// The work-request id of guess `which` (0 or 1) of job `id` on `host`: a = the job's
@@ -114,7 +134,11 @@ impl Jobs {
     /// Room for `capacity` jobs (two CAS pool words each).
     pub(super) fn new(capacity: u32) -> Self {
         assert!(capacity * 2 <= WR_INDEX_MAX + 1, "{capacity} jobs' CAS words do not fit a work-request index");
-        Self { table: SlotTable::new(capacity), recent: vec![None; 1 << RECENT_JOBS_BITS] }
+        Self {
+            table: SlotTable::new(capacity),
+            recent: vec![None; 1 << RECENT_JOBS_BITS],
+            table_full_log: LogLimit::new(),
+        }
     }
 
     /// Starts `intent` on slot `slot` of host `host`'s directory for `owner`, from
@@ -156,7 +180,7 @@ impl Jobs {
         };
         let Some(id) = self.table.reserve() else {
             cx.stats.job_table_full += 1;
-            if let Some(left_out) = cx.noisy.admit(Noisy::JobTableFull as usize, prescient_shim::sys::monotonic_ns()) {
+            if let Some(left_out) = self.table_full_log.admit(prescient_shim::sys::monotonic_ns()) {
                 tracing::warn!(node = cx.me, left_out, "directory job table full");
             }
             return Started::Finished(Finished::Failed);
@@ -284,80 +308,5 @@ impl Jobs {
                 Some(JobDone { owner: entry.owner, host, slot, intent: entry.intent, finished: f, suspect })
             }
         }
-    }
-}
-
-// ---- dispatch: Node passes jobs their context and their ends to the owners ---------
-
-impl<F: Fabric> Node<F> {
-    /// The jobs role and its context, from disjoint fields of the node.
-    fn job_parts(&mut self) -> (&mut Jobs, JobCx<'_, F::Qp>) {
-        let cx = JobCx {
-            me: self.me,
-            links: &mut self.links,
-            cas: &self.pools.cas,
-            directory: HostDirectory::new(&self.region, self.directory_slots),
-            hlc: &mut self.hlc,
-            stats: &mut self.stats,
-            noisy: &mut self.noisy,
-        };
-        (&mut self.jobs, cx)
-    }
-
-    /// Starts `intent` on slot `slot` of host `host`'s directory for `owner` (see
-    /// [`Jobs::start`]); a job that runs tells its owner through [`Node::on_job_done`].
-    pub(super) fn start_job(
-        &mut self,
-        owner: Owner,
-        host: u8,
-        slot: u32,
-        intent: Intent,
-        guess: Option<u64>,
-    ) -> Started {
-        let (jobs, mut cx) = self.job_parts();
-        jobs.start(&mut cx, owner, host, slot, intent, guess)
-    }
-
-    /// A CAS completion: the job takes its result; its end goes to the owner.
-    pub(super) fn on_cas_completion(&mut self, wr_id: WrId, ok: bool, now: Now) {
-        let mut cx = JobCx {
-            me: self.me,
-            links: &mut self.links,
-            cas: &self.pools.cas,
-            directory: HostDirectory::new(&self.region, self.directory_slots),
-            hlc: &mut self.hlc,
-            stats: &mut self.stats,
-            noisy: &mut self.noisy,
-        };
-        if let Some(done) = self.jobs.on_cas_result(&mut cx, wr_id, ok, now, &self.writer) {
-            self.on_job_done(done, now);
-        }
-    }
-
-    /// Tells a job's owner how it ended (suspecting the host first if it must be).
-    pub(super) fn on_job_done(&mut self, done: JobDone, now: Now) {
-        let JobDone { owner, host, slot, intent, finished, suspect } = done;
-        if suspect {
-            self.suspect(host, now);
-        }
-        match owner {
-            Owner::Write(id) => self.write_job_done(id, host, slot, intent, finished, now),
-            Owner::Lease(id) => self.lease_job_done(id, host, slot, intent, finished),
-            Owner::Detached => {}
-        }
-    }
-
-    /// Revokes this node's whole host directory (at start, and on a peer's suspicion).
-    pub(super) fn revoke_directory(&mut self) {
-        HostDirectory::new(&self.region, self.directory_slots).revoke(self.me, &mut self.stats);
-    }
-}
-
-impl Writes for super::replicate::Writer {
-    fn is_deciding(&self, id: WriteId) -> bool {
-        super::replicate::Writer::is_deciding(self, id)
-    }
-    fn before_deadline(&self, id: WriteId, now: Now) -> bool {
-        super::replicate::Writer::before_deadline(self, id, now)
     }
 }

@@ -31,21 +31,22 @@ use prescient_shim::directory;
 use prescient_shim::layout::header;
 use prescient_shim::region::Region;
 
-use super::holder::Holder;
 use super::host_directory::HostDirectory;
 use super::links::Links;
-use super::node::{Node, Now, Pools};
 use super::peer::{Link, Trust};
+use super::pool::Pool;
 use super::stats::NodeStats;
+use super::time::Now;
 use super::wr::{Kind, WrId};
 use crate::cluster::config::ClusterConfig;
 use crate::cluster::format::control::{
     first_epoch, ControlBlock, ControlView, CONTROL_BYTES, SUSPICIONS_PER_INCARNATION_MAX,
 };
 use crate::cluster::format::hello::HelloRepr;
+use crate::cluster::format::log::LogGeometry;
 use crate::cluster::format::store::Store;
 use crate::cluster::run::rendezvous::Mailbox;
-use crate::fabric::{Fabric, MemoryRegion, Op, WcStatus};
+use crate::fabric::{Fabric, MemoryRegion, Op, RemoteRegion, WcStatus};
 
 /// Membership and connections: heartbeat timer, the host's directory lease, the
 /// mailbox hellos come and go through, and offers waiting for a link to drain.
@@ -75,12 +76,29 @@ impl std::fmt::Debug for Membership {
     }
 }
 
+/// What a hello advertises of the log a peer's writes land in here.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct LogAdvert {
+    /// The log's registration, for the peer's WRITEs.
+    pub region: RemoteRegion,
+    /// The last entry applied from it (the peer continues after it).
+    pub applied: u64,
+    /// Its slots.
+    pub geometry: LogGeometry,
+}
+
+/// The logs of the peers' writes on this node (the holder keeps them).
+pub(super) trait PeerLogs {
+    /// Peer `j`'s log here, if it is a peer.
+    fn advert(&self, j: u8) -> Option<LogAdvert>;
+}
+
 /// What this node advertises in a hello, and where a new link's resync starts.
 pub(super) struct Advert<'a> {
     /// The cluster (its hash, the outcome table's size).
     pub config: &'a ClusterConfig,
-    /// The holder of the peers' logs here.
-    pub holder: &'a Holder,
+    /// The logs the peers' writes land in here.
+    pub logs: &'a dyn PeerLogs,
     /// The fragment store.
     pub store: &'a Store,
     /// Its registration.
@@ -107,8 +125,10 @@ pub(super) struct MemberCx<'a, F: Fabric> {
     pub links: &'a mut Links<F::Qp>,
     /// This node's control block (its epochs).
     pub control: &'a ControlBlock,
-    /// Heartbeat READ targets (`control`) and the zero-length receive buffer (`zero`).
-    pub pools: &'a Pools,
+    /// Heartbeat READ targets, one per peer.
+    pub control_pool: &'a Pool,
+    /// The zero-length receive buffer.
+    pub zero_pool: &'a Pool,
     /// The host region (where the lease and the peers up are published).
     pub region: &'a Region,
     /// The host's directory (revoked, or swept of a dead writer's marks).
@@ -185,7 +205,7 @@ impl Membership {
             return;
         }
         let Some(remote) = p.remote else { return };
-        let buf = cx.pools.control.buf(u32::from(j), CONTROL_BYTES);
+        let buf = cx.control_pool.buf(u32::from(j), CONTROL_BYTES);
         if let Some(p) = cx.links.peer_mut(j) {
             p.heartbeat_posted_ns = Some(now.mono_ns);
         }
@@ -202,7 +222,7 @@ impl Membership {
             return Heard::Nothing;
         }
         let mut bytes = [0u8; CONTROL_BYTES];
-        cx.pools.control.read(u32::from(j), &mut bytes);
+        cx.control_pool.read(u32::from(j), &mut bytes);
         let view = match ControlView::new_checked(bytes, j) {
             Ok(v) => v,
             Err(e) => {
@@ -376,133 +396,5 @@ impl Membership {
             self.reset_link(cx, j);
         }
         idle
-    }
-}
-
-// ---- dispatch: Node runs membership's timers and passes on what they ask -----------
-
-impl<F: Fabric> Node<F> {
-    /// Membership and its context, from disjoint fields of the node.
-    pub(super) fn membership_parts(&mut self) -> (&mut Membership, MemberCx<'_, F>) {
-        let cx = MemberCx {
-            me: self.me,
-            n: self.n,
-            incarnation: self.incarnation,
-            started_ns: self.started_ns,
-            links: &mut self.links,
-            control: &self.control,
-            pools: &self.pools,
-            region: &self.region,
-            directory: HostDirectory::new(&self.region, self.directory_slots),
-            stats: &mut self.stats,
-            fabric: &*self.fabric,
-            cqs: (&self.send_cq, &self.recv_cq),
-            advert: Advert {
-                config: &self.config,
-                holder: &self.holder,
-                store: &self.store,
-                store_mr: &self.store_mr,
-                directory_mr: self.directory_mr.as_deref(),
-                directory_slots: self.directory_slots,
-                next_write_seq: self.writer.next_write_seq(),
-            },
-        };
-        (&mut self.membership, cx)
-    }
-
-    /// Timers: heartbeats, exclusion, dead peers, leases, offers, drained links.
-    pub(super) fn run_timers(&mut self, now: Now) -> bool {
-        let mut busy = self.finish_draining(now);
-        if !self.membership.heartbeat_due(now) {
-            return busy;
-        }
-        busy = true;
-        self.control.beat();
-        self.host.beat();
-        self.host.watch_host(std::time::Instant::now(), &mut self.metrics);
-        for j in 0..self.n as u8 {
-            if j == self.me {
-                continue;
-            }
-            let (m, mut cx) = self.membership_parts();
-            m.offer_if_due(&mut cx, j, now);
-            m.post_heartbeat(&mut cx, j, now);
-            self.resync(j, now);
-            let (m, mut cx) = self.membership_parts();
-            if m.check_trust(&mut cx, j, now) {
-                self.skip_failed_marks(j);
-            }
-            let (m, mut cx) = self.membership_parts();
-            if m.check_dead(&mut cx, j, now) {
-                // Writes waiting on the dead peer's fragment stop waiting.
-                self.writer.holder_dead(j);
-            }
-        }
-        self.resync_own(now);
-        let (m, mut cx) = self.membership_parts();
-        m.renew_lease(&mut cx, now);
-        self.expire_leases(now);
-        let (m, cx) = self.membership_parts();
-        m.publish_peers_up(&cx);
-        busy
-    }
-
-    /// A heartbeat READ of peer `j` came back.
-    pub(super) fn on_heartbeat(&mut self, j: u8, ok: bool, now: Now) {
-        let (m, mut cx) = self.membership_parts();
-        match m.on_heartbeat(&mut cx, j, ok) {
-            Heard::Nothing => {}
-            Heard::Refused => self.link_failed(j, WcStatus::RemoteOperation, now),
-            Heard::Readmitted => self.skip_failed_marks(j),
-        }
-    }
-
-    /// This node failed to reach peer `j`'s directory (or lost its link to it).
-    pub(super) fn suspect(&mut self, j: u8, now: Now) {
-        let (m, mut cx) = self.membership_parts();
-        m.suspect(&mut cx, j, now);
-    }
-
-    /// Writes waiting on a failed mark at `j` go ahead: `j` has revoked its directory
-    /// after our suspicion epoch, or its lease has lapsed.
-    fn skip_failed_marks(&mut self, j: u8) {
-        self.writer.host_excluded(j);
-    }
-
-    /// The link to `j` failed (an error completion): stop posting, fail what waited on
-    /// acknowledgements, suspect its directory, and reset once the rest has flushed.
-    pub(super) fn link_failed(&mut self, j: u8, status: WcStatus, now: Now) {
-        let (m, mut cx) = self.membership_parts();
-        if !m.link_lost(&mut cx, j, status) {
-            return;
-        }
-        let mut sent = self.links.peer_mut(j).map(|p| std::mem::take(&mut p.sent)).unwrap_or_default();
-        for s in sent.drain(..) {
-            self.entry_lost(j, s);
-        }
-        // Keep the queue's room for the next connection (nothing is sent on a
-        // draining link).
-        if let Some(p) = self.links.peer_mut(j) {
-            if p.sent.is_empty() {
-                p.sent = sent;
-            }
-        }
-        self.suspect(j, now);
-    }
-
-    /// Resets drained links and answers offers that waited for it.
-    fn finish_draining(&mut self, now: Now) -> bool {
-        let mut busy = false;
-        for j in 0..self.n as u8 {
-            let (m, mut cx) = self.membership_parts();
-            if !m.reset_if_drained(&mut cx, j) {
-                continue;
-            }
-            busy = true;
-            if let Some(hello) = m.take_offer(j) {
-                self.on_hello(hello, now);
-            }
-        }
-        busy
     }
 }

@@ -18,5 +18,6 @@ mod replicate;
 pub mod slotjob;
 pub mod slots;
 pub mod stats;
+mod time;
 pub mod wr;
 pub mod write;

@@ -30,8 +30,6 @@ use super::peer::{Conn, Peer};
 use super::pool::Pool;
 use super::repair::Repairer;
 use super::replicate::Writer;
-use super::slotjob::Finished;
-use super::slots::{JobId, LeaseId, WriteId};
 use super::stats::NodeStats;
 use super::wr::{Kind, WrId};
 use crate::cluster::config::{ClusterConfig, Invalidation};
@@ -54,15 +52,14 @@ use crate::seal::{bump_epoch, Sealer};
 use crate::stripe::{ReedSolomon, StripeLayout};
 use crate::Error;
 
-/// The time a poll runs at: a monotonic clock (leases, timers; the same clock the
-/// host's directory lease is read against) and wall-clock microseconds (versions).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Now {
-    /// Monotonic nanoseconds.
-    pub mono_ns: u64,
-    /// Wall-clock microseconds since the Unix epoch.
-    pub wall_us: u64,
-}
+pub use super::jobs::{Owner, Started};
+pub use super::time::Now;
+
+// The node's dispatch for the roles that return what they want done: each file builds
+// its role's context from the node's fields and passes the role's effects on.
+mod jobs;
+mod leases;
+mod membership;
 
 /// What a node needs to start.
 pub struct NodeSetup<F: Fabric> {
@@ -92,26 +89,6 @@ pub struct Policy {
     pub invalidation: Invalidation,
     /// Whether predictor leases pre-invalidate predicted keys.
     pub predictive: bool,
-}
-
-/// Who a directory job reports to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Owner {
-    /// The mark of a write in the job's host's directory.
-    Write(WriteId),
-    /// The mark of a lease in the job's host's directory.
-    Lease(LeaseId),
-    /// Nobody (a commit or rollback whose owner is gone).
-    Detached,
-}
-
-/// How starting a directory job went.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Started {
-    /// It finished at once (the local directory, or no room for it).
-    Finished(Finished),
-    /// It runs as job `0`; the owner hears through `on_job_done`.
-    Running(JobId),
 }
 
 /// The node's staging pools.
@@ -145,8 +122,6 @@ pub(super) enum Noisy {
     EntryRefused,
     /// A GET met a fragment that failed its checks, or a frame that does not open.
     GetFragmentRefused,
-    /// The directory job table had no room.
-    JobTableFull,
     /// The fragment store had no room for a fragment.
     StoreFull,
     /// A peer's resync reached the newest write (repair's progress).
@@ -155,7 +130,7 @@ pub(super) enum Noisy {
 
 impl Noisy {
     /// Number of reasons.
-    pub(super) const COUNT: usize = 8;
+    pub(super) const COUNT: usize = 7;
 }
 
 /// One node.
