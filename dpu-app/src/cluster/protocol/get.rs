@@ -25,8 +25,9 @@ use prescient_shim::region::Region;
 use prescient_shim::Status;
 
 use super::links::Links;
-use super::node::{Node, Noisy, Now, Pools};
-use super::pool::Pool;
+use super::node::{Node, Now};
+use super::noisy::Noisy;
+use super::pool::{Pool, Pools};
 use super::slots::{GetId, Handle, SlotTable};
 use super::stats::NodeStats;
 use super::wr::{Kind, WrId};

@@ -16,8 +16,11 @@
 
 use std::sync::Arc;
 
+use super::ack::{ACK_FLAG, ACK_FULL, ACK_OK, ACK_REFUSED};
 use super::links::Links;
-use super::node::{Node, Noisy, Now, Pools};
+use super::node::{Node, Now};
+use super::noisy::Noisy;
+use super::pool::Pools;
 use super::stats::NodeStats;
 use super::wr::{Kind, WrId};
 use crate::cluster::format::entry::{EntryKind, HEADER_LEN as ENTRY_HEADER_LEN};
@@ -28,16 +31,6 @@ use crate::cluster::hlc::Hlc;
 use crate::fabric::{Fabric, MemoryRegion, Op, RawQp, WcStatus};
 use crate::log_limit::LogLimits;
 use crate::stripe::HeaderRepr;
-
-/// Set in the immediate of an acknowledgement (entries' immediates are sequence
-/// numbers below 2^31).
-pub const ACK_FLAG: u32 = 1 << 31;
-/// Acknowledgement status: persisted.
-pub const ACK_OK: u32 = 0;
-/// Acknowledgement status: the entry was malformed or inconsistent, and skipped.
-pub const ACK_REFUSED: u32 = 1;
-/// Acknowledgement status: the store has no room for the fragment.
-pub const ACK_FULL: u32 = 2;
 
 /// A log of this node's, for one writer, and its registration.
 pub type WriterLog = (FragmentLog, Arc<MemoryRegion>);

@@ -1,6 +1,7 @@
 //! The protocol: one single-threaded state machine per node ([`node::Node`], driven by
 //! `poll(now)`) and the roles it dispatches to.
 
+mod ack;
 mod connect;
 pub mod get;
 mod holder;
@@ -11,6 +12,7 @@ pub mod lease;
 pub mod links;
 mod membership;
 pub mod node;
+mod noisy;
 pub mod peer;
 pub mod pool;
 pub mod repair;

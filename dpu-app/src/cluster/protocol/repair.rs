@@ -20,9 +20,9 @@
 use prescient_shim::region::Region;
 
 use super::links::Links;
-use super::node::{rewind, Node, Now, Pools};
-use super::peer::Sent;
-use super::pool::Pool;
+use super::node::{Node, Now};
+use super::peer::{rewind, Sent};
+use super::pool::{Pool, Pools};
 use super::slots::{Handle, RepairId, SlotTable};
 use super::stats::NodeStats;
 use super::wr::{Kind, WrId};

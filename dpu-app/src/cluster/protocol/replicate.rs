@@ -32,16 +32,20 @@ use prescient_shim::directory::{self, SlotState};
 use prescient_shim::region::Region;
 use prescient_shim::Status;
 
+use super::jobs::{Owner, Started};
 use super::lease::LeaseMark;
 use super::links::Links;
-use super::node::{rewind, Node, Noisy, Now, Owner, Policy, Pools, Started};
+use super::node::{Node, Now};
+use super::noisy::Noisy;
+use super::peer::rewind;
 use super::peer::{Sent, Trust};
+use super::pool::Pools;
 use super::slotjob::{Finished, Intent};
 use super::slots::{Handle, NoticeId, SlotTable, WriteId};
 use super::stats::NodeStats;
 use super::wr::{Kind, WrId};
 use super::write::{End, Mark, NewWrite, Phase, Write};
-use crate::cluster::config::Invalidation;
+use crate::cluster::config::{Invalidation, Policy};
 use crate::cluster::format::crc_combine::ShiftCache;
 use crate::cluster::format::entry::{
     EntryKind, EntryRepr, Outcome as Decision, OutcomeRecordRepr, HEADER_LEN as ENTRY_HEADER_LEN,
@@ -52,7 +56,7 @@ use crate::cluster::format::store::Store;
 use crate::cluster::hlc::{Hlc, HlcFloor};
 use crate::fabric::{Fabric, MemoryRegion, Op, RawQp};
 use crate::histogram::WriteStage;
-use crate::limits::NODES_MAX;
+use crate::limits::{FRAGMENT_HEAD_BYTES, NODES_MAX};
 use crate::limits::{NOTICE_RECORDS_MAX, OUTCOME_RECORD_BYTES as OUTCOME_RECORD_LEN, RESYNC_CHUNK};
 use crate::log_limit::LogLimits;
 use crate::metrics::Metrics;
@@ -216,23 +220,18 @@ pub(super) fn post_fragment_entry<Q: RawQp>(
     let seq = p.next_seq;
     p.next_seq += 1;
     p.sent.push_back(sent);
-    p.bytes_out += (super::node::FRAGMENT_HEAD_BYTES + f) as u64;
+    p.bytes_out += (FRAGMENT_HEAD_BYTES + f) as u64;
     entry.seq = seq;
-    let mut head = [0u8; super::node::FRAGMENT_HEAD_BYTES];
+    let mut head = [0u8; FRAGMENT_HEAD_BYTES];
     entry.emit(&mut head[..ENTRY_HEADER_LEN]);
     head[ENTRY_HEADER_LEN..].copy_from_slice(frag_header);
     pools.header.write(staging, &head);
     let log_at = (seq % u64::from(remote.log_slots)) * u64::from(remote.log_slot_bytes);
     if f > 0 {
         let buf = arena_mr.buf(bytes_at, f).expect("fragment inside the arena");
-        links.post(
-            h,
-            ids.0,
-            Op::Write { remote: remote.log.at(log_at + super::node::FRAGMENT_HEAD_BYTES as u64), imm: None },
-            buf,
-        );
+        links.post(h, ids.0, Op::Write { remote: remote.log.at(log_at + FRAGMENT_HEAD_BYTES as u64), imm: None }, buf);
     }
-    let buf = pools.header.buf(staging, super::node::FRAGMENT_HEAD_BYTES);
+    let buf = pools.header.buf(staging, FRAGMENT_HEAD_BYTES);
     links.post(h, ids.1, Op::Write { remote: remote.log.at(log_at), imm: Some((seq & 0x7fff_ffff) as u32) }, buf);
 }
 
@@ -1531,7 +1530,7 @@ impl<F: Fabric> Node<F> {
             self.link_failed(peer, crate::fabric::WcStatus::RemoteOperation, now);
             return;
         }
-        let ok = status == super::holder::ACK_OK;
+        let ok = status == super::ack::ACK_OK;
         match sent {
             Sent::Fragment { write, .. } => {
                 self.with_writer(now, |w, cx| w.fragment_acked(cx, write, peer, ok, status))
