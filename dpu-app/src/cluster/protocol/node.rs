@@ -58,9 +58,13 @@ pub use super::time::Now;
 
 // The node's dispatch for the roles that return what they want done: each file builds
 // its role's context from the node's fields and passes the role's effects on.
+mod hold;
 mod jobs;
 mod leases;
 mod membership;
+mod read;
+mod repair;
+mod write;
 
 /// What a node needs to start.
 pub struct NodeSetup<F: Fabric> {
