@@ -53,7 +53,6 @@ use crate::seal::{bump_epoch, Sealer};
 use crate::stripe::{ReedSolomon, StripeLayout};
 use crate::Error;
 
-pub use super::jobs::{Owner, Started};
 pub use super::time::Now;
 
 // The node's dispatch for the roles that return what they want done: each file builds

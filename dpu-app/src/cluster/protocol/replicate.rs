@@ -31,13 +31,12 @@ use prescient_shim::directory::{self, SlotState};
 use prescient_shim::region::Region;
 use prescient_shim::Status;
 
-use super::jobs::{Owner, Started};
 use super::links::Links;
 use super::noisy::Noisy;
 use super::peer::rewind;
 use super::peer::{Sent, Trust};
 use super::pool::Pools;
-use super::slotjob::{Finished, Intent};
+use super::slotjob::{Finished, Intent, Owner, Started};
 use super::slots::{Handle, NoticeId, SlotTable, WriteId};
 use super::stats::NodeStats;
 use super::time::Now;

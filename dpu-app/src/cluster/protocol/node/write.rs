@@ -18,14 +18,13 @@ use crate::cluster::config::Invalidation;
 use crate::cluster::format::entry::{EntryRepr, Outcome as Decision, OutcomeRecordRepr};
 use crate::cluster::format::outcome::WriteState;
 use crate::cluster::protocol::ack::ACK_OK;
-use crate::cluster::protocol::jobs::Owner;
 use crate::cluster::protocol::lease::LeaseMark;
 use crate::cluster::protocol::noisy::Noisy;
 use crate::cluster::protocol::peer::Sent;
 use crate::cluster::protocol::replicate::{
     post_fragment_entry, slot_for, Held, HeldNext, WriteCx, WriteEffect, Writer,
 };
-use crate::cluster::protocol::slotjob::{Finished, Intent};
+use crate::cluster::protocol::slotjob::{Finished, Intent, Owner};
 use crate::cluster::protocol::slots::WriteId;
 use crate::cluster::protocol::time::Now;
 use crate::cluster::protocol::wr::WrId;
