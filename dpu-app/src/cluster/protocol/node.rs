@@ -7,10 +7,17 @@
 //! leases, dead peers) and publishes the host's completions. Nothing blocks and nothing
 //! reads a clock: an in-process simulator on a manual clock replays a run exactly.
 //!
-//! The roles of a node, each in its own file: writer (`replicate.rs`), holder of other
-//! writers' fragments (`holder.rs`), reader (`get.rs`), predictor leases (`lease.rs`),
-//! directory jobs (`jobs.rs`), membership and directory exclusion (`membership.rs`),
-//! connection setup (`connect.rs`).
+//! `Node` holds one field per role - the writer (`replicate.rs`), the holder of other
+//! writers' fragments (`holder.rs`), the reader (`get.rs`), the repairer (`repair.rs`),
+//! predictor leases (`lease.rs`), directory jobs (`jobs.rs`), membership and connection
+//! setup (`membership.rs`, `connect.rs`) - and the equipment they share (links, pools,
+//! store, outcome table, host region, codecs, clock, stats). This file starts the node,
+//! polls it and routes completions; the dispatch for each role is in a child module,
+//! `node/{write,hold,read,repair,leases,jobs,membership}.rs`, which builds the role's
+//! context from the node's fields and passes the role's effects on. The types the
+//! roles share live below them (`pool.rs`, `noisy.rs`, `ack.rs`, `peer.rs`, `time.rs`,
+//! `crate::cluster::config`, `crate::limits`), never here: the roles do not import
+//! this file.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -55,8 +62,8 @@ use crate::Error;
 
 pub use super::time::Now;
 
-// The node's dispatch for the roles that return what they want done: each file builds
-// its role's context from the node's fields and passes the role's effects on.
+// The node's dispatch, one file per role: each builds its role's context from the
+// node's fields and passes the role's effects on.
 mod hold;
 mod jobs;
 mod leases;
