@@ -17,7 +17,7 @@
 //! the write numbers. A call borrows what it uses of the node through a [`WriteCx`]
 //! (links, host, store, outcome table, pools, sealer, clock, stats) and leaves what
 //! other roles must do - start a directory job, suspect a host - as [`WriteEffect`]s,
-//! which the node's dispatch at the end of this file passes on, in order, before the
+//! which the node's dispatch (`node/write.rs`) passes on, in order, before the
 //! next call. Predicting (the predictor and its leases), taking host requests (PUTs
 //! and GETs come in together), acknowledgements (fragments, notices and repairs share
 //! a log) and the resync of a peer (decisions and repairs) are that dispatch's too.
