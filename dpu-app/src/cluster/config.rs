@@ -105,6 +105,16 @@ pub enum Invalidation {
     None,
 }
 
+/// Which directory-invalidation policy the node runs (the config's `invalidation`
+/// and `predictive`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Policy {
+    /// When directories are invalidated.
+    pub invalidation: Invalidation,
+    /// Whether predictor leases pre-invalidate predicted keys.
+    pub predictive: bool,
+}
+
 impl Invalidation {
     /// The name in the configuration file.
     pub const fn name(self) -> &'static str {

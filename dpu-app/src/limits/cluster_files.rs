@@ -16,6 +16,9 @@ pub const LINE_BYTES: usize = 64;
 
 /// Bytes of a fragment log entry header.
 pub const ENTRY_HEADER_BYTES: usize = 64;
+/// Bytes of an entry header plus a fragment header: what a fragment's
+/// WRITE_WITH_IMM carries (its bytes go in a WRITE before it).
+pub const FRAGMENT_HEAD_BYTES: usize = ENTRY_HEADER_BYTES + FRAGMENT_HEADER_BYTES;
 /// Fewest slots of a fragment log.
 pub const LOG_SLOTS_MIN: u32 = 8;
 /// Most slots of a fragment log.

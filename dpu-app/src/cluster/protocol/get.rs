@@ -25,10 +25,11 @@ use prescient_shim::region::Region;
 use prescient_shim::Status;
 
 use super::links::Links;
-use super::node::{Node, Noisy, Now, Pools};
-use super::pool::Pool;
+use super::noisy::Noisy;
+use super::pool::{Pool, Pools};
 use super::slots::{GetId, Handle, SlotTable};
 use super::stats::NodeStats;
+use super::time::Now;
 use super::wr::{Kind, WrId};
 use crate::cluster::format::record::{gathered_range, key_may_have_spilled, KeySets, RecordState, RecordView};
 use crate::cluster::format::store::{Store, StoreGeometry};
@@ -595,50 +596,6 @@ fn rebuild<F: Fabric>(cx: &mut ReadCx<'_, F>, g: &Get, sets_buf: &[u8], frame: &
 /// `Node::admit_log`): `Some(lines left out since the last one)`.
 fn admit_log(noisy: &mut LogLimits<{ Noisy::COUNT }>) -> Option<u64> {
     noisy.admit(Noisy::GetFragmentRefused as usize, prescient_shim::sys::monotonic_ns())
-}
-
-// ---- Node dispatch: the reader's context from the node's shared equipment ------------
-
-impl<F: Fabric> Node<F> {
-    /// The reader, and what it may use of the node (split borrows of other fields).
-    fn reader_cx(&mut self) -> (&mut Reader, ReadCx<'_, F>) {
-        let cx = ReadCx {
-            me: self.me,
-            n: self.n,
-            k: self.k,
-            m: self.m,
-            write_timeout_ns: self.write_timeout_ns,
-            links: &mut self.links,
-            pools: &self.pools,
-            store: &self.store,
-            region: &self.region,
-            host: &mut self.host,
-            metrics: &mut self.metrics,
-            rs: &mut self.rs,
-            sealer: &self.sealer,
-            hlc: &mut self.hlc,
-            stats: &mut self.stats,
-            noisy: &mut self.noisy,
-        };
-        (&mut self.reader, cx)
-    }
-
-    /// Starts a GET of request `t` (the writer's intake takes it from the host).
-    pub(super) fn start_get(&mut self, t: Taken, now: Now) {
-        let (reader, mut cx) = self.reader_cx();
-        reader.start(&mut cx, t, now);
-    }
-
-    /// A set READ for a GET came back (`spill`: the READ of the spill set).
-    pub(super) fn on_get_read(&mut self, id: WrId, ok: bool, spill: bool) {
-        self.reader.on_read(&self.pools.sets, id, ok, spill);
-    }
-
-    /// Finishes every GET whose reads are all in.
-    pub(super) fn advance_gets(&mut self, now: Now) -> bool {
-        let (reader, mut cx) = self.reader_cx();
-        reader.advance(&mut cx, now)
-    }
 }
 
 #[cfg(test)]

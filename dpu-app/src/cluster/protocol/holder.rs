@@ -16,8 +16,10 @@
 
 use std::sync::Arc;
 
+use super::ack::{ACK_FLAG, ACK_FULL, ACK_OK, ACK_REFUSED};
 use super::links::Links;
-use super::node::{Node, Noisy, Now, Pools};
+use super::noisy::Noisy;
+use super::pool::Pools;
 use super::stats::NodeStats;
 use super::wr::{Kind, WrId};
 use crate::cluster::format::entry::{EntryKind, HEADER_LEN as ENTRY_HEADER_LEN};
@@ -25,19 +27,9 @@ use crate::cluster::format::log::{EntryBuf, FragmentLog};
 use crate::cluster::format::record::RecordRepr;
 use crate::cluster::format::store::{Inserted, Store, StoreError};
 use crate::cluster::hlc::Hlc;
-use crate::fabric::{Fabric, MemoryRegion, Op, RawQp, WcStatus};
+use crate::fabric::{MemoryRegion, Op, RawQp};
 use crate::log_limit::LogLimits;
 use crate::stripe::HeaderRepr;
-
-/// Set in the immediate of an acknowledgement (entries' immediates are sequence
-/// numbers below 2^31).
-pub const ACK_FLAG: u32 = 1 << 31;
-/// Acknowledgement status: persisted.
-pub const ACK_OK: u32 = 0;
-/// Acknowledgement status: the entry was malformed or inconsistent, and skipped.
-pub const ACK_REFUSED: u32 = 1;
-/// Acknowledgement status: the store has no room for the fragment.
-pub const ACK_FULL: u32 = 2;
 
 /// A log of this node's, for one writer, and its registration.
 pub type WriterLog = (FragmentLog, Arc<MemoryRegion>);
@@ -54,17 +46,17 @@ pub enum HolderEffect {
 
 /// What the holder may use of its node for one call.
 pub struct HoldCx<'a, Q: RawQp> {
-    me: u8,
-    k: usize,
-    m: usize,
-    sync_records: bool,
-    log_slots: u64,
-    links: &'a mut Links<Q>,
-    store: &'a mut Store,
-    hlc: &'a mut Hlc,
-    stats: &'a mut NodeStats,
-    noisy: &'a mut LogLimits<{ Noisy::COUNT }>,
-    pools: &'a Pools,
+    pub(super) me: u8,
+    pub(super) k: usize,
+    pub(super) m: usize,
+    pub(super) sync_records: bool,
+    pub(super) log_slots: u64,
+    pub(super) links: &'a mut Links<Q>,
+    pub(super) store: &'a mut Store,
+    pub(super) hlc: &'a mut Hlc,
+    pub(super) stats: &'a mut NodeStats,
+    pub(super) noisy: &'a mut LogLimits<{ Noisy::COUNT }>,
+    pub(super) pools: &'a Pools,
 }
 
 impl<Q: RawQp> HoldCx<'_, Q> {
@@ -290,42 +282,5 @@ impl Holder {
                 cx.stats.entries_replayed += replayed;
             }
         }
-    }
-}
-
-// ---- the node's dispatch for the holder ------------------------------------------------
-
-impl<F: Fabric> Node<F> {
-    /// The holder and its context, borrowed from disjoint fields.
-    fn hold_cx(&mut self) -> (&mut Holder, HoldCx<'_, F::Qp>) {
-        let cx = HoldCx {
-            me: self.me,
-            k: self.k,
-            m: self.m,
-            sync_records: self.sync_records,
-            log_slots: self.config.log_slots as u64,
-            links: &mut self.links,
-            store: &mut self.store,
-            hlc: &mut self.hlc,
-            stats: &mut self.stats,
-            noisy: &mut self.noisy,
-            pools: &self.pools,
-        };
-        (&mut self.holder, cx)
-    }
-
-    /// Writer `w` announced the entry with sequence (low 31 bits) `imm` in our log.
-    pub(super) fn on_entry(&mut self, w: u8, imm: u32, now: Now) {
-        let (holder, mut cx) = self.hold_cx();
-        match holder.on_entry(&mut cx, w, imm) {
-            Some(HolderEffect::LinkFailed { peer }) => self.link_failed(peer, WcStatus::RemoteOperation, now),
-            None => {}
-        }
-    }
-
-    /// After a restart: applies what the logs hold beyond their applied sequence.
-    pub(super) fn replay_logs(&mut self) {
-        let (holder, mut cx) = self.hold_cx();
-        holder.replay_logs(&mut cx);
     }
 }

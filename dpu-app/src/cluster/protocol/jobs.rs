@@ -14,8 +14,8 @@ use prescient_shim::directory::SlotWord;
 use super::host_directory::HostDirectory;
 use super::links::Links;
 use super::pool::Pool;
-use super::slotjob::{self, Finished, Intent, Job, Step};
-use super::slots::{Handle, JobId, LeaseId, SlotTable, WriteId};
+use super::slotjob::{self, Finished, Intent, Job, Owner, Started, Step};
+use super::slots::{Handle, JobId, SlotTable, WriteId};
 use super::stats::NodeStats;
 use super::time::Now;
 use super::wr::{Kind, WrId};
@@ -23,26 +23,6 @@ use crate::cluster::hlc::Hlc;
 use crate::fabric::{Op, RawQp, WcOpcode};
 use crate::limits::WR_INDEX_MAX;
 use crate::log_limit::LogLimit;
-
-/// Who a directory job reports to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Owner {
-    /// The mark of a write in the job's host's directory.
-    Write(WriteId),
-    /// The mark of a lease in the job's host's directory.
-    Lease(LeaseId),
-    /// Nobody (a commit or rollback whose owner is gone).
-    Detached,
-}
-
-/// How starting a directory job went.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Started {
-    /// It finished at once (the local directory, or no room for it).
-    Finished(Finished),
-    /// It runs as job `0`; the owner hears how it ends when it does.
-    Running(JobId),
-}
 
 /// log2 of the entries remembering each (host, slot)'s latest directory job.
 const RECENT_JOBS_BITS: u32 = 12;

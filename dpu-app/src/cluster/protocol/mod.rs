@@ -1,6 +1,29 @@
 //! The protocol: one single-threaded state machine per node ([`node::Node`], driven by
 //! `poll(now)`) and the roles it dispatches to.
+//!
+//! Three layers, each importing only the ones below it (`ci/import_cycles.py` checks
+//! that no file of `cluster/` imports itself back):
+//! - [`node`] on top: `Node` owns every role and the node's shared equipment; its
+//!   children `node/{read,hold,write,repair,jobs,leases,membership}.rs` are the
+//!   dispatch, one per role: each builds its role's context from split borrows of the
+//!   node's fields, calls the role, and passes the effects it returns on to the roles
+//!   they are for (the only place one role's doing reaches another's).
+//! - The roles, each a struct that owns its state and sees the node only through a
+//!   narrow context: the reader (`get.rs`, [`get::Reader`]), the holder of other
+//!   writers' fragments (`holder.rs`), the writer (`replicate.rs`, one write's state
+//!   machine in [`mod@write`]), the repairer ([`repair`]), predictor leases ([`lease`]),
+//!   directory jobs (`jobs.rs`, one job's rounds in [`slotjob`]) and membership with
+//!   connection setup (`membership.rs`, `connect.rs`). No role file imports another
+//!   role's file or `node.rs`.
+//! - The shared lower modules the roles and the node both use: [`slots`] (generation
+//!   slot tables, typed handles), [`links`] (the peers; the one way work requests
+//!   leave), [`peer`] (one peer's state, a resync cursor's rewind), [`wr`] (work-request
+//!   ids), [`pool`] (staging pools, the node's `Pools`), [`stats`], `noisy.rs` (the
+//!   rate-limited conditions), `ack.rs` (the acknowledgement immediate), `time.rs`
+//!   (`Now`), `host_memory.rs` and `host_directory.rs` (the host's region and
+//!   directory).
 
+mod ack;
 mod connect;
 pub mod get;
 mod holder;
@@ -11,6 +34,7 @@ pub mod lease;
 pub mod links;
 mod membership;
 pub mod node;
+mod noisy;
 pub mod peer;
 pub mod pool;
 pub mod repair;

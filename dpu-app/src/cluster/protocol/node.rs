@@ -7,10 +7,17 @@
 //! leases, dead peers) and publishes the host's completions. Nothing blocks and nothing
 //! reads a clock: an in-process simulator on a manual clock replays a run exactly.
 //!
-//! The roles of a node, each in its own file: writer (`replicate.rs`), holder of other
-//! writers' fragments (`holder.rs`), reader (`get.rs`), predictor leases (`lease.rs`),
-//! directory jobs (`jobs.rs`), membership and directory exclusion (`membership.rs`),
-//! connection setup (`connect.rs`).
+//! `Node` holds one field per role - the writer (`replicate.rs`), the holder of other
+//! writers' fragments (`holder.rs`), the reader (`get.rs`), the repairer (`repair.rs`),
+//! predictor leases (`lease.rs`), directory jobs (`jobs.rs`), membership and connection
+//! setup (`membership.rs`, `connect.rs`) - and the equipment they share (links, pools,
+//! store, outcome table, host region, codecs, clock, stats). This file starts the node,
+//! polls it and routes completions; the dispatch for each role is in a child module,
+//! `node/{write,hold,read,repair,leases,jobs,membership}.rs`, which builds the role's
+//! context from the node's fields and passes the role's effects on. The types the
+//! roles share live below them (`pool.rs`, `noisy.rs`, `ack.rs`, `peer.rs`, `time.rs`,
+//! `crate::cluster::config`, `crate::limits`), never here: the roles do not import
+//! this file.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -26,13 +33,14 @@ use super::jobs::Jobs;
 use super::lease::Leases;
 use super::links::Links;
 use super::membership::Membership;
+use super::noisy::Noisy;
 use super::peer::{Conn, Peer};
-use super::pool::Pool;
+use super::pool::{Pool, Pools};
 use super::repair::Repairer;
 use super::replicate::Writer;
 use super::stats::NodeStats;
 use super::wr::{Kind, WrId};
-use crate::cluster::config::{ClusterConfig, Invalidation};
+use crate::cluster::config::{ClusterConfig, Policy};
 use crate::cluster::format::control::{ControlBlock, CONTROL_BYTES};
 use crate::cluster::format::entry::HEADER_LEN as ENTRY_HEADER_LEN;
 use crate::cluster::format::log::{EntryBuf, FragmentLog};
@@ -52,14 +60,17 @@ use crate::seal::{bump_epoch, Sealer};
 use crate::stripe::{ReedSolomon, StripeLayout};
 use crate::Error;
 
-pub use super::jobs::{Owner, Started};
 pub use super::time::Now;
 
-// The node's dispatch for the roles that return what they want done: each file builds
-// its role's context from the node's fields and passes the role's effects on.
+// The node's dispatch, one file per role: each builds its role's context from the
+// node's fields and passes the role's effects on.
+mod hold;
 mod jobs;
 mod leases;
 mod membership;
+mod read;
+mod repair;
+mod write;
 
 /// What a node needs to start.
 pub struct NodeSetup<F: Fabric> {
@@ -79,58 +90,6 @@ pub struct NodeSetup<F: Fabric> {
     pub mailbox: Box<dyn Mailbox>,
     /// The time at start.
     pub now: Now,
-}
-
-/// Which directory-invalidation policy the node runs (see the config's
-/// `invalidation` and `predictive`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Policy {
-    /// When directories are invalidated.
-    pub invalidation: Invalidation,
-    /// Whether predictor leases pre-invalidate predicted keys.
-    pub predictive: bool,
-}
-
-/// The node's staging pools.
-#[derive(Debug)]
-pub struct Pools {
-    /// Entry header + fragment header of each fragment in flight.
-    pub header: Pool,
-    /// CAS results, two per job.
-    pub cas: Pool,
-    /// Heartbeat READ targets, one per peer.
-    pub control: Pool,
-    /// A zero-length source and target (receives, acknowledgements).
-    pub zero: Pool,
-    /// GET set READ targets, `peers` per GET slot.
-    pub sets: Pool,
-    /// Outcome notices (entry header + records).
-    pub notices: Pool,
-}
-
-/// Conditions that can repeat once per request: each is counted in [`NodeStats`], and
-/// its log line is rate-limited ([`crate::log_limit`]).
-#[derive(Clone, Copy, Debug)]
-pub(super) enum Noisy {
-    /// A write that could not begin (outcome table full, a stage failed).
-    WriteRefused,
-    /// A holder refused a fragment (store full, malformed).
-    HolderRefused,
-    /// A committed write whose decision did not reach m + 1 holders in time.
-    Undecided,
-    /// An entry in a writer's log refused (malformed, tampered, inconsistent).
-    EntryRefused,
-    /// A GET met a fragment that failed its checks, or a frame that does not open.
-    GetFragmentRefused,
-    /// The fragment store had no room for a fragment.
-    StoreFull,
-    /// A peer's resync reached the newest write (repair's progress).
-    ResyncDone,
-}
-
-impl Noisy {
-    /// Number of reasons.
-    pub(super) const COUNT: usize = 7;
 }
 
 /// One node.
@@ -200,10 +159,6 @@ impl<F: Fabric> std::fmt::Debug for Node<F> {
     }
 }
 
-/// Bytes of an entry header plus a fragment header: what a fragment's
-/// WRITE_WITH_IMM carries (its bytes go in a WRITE before it).
-pub const FRAGMENT_HEAD_BYTES: usize = ENTRY_HEADER_LEN + crate::stripe::HEADER_LEN;
-
 /// Bytes of the files one node of `config` keeps (its store, a log per writer, its
 /// outcome table), all allocated when they are created: what a node's data folder
 /// needs free.
@@ -247,12 +202,6 @@ pub fn store_bytes_for_keys(config: &ClusterConfig, keys: u64) -> Result<usize, 
     let sets = (keys * STORE_RECORDS_PER_KEY).div_ceil(u64::from(one.ways())).max(1);
     let bytes = HEADER_PAGE_BYTES as u64 + sets * one.set_bytes() as u64;
     Ok((bytes as usize).clamp(crate::limits::STORE_BYTES_MIN, crate::limits::STORE_BYTES_LIMIT))
-}
-
-/// Moves a resync cursor back to `write_seq`, or starts it there: the walk of the
-/// outcome table comes back to that write.
-pub(super) fn rewind(cursor: &mut Option<u64>, write_seq: u64) {
-    *cursor = Some(cursor.map_or(write_seq, |c| c.min(write_seq)));
 }
 
 impl<F: Fabric> Node<F> {
@@ -690,7 +639,7 @@ impl<F: Fabric> Node<F> {
     /// An immediate from `peer`: an entry it wrote into our log (we hold its
     /// fragments), or an acknowledgement of one we wrote into its log.
     fn on_immediate(&mut self, peer: u8, imm: u32, now: Now) {
-        if imm & super::holder::ACK_FLAG != 0 {
+        if imm & super::ack::ACK_FLAG != 0 {
             self.on_ack(peer, imm, now);
         } else {
             self.on_entry(peer, imm, now);

@@ -379,6 +379,12 @@ impl<Q: RawQp> Peer<Q> {
     }
 }
 
+/// Moves a resync cursor back to `write_seq`, or starts it there: the walk of the
+/// outcome table comes back to that write.
+pub(super) fn rewind(cursor: &mut Option<u64>, write_seq: u64) {
+    *cursor = Some(cursor.map_or(write_seq, |c| c.min(write_seq)));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

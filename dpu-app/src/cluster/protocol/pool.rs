@@ -85,3 +85,20 @@ impl Pool {
         self.mr.memory().load_u64(self.offset(index)).expect("aligned slot inside the pool")
     }
 }
+
+/// The node's staging pools.
+#[derive(Debug)]
+pub struct Pools {
+    /// Entry header + fragment header of each fragment in flight.
+    pub header: Pool,
+    /// CAS results, two per job.
+    pub cas: Pool,
+    /// Heartbeat READ targets, one per peer.
+    pub control: Pool,
+    /// A zero-length source and target (receives, acknowledgements).
+    pub zero: Pool,
+    /// GET set READ targets, `peers` per GET slot.
+    pub sets: Pool,
+    /// Outcome notices (entry header + records).
+    pub notices: Pool,
+}

@@ -17,7 +17,7 @@
 //! the write numbers. A call borrows what it uses of the node through a [`WriteCx`]
 //! (links, host, store, outcome table, pools, sealer, clock, stats) and leaves what
 //! other roles must do - start a directory job, suspect a host - as [`WriteEffect`]s,
-//! which the node's dispatch at the end of this file passes on, in order, before the
+//! which the node's dispatch (`node/write.rs`) passes on, in order, before the
 //! next call. Predicting (the predictor and its leases), taking host requests (PUTs
 //! and GETs come in together), acknowledgements (fragments, notices and repairs share
 //! a log) and the resync of a peer (decisions and repairs) are that dispatch's too.
@@ -25,23 +25,24 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use prescient_models::WriteOutcome;
-use prescient_shim::config::{KEY_BYTES_MAX, VALUE_OFFSET};
+use prescient_shim::config::VALUE_OFFSET;
 use prescient_shim::descriptor::OpCode;
 use prescient_shim::directory::{self, SlotState};
 use prescient_shim::region::Region;
 use prescient_shim::Status;
 
-use super::lease::LeaseMark;
 use super::links::Links;
-use super::node::{rewind, Node, Noisy, Now, Owner, Policy, Pools, Started};
+use super::noisy::Noisy;
+use super::peer::rewind;
 use super::peer::{Sent, Trust};
-use super::slotjob::{Finished, Intent};
+use super::pool::Pools;
+use super::slotjob::{Finished, Intent, Owner, Started};
 use super::slots::{Handle, NoticeId, SlotTable, WriteId};
 use super::stats::NodeStats;
+use super::time::Now;
 use super::wr::{Kind, WrId};
 use super::write::{End, Mark, NewWrite, Phase, Write};
-use crate::cluster::config::Invalidation;
+use crate::cluster::config::{Invalidation, Policy};
 use crate::cluster::format::crc_combine::ShiftCache;
 use crate::cluster::format::entry::{
     EntryKind, EntryRepr, Outcome as Decision, OutcomeRecordRepr, HEADER_LEN as ENTRY_HEADER_LEN,
@@ -50,24 +51,24 @@ use crate::cluster::format::outcome::{OutcomeError, OutcomeTable, WriteState};
 use crate::cluster::format::record::RecordRepr;
 use crate::cluster::format::store::Store;
 use crate::cluster::hlc::{Hlc, HlcFloor};
-use crate::fabric::{Fabric, MemoryRegion, Op, RawQp};
+use crate::fabric::{MemoryRegion, Op, RawQp};
 use crate::histogram::WriteStage;
-use crate::limits::NODES_MAX;
-use crate::limits::{NOTICE_RECORDS_MAX, OUTCOME_RECORD_BYTES as OUTCOME_RECORD_LEN, RESYNC_CHUNK};
+use crate::limits::{FRAGMENT_HEAD_BYTES, NODES_MAX};
+use crate::limits::{NOTICE_RECORDS_MAX, OUTCOME_RECORD_BYTES as OUTCOME_RECORD_LEN};
 use crate::log_limit::LogLimits;
 use crate::metrics::Metrics;
-use crate::queue::{key_of, Outcome};
+use crate::queue::Outcome;
 use crate::region_server::{RegionServer, Taken};
-use crate::seal::{key_hash, Binding, Sealer};
+use crate::seal::{Binding, Sealer};
 use crate::stripe::{encode_stripe, fragment, ReedSolomon, StripeId, StripeLayout};
 
 /// A write request waiting for the write of its key in flight here to finish.
 #[derive(Debug)]
 pub struct Held {
-    taken: Taken,
-    key_hash: u64,
-    key_id: u64,
-    arrived_ns: u64,
+    pub(super) taken: Taken,
+    pub(super) key_hash: u64,
+    pub(super) key_id: u64,
+    pub(super) arrived_ns: u64,
 }
 
 /// An outcome record waiting to go to one holder, and the write it speaks for.
@@ -113,7 +114,7 @@ impl NoticeTable {
 #[derive(Clone, Copy, Debug)]
 pub enum WriteEffect {
     /// Start directory job `intent` on slot `slot` of host `host`'s directory from the
-    /// word `guess` ([`Node::start_job`]); for `Owner::Write(id)` the writer hears how
+    /// word `guess` (`Node::start_job`); for `Owner::Write(id)` the writer hears how
     /// it started through [`Writer::job_started`].
     StartJob {
         /// Who hears of its end.
@@ -146,33 +147,33 @@ pub enum HeldNext {
 }
 
 /// What the writer may use of its node for one call: configuration and the node's
-/// shared equipment, borrowed from disjoint fields of [`Node`].
+/// shared equipment, borrowed from disjoint fields of the node.
 pub struct WriteCx<'a, Q: RawQp> {
-    me: u8,
-    n: usize,
-    k: usize,
-    m: usize,
-    quorum: u32,
-    policy: Policy,
-    write_timeout_ns: u64,
-    incarnation: u32,
-    directory_slots: u32,
-    links: &'a mut Links<Q>,
-    host: &'a mut RegionServer,
-    metrics: &'a mut Metrics,
-    region: &'a Region,
-    arena_mr: &'a Arc<MemoryRegion>,
-    store: &'a mut Store,
-    outcomes: &'a mut OutcomeTable,
-    pools: &'a Pools,
-    sealer: &'a mut Sealer,
-    rs: &'a ReedSolomon,
-    crc_shift: &'a mut ShiftCache,
-    hlc: &'a mut Hlc,
-    hlc_floor: &'a mut HlcFloor,
-    stats: &'a mut NodeStats,
-    noisy: &'a mut LogLimits<{ Noisy::COUNT }>,
-    own_resync: &'a mut Option<u64>,
+    pub(super) me: u8,
+    pub(super) n: usize,
+    pub(super) k: usize,
+    pub(super) m: usize,
+    pub(super) quorum: u32,
+    pub(super) policy: Policy,
+    pub(super) write_timeout_ns: u64,
+    pub(super) incarnation: u32,
+    pub(super) directory_slots: u32,
+    pub(super) links: &'a mut Links<Q>,
+    pub(super) host: &'a mut RegionServer,
+    pub(super) metrics: &'a mut Metrics,
+    pub(super) region: &'a Region,
+    pub(super) arena_mr: &'a Arc<MemoryRegion>,
+    pub(super) store: &'a mut Store,
+    pub(super) outcomes: &'a mut OutcomeTable,
+    pub(super) pools: &'a Pools,
+    pub(super) sealer: &'a mut Sealer,
+    pub(super) rs: &'a ReedSolomon,
+    pub(super) crc_shift: &'a mut ShiftCache,
+    pub(super) hlc: &'a mut Hlc,
+    pub(super) hlc_floor: &'a mut HlcFloor,
+    pub(super) stats: &'a mut NodeStats,
+    pub(super) noisy: &'a mut LogLimits<{ Noisy::COUNT }>,
+    pub(super) own_resync: &'a mut Option<u64>,
 }
 
 impl<Q: RawQp> WriteCx<'_, Q> {
@@ -216,23 +217,18 @@ pub(super) fn post_fragment_entry<Q: RawQp>(
     let seq = p.next_seq;
     p.next_seq += 1;
     p.sent.push_back(sent);
-    p.bytes_out += (super::node::FRAGMENT_HEAD_BYTES + f) as u64;
+    p.bytes_out += (FRAGMENT_HEAD_BYTES + f) as u64;
     entry.seq = seq;
-    let mut head = [0u8; super::node::FRAGMENT_HEAD_BYTES];
+    let mut head = [0u8; FRAGMENT_HEAD_BYTES];
     entry.emit(&mut head[..ENTRY_HEADER_LEN]);
     head[ENTRY_HEADER_LEN..].copy_from_slice(frag_header);
     pools.header.write(staging, &head);
     let log_at = (seq % u64::from(remote.log_slots)) * u64::from(remote.log_slot_bytes);
     if f > 0 {
         let buf = arena_mr.buf(bytes_at, f).expect("fragment inside the arena");
-        links.post(
-            h,
-            ids.0,
-            Op::Write { remote: remote.log.at(log_at + super::node::FRAGMENT_HEAD_BYTES as u64), imm: None },
-            buf,
-        );
+        links.post(h, ids.0, Op::Write { remote: remote.log.at(log_at + FRAGMENT_HEAD_BYTES as u64), imm: None }, buf);
     }
-    let buf = pools.header.buf(staging, super::node::FRAGMENT_HEAD_BYTES);
+    let buf = pools.header.buf(staging, FRAGMENT_HEAD_BYTES);
     links.post(h, ids.1, Op::Write { remote: remote.log.at(log_at), imm: Some((seq & 0x7fff_ffff) as u32) }, buf);
 }
 
@@ -1269,393 +1265,5 @@ impl Writer {
             }
         }
         self.notices.spare.push(batch);
-    }
-}
-
-// ---- the node's dispatch for the writer ------------------------------------------------
-//
-// Builds the writer's context from the node's fields, passes its effects on to the
-// roles they are for, and does the work that spans roles: taking host requests (PUTs
-// to the writer, GETs to the reader), predicting (predictor and leases), routing
-// acknowledgements (fragments and notices to the writer, rebuilt fragments to the
-// repairer) and resyncing a peer (decisions through the writer, fragments through the
-// repairer).
-
-impl<F: Fabric> Node<F> {
-    /// The writer and its context, borrowed from disjoint fields.
-    fn write_cx(&mut self) -> (&mut Writer, WriteCx<'_, F::Qp>) {
-        let cx = WriteCx {
-            me: self.me,
-            n: self.n,
-            k: self.k,
-            m: self.m,
-            quorum: self.quorum,
-            policy: self.policy,
-            write_timeout_ns: self.write_timeout_ns,
-            incarnation: self.incarnation,
-            directory_slots: self.directory_slots,
-            links: &mut self.links,
-            host: &mut self.host,
-            metrics: &mut self.metrics,
-            region: &self.region,
-            arena_mr: &self.arena_mr,
-            store: &mut self.store,
-            outcomes: &mut self.outcomes,
-            pools: &self.pools,
-            sealer: &mut self.sealer,
-            rs: &self.rs,
-            crc_shift: &mut self.crc_shift,
-            hlc: &mut self.hlc,
-            hlc_floor: &mut self.hlc_floor,
-            stats: &mut self.stats,
-            noisy: &mut self.noisy,
-            own_resync: &mut self.own_resync,
-        };
-        (&mut self.writer, cx)
-    }
-
-    /// Runs `f` on the writer, then what it left for other roles.
-    fn with_writer<R>(&mut self, now: Now, f: impl FnOnce(&mut Writer, &mut WriteCx<'_, F::Qp>) -> R) -> R {
-        let (writer, mut cx) = self.write_cx();
-        let r = f(writer, &mut cx);
-        self.dispatch_write_effects(now);
-        r
-    }
-
-    /// Passes the writer's effects on, oldest first (a job's start may leave more).
-    fn dispatch_write_effects(&mut self, now: Now) {
-        while let Some(effect) = self.writer.next_effect() {
-            match effect {
-                WriteEffect::StartJob { owner, host, slot, intent, guess } => {
-                    let started = self.start_job(owner, host, slot, intent, guess);
-                    if let Owner::Write(id) = owner {
-                        let (writer, mut cx) = self.write_cx();
-                        writer.job_started(&mut cx, id, host, slot, intent, started, now);
-                    }
-                }
-                WriteEffect::Suspect { host } => self.suspect(host, now),
-            }
-        }
-    }
-
-    /// Takes new host requests while there is room for them.
-    pub(super) fn take_requests(&mut self, now: Now) -> bool {
-        if !self.ready_to_serve(now) {
-            return false;
-        }
-        let room = self.writer.room().min(self.reader.available()) as u32;
-        if room == 0 {
-            return false;
-        }
-        let mut taken = std::mem::take(&mut self.taken);
-        taken.clear();
-        let count = self.host.take(room, &mut taken, &mut self.metrics);
-        for t in taken.drain(..) {
-            match t.accepted.desc.op {
-                OpCode::Put | OpCode::Delete => {
-                    // The key is copied out of the host's buffer once, here.
-                    let mut key = [0u8; KEY_BYTES_MAX];
-                    let key = key_of(&self.region, &t.accepted, &mut key);
-                    let (key_hash, key_id) = (key_hash(key), directory::key_id(key));
-                    let held = Held { taken: t, key_hash, key_id, arrived_ns: now.mono_ns };
-                    if let Some(held) = self.writer.hold_if_busy(held) {
-                        self.start_write(held, now);
-                    }
-                }
-                OpCode::Get => self.start_get(t, now),
-                other => {
-                    self.host.complete(&t, Outcome::failed(Status::Unsupported, other as u32), &mut self.metrics);
-                }
-            }
-        }
-        self.taken = taken;
-        count > 0
-    }
-
-    /// A node that has just started leaves requests in the rings until it reaches a
-    /// quorum of nodes (its links come up within a few heartbeats), so that a restart
-    /// does not fail every write queued across it for want of links; without a quorum
-    /// after `write_timeout` it serves anyway, and its writes fail `NotDurable` as they
-    /// would at any other time. The host's calls are not held up: heartbeats go on.
-    fn ready_to_serve(&mut self, now: Now) -> bool {
-        if self.serving {
-            return true;
-        }
-        let up = 1 + self.links.iter().filter(|p| p.is_up()).count() as u32;
-        let started = self.started_ns.unwrap_or(now.mono_ns);
-        if up >= self.quorum || now.mono_ns.saturating_sub(started) >= self.write_timeout_ns {
-            self.serving = true;
-            tracing::info!(node = self.me, nodes_up = up, quorum = self.quorum, "serving the host's requests");
-        }
-        self.serving
-    }
-
-    /// Starts the held writes whose key is free now, oldest first; a held write past
-    /// its deadline fails `NotDurable` without starting (nothing of it went out).
-    pub(super) fn start_held(&mut self, now: Now) -> bool {
-        let mut busy = false;
-        let mut i = 0;
-        loop {
-            let (writer, mut cx) = self.write_cx();
-            match writer.next_held(&mut cx, &mut i, now) {
-                HeldNext::Start(held) => self.start_write(held, now),
-                HeldNext::Failed => {}
-                HeldNext::Nothing => return busy,
-            }
-            busy = true;
-        }
-    }
-
-    /// Starts a write; the caller checked that a write slot and a side buffer are free.
-    fn start_write(&mut self, held: Held, now: Now) {
-        // The host clock when the write's stages began (for the per-stage figures).
-        let started = prescient_shim::sys::monotonic_ns();
-        let key_id = held.key_id;
-        // 2. Predict.
-        let hit = self.predict(key_id, now);
-        let predicted = now.mono_ns + prescient_shim::sys::monotonic_ns().saturating_sub(started);
-        let (writer, mut cx) = self.write_cx();
-        let Some(id) = writer.begin(&mut cx, held, started, predicted, now) else { return };
-        // A write that found its key leased upgrades the lease's marks.
-        let lease = if hit { self.leases.take_for(key_id) } else { None };
-        // The writer takes the lease's placed marks as its own (`Mark::Placed`).
-        let marks = lease.map(|l| {
-            l.marks.map(|m| match m {
-                LeaseMark::Placed { placed, prior } => Mark::Placed { placed, prior },
-                LeaseMark::None | LeaseMark::Running { .. } | LeaseMark::Settled => Mark::None,
-            })
-        });
-        self.with_writer(now, |w, cx| w.replicate(cx, id, marks.as_ref()));
-        if let Some(l) = lease {
-            self.leases.release(l.id);
-        }
-    }
-
-    /// Step 2: tells the predictor of a write of `key_id`, opens the leases it predicts
-    /// and rolls back the ones it let expire; whether it had predicted this write.
-    fn predict(&mut self, key_id: u64, now: Now) -> bool {
-        let Some(predictor) = self.predictor.as_mut() else { return false };
-        let expired = &mut self.expired;
-        expired.clear();
-        let report = predictor.on_write(key_id, |lease| {
-            if expired.len() < expired.capacity() {
-                expired.push(lease.key)
-            }
-        });
-        let hit = report.outcome == WriteOutcome::Hit;
-        self.stats.predictor_hits += u64::from(hit);
-        if self.policy.predictive && self.policy.invalidation == Invalidation::Speculative {
-            for p in &report.opened {
-                self.open_lease(p.key, now);
-            }
-        }
-        for i in 0..self.expired.len() {
-            let key = self.expired[i];
-            self.lease_expired(key, now);
-        }
-        hit
-    }
-
-    /// Moves every write forward.
-    pub(super) fn advance_writes(&mut self, now: Now) -> bool {
-        let mut busy = false;
-        for slot in 0..self.writer.capacity() {
-            busy |= self.with_writer(now, |w, cx| w.advance(cx, slot, now));
-        }
-        busy
-    }
-
-    /// A directory job of write `id` on slot `dir_slot` of host `host` ended.
-    pub(super) fn write_job_done(
-        &mut self,
-        id: WriteId,
-        host: u8,
-        dir_slot: u32,
-        intent: Intent,
-        f: Finished,
-        now: Now,
-    ) {
-        self.with_writer(now, |w, cx| w.job_done(cx, id, host, dir_slot, intent, f, now));
-    }
-
-    /// The slot of `key_id` in host `j`'s directory.
-    pub(super) fn slot_for(&self, j: u8, key_id: u64) -> u32 {
-        slot_for(&self.links, self.me, self.directory_slots, j, key_id)
-    }
-
-    /// [`post_fragment_entry`] from this node's links, header pool and arena.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn post_fragment_entry(
-        &mut self,
-        h: u8,
-        bytes_at: usize,
-        frag_header: &[u8; crate::stripe::HEADER_LEN],
-        entry: EntryRepr,
-        staging: u32,
-        ids: (WrId, WrId),
-        sent: Sent,
-    ) {
-        post_fragment_entry(
-            &mut self.links,
-            &self.pools,
-            &self.arena_mr,
-            h,
-            bytes_at,
-            frag_header,
-            entry,
-            staging,
-            ids,
-            sent,
-        );
-    }
-
-    /// A fragment's WRITE (bytes or header) completed.
-    pub(super) fn on_fragment_sent(&mut self, id: WrId, ok: bool, _now: Now) {
-        self.writer.on_fragment_sent(id, ok);
-    }
-
-    /// A holder acknowledged the oldest entry this node wrote into its log.
-    pub(super) fn on_ack(&mut self, peer: u8, imm: u32, now: Now) {
-        let me = self.me;
-        let status = (imm >> 24) & 0x7f;
-        let Some(p) = self.links.peer_mut(peer) else { return };
-        let acked_seq = p.next_seq - p.sent.len() as u64;
-        let Some(sent) = p.sent.pop_front() else {
-            tracing::warn!(node = me, peer, "acknowledgement with nothing outstanding: reconnecting");
-            self.link_failed(peer, crate::fabric::WcStatus::RemoteOperation, now);
-            return;
-        };
-        if (acked_seq & 0xff_ffff) as u32 != imm & 0xff_ffff {
-            tracing::warn!(node = me, peer, acked_seq, imm, "acknowledgement out of order: reconnecting");
-            self.entry_lost(peer, sent);
-            self.link_failed(peer, crate::fabric::WcStatus::RemoteOperation, now);
-            return;
-        }
-        let ok = status == super::holder::ACK_OK;
-        match sent {
-            Sent::Fragment { write, .. } => {
-                self.with_writer(now, |w, cx| w.fragment_acked(cx, write, peer, ok, status))
-            }
-            Sent::Notice { notice } => self.with_writer(now, |w, cx| w.notice_done(cx, notice, peer, ok)),
-            Sent::Repair { repair, generation } => self.repair_acked(repair, generation, peer, ok),
-        }
-    }
-
-    /// An entry written to `peer` was lost with its link.
-    pub(super) fn entry_lost(&mut self, peer: u8, sent: Sent) {
-        match sent {
-            Sent::Fragment { write, .. } => self.writer.fragment_lost(write, peer),
-            Sent::Notice { notice } => {
-                // Settling a notice leaves nothing for other roles.
-                let (writer, mut cx) = self.write_cx();
-                writer.notice_done(&mut cx, notice, peer, false);
-            }
-            Sent::Repair { repair, generation } => self.repair_acked(repair, generation, peer, false),
-        }
-    }
-
-    /// Sends the outcome records waiting for each peer, one notice entry per peer.
-    pub(super) fn flush_notices(&mut self, now: Now) -> bool {
-        self.with_writer(now, |w, cx| w.flush_notices(cx))
-    }
-
-    /// A notice's work request completed (its acknowledgement settles it).
-    pub(super) fn on_notice_sent(&mut self, _id: WrId, _ok: bool) {}
-
-    /// Notice slots free, and records waiting per peer (for diagnostics).
-    pub(super) fn notices_debug(&self) -> String {
-        self.writer.notices_debug()
-    }
-
-    /// Queues an outcome record for peer `h` that no write in flight waits for.
-    pub(super) fn notices_queue(&mut self, h: u8, record: OutcomeRecordRepr) -> bool {
-        self.writer.queue_notice(h, record)
-    }
-
-    /// After a restart: finishes what the previous incarnation decided
-    /// ([`Writer::recover_outcomes`]).
-    pub(super) fn recover_outcomes(&mut self, _now: Now) {
-        Writer::recover_outcomes(self.me, &mut self.outcomes, &mut self.store);
-    }
-
-    /// Resends the decisions peer `h` may have missed (it was down, or its link broke
-    /// with notices queued): walks the outcome table from the peer's resync cursor, a
-    /// bounded chunk per call, queueing every decided write of which `h` is a holder
-    /// and has not persisted the decision.
-    pub(super) fn resync(&mut self, h: u8, now: Now) {
-        let Some(p) = self.links.peer(h) else { return };
-        let (Some(mut seq), true) = (p.resync, p.is_up()) else { return };
-        let end = self.writer.next_write_seq();
-        let stop = (seq + RESYNC_CHUNK).min(end);
-        while seq < stop {
-            if let Some(e) = self.outcomes.get(seq) {
-                let bit = 1u32 << h;
-                let outcome = match e.state() {
-                    WriteState::Committed => Some(Decision::Committed),
-                    WriteState::Aborted => Some(Decision::Aborted),
-                    _ => None,
-                };
-                // A committed write whose fragment it never persisted: rebuild it.
-                if outcome == Some(Decision::Committed) && e.holders() & bit != 0 && e.acked() & bit == 0 {
-                    if !self.start_repair(seq, e.key_hash(), e.stamp(), e.tombstone(), h, now) {
-                        break;
-                    }
-                    seq += 1;
-                    continue;
-                }
-                if let (Some(outcome), true) = (outcome, e.holders() & bit != 0 && e.decided() & bit == 0) {
-                    let record =
-                        OutcomeRecordRepr { write_seq: seq, key_hash: e.key_hash(), stamp: e.stamp(), outcome };
-                    if !self.writer.queue_notice(h, record) {
-                        break;
-                    }
-                    self.stats.notices_resent += 1;
-                }
-            }
-            seq += 1;
-        }
-        let (me, resent, repairs) = (self.me, self.stats.notices_resent, self.stats.repairs_started);
-        let mut done = false;
-        if let Some(p) = self.links.peer_mut(h) {
-            p.resync = (seq < end).then_some(seq);
-            done = p.resync.is_none();
-        }
-        // Repair's progress, at most every few seconds (a rewind restarts a resync).
-        if let Some(left_out) = done.then(|| self.admit_log(Noisy::ResyncDone)).flatten() {
-            tracing::info!(
-                node = me,
-                peer = h,
-                through_write = end.saturating_sub(1),
-                decisions_resent_total = resent,
-                repairs_started_total = repairs,
-                left_out,
-                "resync done: the peer has been sent every decision and fragment it missed (repairs may still be in flight)"
-            );
-        }
-    }
-
-    /// The resync of this node's own fragments: walks the outcome table from
-    /// `own_resync`, a bounded chunk per call, starting a local repair for every
-    /// committed write of which this node is a holder and has not stored its fragment
-    /// (without it, m nodes down would leave the write short of k fragments).
-    pub(super) fn resync_own(&mut self, now: Now) {
-        let Some(mut seq) = self.own_resync else { return };
-        let me = self.me;
-        let end = self.writer.next_write_seq();
-        let stop = (seq + RESYNC_CHUNK).min(end);
-        while seq < stop {
-            if let Some(e) = self.outcomes.get(seq) {
-                let bit = 1u32 << me;
-                if e.state() == WriteState::Committed
-                    && e.holders() & bit != 0
-                    && e.acked() & bit == 0
-                    && !self.start_repair(seq, e.key_hash(), e.stamp(), e.tombstone(), me, now)
-                {
-                    break;
-                }
-            }
-            seq += 1;
-        }
-        self.own_resync = (seq < end).then_some(seq);
     }
 }

@@ -7,10 +7,36 @@
 //! word a reader's refill makes of it, both in one round trip), and when the guesses
 //! were wrong it retries from the word the CAS returned. The remote CASes are posted
 //! by the node; this module only decides what to post and what the results mean.
+//!
+//! It also names a job's [`Owner`] and how its start went ([`Started`]): the jobs role
+//! (`jobs.rs`) runs the table, and the writer and the leases, whose marks the jobs are,
+//! see only these.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use prescient_shim::directory::{self, SlotState, SlotWord};
+
+use super::slots::{JobId, LeaseId, WriteId};
+
+/// Who a directory job reports to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Owner {
+    /// The mark of a write in the job's host's directory.
+    Write(WriteId),
+    /// The mark of a lease in the job's host's directory.
+    Lease(LeaseId),
+    /// Nobody (a commit or rollback whose owner is gone).
+    Detached,
+}
+
+/// How starting a directory job went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Started {
+    /// It finished at once (the local directory, or no room for it).
+    Finished(Finished),
+    /// It runs as job `0`; the owner hears how it ends when it does.
+    Running(JobId),
+}
 
 /// CAS rounds a job makes before it gives up (the slot is contended or hostile).
 pub const ATTEMPTS_MAX: u8 = 8;

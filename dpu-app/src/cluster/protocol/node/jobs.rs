@@ -4,9 +4,10 @@
 
 use super::Node;
 use crate::cluster::protocol::host_directory::HostDirectory;
-use crate::cluster::protocol::jobs::{JobCx, JobDone, Jobs, Owner, Started, Writes};
+use crate::cluster::protocol::jobs::{JobCx, JobDone, Jobs, Writes};
 use crate::cluster::protocol::replicate::Writer;
 use crate::cluster::protocol::slotjob::Intent;
+use crate::cluster::protocol::slotjob::{Owner, Started};
 use crate::cluster::protocol::slots::WriteId;
 use crate::cluster::protocol::time::Now;
 use crate::cluster::protocol::wr::WrId;

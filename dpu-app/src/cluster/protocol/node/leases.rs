@@ -2,10 +2,9 @@
 //! marks the leases ask for as directory jobs, and tells a lease how its jobs ended.
 
 use super::Node;
-use crate::cluster::protocol::jobs::{Owner, Started};
 use crate::cluster::protocol::lease::Rollback;
 use crate::cluster::protocol::peer::Trust;
-use crate::cluster::protocol::slotjob::{Finished, Intent};
+use crate::cluster::protocol::slotjob::{Finished, Intent, Owner, Started};
 use crate::cluster::protocol::slots::LeaseId;
 use crate::cluster::protocol::time::Now;
 use crate::fabric::Fabric;

@@ -1,0 +1,13 @@
+//! The immediate a holder acknowledges a log entry with: [`ACK_FLAG`], a status in
+//! bits 24..31 and the entry's sequence in bits 0..24. The holder sends it, the writer
+//! reads it.
+
+/// Set in the immediate of an acknowledgement (entries' immediates are sequence
+/// numbers below 2^31).
+pub const ACK_FLAG: u32 = 1 << 31;
+/// Acknowledgement status: persisted.
+pub const ACK_OK: u32 = 0;
+/// Acknowledgement status: the entry was malformed or inconsistent, and skipped.
+pub const ACK_REFUSED: u32 = 1;
+/// Acknowledgement status: the store has no room for the fragment.
+pub const ACK_FULL: u32 = 2;
