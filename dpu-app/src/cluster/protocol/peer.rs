@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 
 use prescient_shim::directory::{SlotState, SlotWord};
 
-use super::slots::{NoticeId, WriteId};
+use super::slots::{NoticeId, RepairId, WriteId};
 use crate::cluster::format::control::ControlView;
 use crate::fabric::{Endpoint, QueuePair, RawQp, RemoteRegion, Reset, Rts};
 
@@ -155,10 +155,8 @@ pub enum Sent {
     },
     /// A fragment a repair rebuilt for this peer.
     Repair {
-        /// Repair slot.
-        repair: u32,
-        /// Its generation.
-        generation: u32,
+        /// The repair.
+        repair: RepairId,
     },
 }
 

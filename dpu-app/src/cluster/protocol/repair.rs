@@ -587,7 +587,7 @@ impl Repairer {
             entry,
             staging: self.headers_base + slot,
             tag: WrId::of(Kind::RepairWrite, target, id),
-            sent: Sent::Repair { repair: id.slot(), generation: id.generation() },
+            sent: Sent::Repair { repair: id },
         }))
     }
 

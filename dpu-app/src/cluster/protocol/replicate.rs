@@ -583,7 +583,7 @@ impl Writer {
     ) {
         match started {
             Started::Finished(f) => self.job_done(cx, id, j, dir_slot, intent, f, now),
-            Started::Running(job) => self.set_mark(id, j, Mark::Running { job: job.slot() }),
+            Started::Running(job) => self.set_mark(id, j, Mark::Running { job }),
         }
     }
 

@@ -25,6 +25,7 @@
 
 use prescient_shim::directory::{SlotState, SlotWord};
 
+use super::slots::JobId;
 use crate::histogram::WriteStage;
 use crate::limits::FRAGMENTS_MAX;
 use crate::limits::NODES_MAX;
@@ -82,10 +83,10 @@ pub enum End {
 pub enum Mark {
     /// No mark wanted (policy), or not yet started.
     None,
-    /// A CAS job is running (its slot in the job table).
+    /// A CAS job is running.
     Running {
-        /// Job slot.
-        job: u32,
+        /// The job.
+        job: JobId,
     },
     /// Placed: the slot holds `placed`, which replaced a word of state `prior`.
     Placed {

@@ -6,7 +6,7 @@ use super::Node;
 use crate::cluster::format::outcome::OutcomeError;
 use crate::cluster::protocol::peer::rewind;
 use crate::cluster::protocol::repair::{RepairCx, RepairEffect, Repairer, Sweep};
-use crate::cluster::protocol::slots::{Handle, RepairId};
+use crate::cluster::protocol::slots::RepairId;
 use crate::cluster::protocol::time::Now;
 use crate::cluster::protocol::wr::WrId;
 use crate::fabric::Fabric;
@@ -59,11 +59,11 @@ impl<F: Fabric> Node<F> {
         self.repairer.on_write(id, ok);
     }
 
-    /// The target acknowledged (or lost) a rebuilt fragment: the entry `Sent::Repair {
-    /// repair: slot, generation }` settled.
-    pub(in crate::cluster::protocol) fn repair_acked(&mut self, slot: u32, generation: u32, peer: u8, ok: bool) {
+    /// The target acknowledged (or lost) a rebuilt fragment: the entry `Sent::Repair`
+    /// settled.
+    pub(in crate::cluster::protocol) fn repair_acked(&mut self, id: RepairId, peer: u8, ok: bool) {
         let (repairer, mut cx) = self.repairer_cx();
-        if let Some(effect) = repairer.acked(&mut cx, RepairId::from_parts(slot, generation), peer, ok) {
+        if let Some(effect) = repairer.acked(&mut cx, id, peer, ok) {
             self.on_repair_effect(effect);
         }
     }

@@ -290,7 +290,7 @@ impl<F: Fabric> Node<F> {
                 self.with_writer(now, |w, cx| w.fragment_acked(cx, write, peer, ok, status))
             }
             Sent::Notice { notice } => self.with_writer(now, |w, cx| w.notice_done(cx, notice, peer, ok)),
-            Sent::Repair { repair, generation } => self.repair_acked(repair, generation, peer, ok),
+            Sent::Repair { repair } => self.repair_acked(repair, peer, ok),
         }
     }
 
@@ -303,7 +303,7 @@ impl<F: Fabric> Node<F> {
                 let (writer, mut cx) = self.write_cx();
                 writer.notice_done(&mut cx, notice, peer, false);
             }
-            Sent::Repair { repair, generation } => self.repair_acked(repair, generation, peer, false),
+            Sent::Repair { repair } => self.repair_acked(repair, peer, false),
         }
     }
 
