@@ -177,6 +177,21 @@ fn id_mask(ids: &[u8], n: usize) -> u32 {
 mod tests {
     use super::*;
 
+    #[test]
+    fn id_masks_of_valid_lists_and_the_rule_a_bad_one_breaks() {
+        assert_eq!(id_mask(&[], 6), 0);
+        assert_eq!(id_mask(&[0, 2, 5], 6), 0b100101);
+        assert_eq!(id_mask(&[31], 32), 1 << 31);
+        let broke = |ids: &'static [u8], n: usize| {
+            let e = std::panic::catch_unwind(|| id_mask(ids, n)).expect_err("a bad list panics");
+            e.downcast_ref::<String>().cloned().or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string())).unwrap()
+        };
+        assert!(broke(&[1, 1], 6).contains("ascend"));
+        assert!(broke(&[2, 1], 6).contains("ascend"));
+        assert!(broke(&[0, 6], 6).contains("out of range"));
+        assert!(broke(&[40], 32).contains("out of range"));
+    }
+
     fn stripe(k: usize, m: usize, len: usize, seed: u8) -> Vec<Vec<u8>> {
         let mut frags: Vec<Vec<u8>> =
             (0..k).map(|i| (0..len).map(|b| (b * 31 + i * 7) as u8 ^ seed).collect()).collect();
