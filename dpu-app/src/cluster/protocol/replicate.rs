@@ -309,8 +309,8 @@ impl Writer {
     /// lapsed): writes waiting on a failed mark there go ahead.
     pub fn host_excluded(&mut self, j: u8) {
         for (_, w) in self.writes.iter_mut() {
-            if w.marks[j as usize] == Mark::Failed {
-                w.marks[j as usize] = Mark::Skipped;
+            if w.mark(j) == Mark::Failed {
+                w.set_mark(j, Mark::Skipped);
             }
         }
     }
@@ -565,7 +565,7 @@ impl Writer {
 
     fn set_mark(&mut self, id: WriteId, j: u8, mark: Mark) {
         if let Some(w) = self.writes.get_mut(id) {
-            w.marks[j as usize] = mark;
+            w.set_mark(j, mark);
         }
     }
 
@@ -618,10 +618,10 @@ impl Writer {
                 let prior = w.lease_priors[j as usize].unwrap_or_else(|| directory::prior_of(replaced));
                 if let Phase::Finished(_) = w.phase() {
                     // Aborted while the CAS flew: roll it back now.
-                    w.marks[j as usize] = Mark::Settled;
+                    w.set_mark(j, Mark::Settled);
                     self.effects.push_back(rollback(placed, prior));
                 } else {
-                    w.marks[j as usize] = Mark::Placed { placed, prior };
+                    w.set_mark(j, Mark::Placed { placed, prior });
                     if w.marks_placed(cx.n) {
                         w.stamp_stage(WriteStage::Invalidate, now.mono_ns);
                     }
@@ -633,19 +633,19 @@ impl Writer {
             }
             (Intent::Mark { .. }, Finished::NotNeeded { current }) => {
                 let prior = w.lease_priors[j as usize].unwrap_or(SlotState::Invalid);
-                w.marks[j as usize] = Mark::Placed { placed: current, prior };
+                w.set_mark(j, Mark::Placed { placed: current, prior });
                 if w.phase() == Phase::Deciding {
                     self.commit_mark(cx, id, j);
                 }
             }
             (Intent::Invalidate { .. } | Intent::Commit { .. }, Finished::Done { .. } | Finished::NotNeeded { .. }) => {
-                w.marks[j as usize] = Mark::Settled;
+                w.set_mark(j, Mark::Settled);
             }
             (
                 Intent::Mark { .. } | Intent::Invalidate { .. } | Intent::Commit { .. },
                 Finished::Failed | Finished::Contended { .. },
             ) => {
-                w.marks[j as usize] = Mark::Failed;
+                w.set_mark(j, Mark::Failed);
                 tracing::debug!(node = cx.me, peer = j, "directory job failed: waiting for the host's exclusion");
             }
             (Intent::Rollback { .. }, _) => {}
@@ -957,9 +957,9 @@ impl Writer {
     /// Turns write `id`'s placed mark on host `j` Invalid, as a tracked job.
     fn commit_mark<Q: RawQp>(&mut self, cx: &mut WriteCx<'_, Q>, id: WriteId, j: u8) {
         let Some(w) = self.writes.get_mut(id) else { return };
-        let Mark::Placed { placed, .. } = w.marks[j as usize] else { return };
+        let Mark::Placed { placed, .. } = w.mark(j) else { return };
         if placed.state != SlotState::Pending {
-            w.marks[j as usize] = Mark::Settled;
+            w.set_mark(j, Mark::Settled);
             return;
         }
         let slot = slot_for(cx.links, cx.me, cx.directory_slots, j, w.key_id);
@@ -1046,8 +1046,8 @@ impl Writer {
     fn rollback_marks<Q: RawQp>(&mut self, cx: &mut WriteCx<'_, Q>, id: WriteId) {
         for j in 0..cx.n as u8 {
             let Some(w) = self.writes.get_mut(id) else { return };
-            let Mark::Placed { placed, prior } = w.marks[j as usize] else { continue };
-            w.marks[j as usize] = Mark::Settled;
+            let Mark::Placed { placed, prior } = w.mark(j) else { continue };
+            w.set_mark(j, Mark::Settled);
             if placed.state != SlotState::Pending {
                 continue;
             }

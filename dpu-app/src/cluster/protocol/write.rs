@@ -104,6 +104,16 @@ pub enum Mark {
 }
 
 impl Mark {
+    /// Whether a mark may go from `from` to `to`: nothing goes back to `None` (a mark
+    /// not wanted is decided when the write starts), and `Skipped` and `Settled` are
+    /// final (no job of the write runs on that host after them). Every other move
+    /// happens: a job starts (`Running`), lands (`Placed`), resolves (`Settled`) or
+    /// fails (`Failed`, then `Skipped` once the host is excluded), and a job may also
+    /// finish at once, without passing through `Running`.
+    pub fn can_become(from: Mark, to: Mark) -> bool {
+        !matches!(to, Mark::None) && !matches!(from, Mark::Skipped | Mark::Settled)
+    }
+
     /// Whether this host needs nothing more from the write: no mark wanted, its
     /// directory excluded, or its mark resolved (Invalid after commit, rolled back).
     pub fn is_settled(&self) -> bool {
@@ -178,7 +188,7 @@ pub struct Write {
     /// Where it stands (changed only by [`Write::set_phase`]).
     phase: Phase,
     /// Marks per host directory (indexed by node).
-    pub marks: [Mark; NODES_MAX],
+    marks: [Mark; NODES_MAX],
     /// Work requests carrying this write's buffers, not completed yet.
     pub wrs: u32,
     /// When it must be over.
@@ -239,6 +249,30 @@ impl Write {
     /// Where it stands.
     pub fn phase(&self) -> Phase {
         self.phase
+    }
+
+    /// The one place a write's mark on host `j` changes: `to` must be a move
+    /// [`Mark::can_become`] allows (anything else is a programmer error).
+    pub fn set_mark(&mut self, j: u8, to: Mark) {
+        let from = self.marks[j as usize];
+        assert!(
+            Mark::can_become(from, to),
+            "write {} (writer {}): mark on host {j} {from:?} => {to:?} is not a transition",
+            self.write_seq,
+            self.stamp as u8
+        );
+        tracing::trace!(
+            writer = self.stamp as u8,
+            write_seq = self.write_seq,
+            host = j,
+            "write mark {from:?} => {to:?}"
+        );
+        self.marks[j as usize] = to;
+    }
+
+    /// The write's mark in host `j`'s directory.
+    pub fn mark(&self, j: u8) -> Mark {
+        self.marks[j as usize]
     }
 
     /// Moves it to phase `to`, which must be an arrow of the diagram from where it is
@@ -310,5 +344,22 @@ mod tests {
         }
         assert_eq!(Finished(Undecided).end(), Some(Undecided));
         assert_eq!(Deciding.end(), None);
+    }
+
+    #[test]
+    fn marks_never_go_back_to_none_nor_leave_skipped_or_settled() {
+        use prescient_shim::directory::SlotWord;
+        let placed = Mark::Placed {
+            placed: SlotWord { state: SlotState::Pending, writer: 1, version: 7 },
+            prior: SlotState::Valid,
+        };
+        let running = Mark::Running { job: <JobId as super::super::slots::Handle>::from_parts(3, 1) };
+        let all = [Mark::None, running, placed, Mark::Failed, Mark::Skipped, Mark::Settled];
+        for from in all {
+            for to in all {
+                let want = to != Mark::None && !matches!(from, Mark::Skipped | Mark::Settled);
+                assert_eq!(Mark::can_become(from, to), want, "{from:?} => {to:?}");
+            }
+        }
     }
 }
