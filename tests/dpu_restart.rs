@@ -26,40 +26,9 @@ fn requests_survive_a_dpu_crash_completed_or_failed_exactly_once() {
     let options = HostOptions { pin: false, dpu_timeout: Duration::from_millis(300) };
     let host = prescient_shim::Host::attach(&region.0, options).unwrap();
     let mut qp = host.queue_pair(0).unwrap();
-    // Enough that a DPU app let run for a moment is still busy with them.
-    let submitted = 1000u64;
     // Every fifth request is a GET (of a key never written): a crash must hand its
     // buffer back to the host.
     let is_get = |tag: u64| tag % 5 == 4;
-    // Frozen while the requests go in, so it meets them all at once.
-    dpu.pause();
-    for tag in 0..submitted {
-        let mut buf = host.take_buffer().unwrap();
-        let key = format!("key-{tag}");
-        if is_get(tag) {
-            qp.push_get(key.as_bytes(), buf, Sla::Fresh, tag).map_err(|(e, _)| e).unwrap();
-        } else {
-            buf.value_mut()[..8].copy_from_slice(&tag.to_le_bytes());
-            qp.push_put(key.as_bytes(), buf, 8, Sla::Fresh, tag).map_err(|(e, _)| e).unwrap();
-        }
-    }
-    qp.flush().unwrap();
-    // Kill it once it has taken requests but not finished them: let it run in ever
-    // longer slices, freezing it after each, until one leaves it in that state. A
-    // frozen process changes nothing, so what the words say is what the kill finds.
-    let words = qp.words().clone();
-    let caught = (0..20_000u32).any(|slice| {
-        dpu.resume();
-        let until = std::time::Instant::now() + Duration::from_micros(u64::from(slice % 200));
-        while std::time::Instant::now() < until {
-            std::hint::spin_loop();
-        }
-        dpu.pause();
-        words.sq_taken().load(Ordering::Acquire) != words.sq_head().load(Ordering::Acquire)
-    });
-    assert!(caught, "the DPU app never stopped with requests taken and not completed");
-    dpu.kill9();
-
     let mut outcomes: HashMap<u64, Status> = HashMap::new();
     let mut values = 0;
     // Records a batch of completions; every GET's buffer must come back.
@@ -71,6 +40,61 @@ fn requests_survive_a_dpu_crash_completed_or_failed_exactly_once() {
             values += usize::from(back.is_some());
         }
     };
+    // Rounds of requests, each submitted while the DPU app is frozen so it meets them
+    // all at once; then it runs in ever longer slices, frozen after each, until one
+    // leaves it with requests taken and not completed (a frozen process changes
+    // nothing, so what the words say is what the kill finds). A round it finishes
+    // without being caught is drained and another submitted: how long a slice must be
+    // depends on the machine's load.
+    const ROUND: u64 = 1000;
+    let words = qp.words().clone();
+    let mut submitted = 0u64;
+    let mut caught = false;
+    for _round in 0..20 {
+        dpu.pause();
+        for tag in submitted..submitted + ROUND {
+            let mut buf = host.take_buffer().unwrap();
+            let key = format!("key-{tag}");
+            if is_get(tag) {
+                qp.push_get(key.as_bytes(), buf, Sla::Fresh, tag).map_err(|(e, _)| e).unwrap();
+            } else {
+                buf.value_mut()[..8].copy_from_slice(&tag.to_le_bytes());
+                qp.push_put(key.as_bytes(), buf, 8, Sla::Fresh, tag).map_err(|(e, _)| e).unwrap();
+            }
+        }
+        submitted += ROUND;
+        qp.flush().unwrap();
+        let tail = words.sq_tail().load(Ordering::Acquire);
+        for slice in 0..20_000u32 {
+            dpu.resume();
+            let until = std::time::Instant::now() + Duration::from_micros(u64::from(slice % 200));
+            while std::time::Instant::now() < until {
+                std::hint::spin_loop();
+            }
+            dpu.pause();
+            let taken = words.sq_taken().load(Ordering::Acquire);
+            let head = words.sq_head().load(Ordering::Acquire);
+            if taken != head {
+                caught = true;
+                break;
+            }
+            if head == tail {
+                break; // the whole round is done: drain it and submit another
+            }
+        }
+        if caught {
+            break;
+        }
+        dpu.resume();
+        while qp.in_flight() > 0 {
+            let mut batch = Vec::new();
+            qp.wait(Duration::from_secs(30), |c| batch.push(c)).expect("completions of a round");
+            record(&mut qp, batch);
+        }
+    }
+    assert!(caught, "the DPU app never stopped with requests taken and not completed");
+    dpu.kill9();
+
     // Host calls now fail with a clear error (after draining what was completed).
     let err = loop {
         let mut batch = Vec::new();
