@@ -11,6 +11,7 @@
 //!   all), and a truncated store file stops the node with an error naming it.
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -187,7 +188,25 @@ fn the_writers_dpu_app_killed_mid_write_leaves_no_pending_mark_and_fails_its_req
     while outcomes.is_empty() {
         qp.wait(WAIT, |c| assert!(outcomes.insert(c.user_data, c.status).is_none())).unwrap();
     }
+    // The last wave goes in while the DPU app is frozen; then it runs in ever longer
+    // slices, frozen after each, until one leaves it with requests taken and not
+    // completed, which is what the kill must find (on an idle machine it can finish a
+    // whole wave between two looks).
+    let dpu = c.dpu(0).expect("node 0 runs");
+    dpu.pause();
     push(&mut qp, &keys[192..]);
+    let words = qp.words().clone();
+    let mid_request = (0..20_000u32).any(|slice| {
+        dpu.resume();
+        let until = Instant::now() + Duration::from_micros(u64::from(slice % 200));
+        while Instant::now() < until {
+            std::hint::spin_loop();
+        }
+        dpu.pause();
+        let (taken, head) = (words.sq_taken().load(Ordering::Acquire), words.sq_head().load(Ordering::Acquire));
+        taken != head
+    });
+    assert!(mid_request, "the writer's DPU app never stopped with requests taken and not completed");
     c.kill9(0);
     let killed_at = Instant::now();
     let err = loop {
@@ -215,6 +234,7 @@ fn the_writers_dpu_app_killed_mid_write_leaves_no_pending_mark_and_fails_its_req
         qp.wait(WAIT, |c| assert!(outcomes.insert(c.user_data, c.status).is_none(), "duplicate {c:?}")).unwrap();
     }
     let restarted = outcomes.values().filter(|s| **s == Status::DpuRestarted).count();
+    // Requests the dead app had taken and not completed come back DpuRestarted.
     assert!(restarted >= 1, "the crash caught requests in flight: {outcomes:?}");
     // The restarted app serves what the ring still held once it reaches a quorum; a
     // write whose links flapped while they came back may still fail, cleanly.

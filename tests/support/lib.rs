@@ -283,6 +283,11 @@ impl ClusterProcs {
         self.dpus[i] = Some(DpuProcess::serve(&[&self.regions[i].0], &["--config", &config, "--node", &node]));
     }
 
+    /// Node `i`'s DPU app, if it runs (to freeze and resume it).
+    pub fn dpu(&self, i: usize) -> Option<&DpuProcess> {
+        self.dpus[i].as_ref()
+    }
+
     /// Kills node `i`'s DPU app with SIGKILL.
     pub fn kill9(&mut self, i: usize) {
         if let Some(mut p) = self.dpus[i].take() {
