@@ -301,8 +301,6 @@ impl RunDir {
     /// one random key readable by the owner only, on a filesystem with `bytes` free if
     /// `/dev/shm` is not one.
     pub fn create(name: &str, bytes: u64) -> Result<Self, Error> {
-        use std::io::Read;
-        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
         let shm = Path::new("/dev/shm");
         let roomy = |p: &Path| {
             crate::cluster::format::preallocate::free_bytes(p)
@@ -310,27 +308,10 @@ impl RunDir {
         };
         let base = if shm.is_dir() && roomy(shm) { shm.to_path_buf() } else { std::env::temp_dir() };
         let path = base.join(format!("prescient-{name}-{}", std::process::id()));
-        let io = |what: &'static str, path: &Path| {
-            let path = path.to_owned();
-            move |source| Error::Io { what, path, source }
-        };
         let _ = std::fs::remove_dir_all(&path);
         let keys = path.join("keys");
-        std::fs::create_dir_all(&keys).map_err(io("create", &keys))?;
         let dir = Self { path };
-        std::fs::set_permissions(&keys, std::fs::Permissions::from_mode(0o700)).map_err(io("restrict", &keys))?;
-        let mut key = [0u8; 32];
-        let urandom = Path::new("/dev/urandom");
-        std::fs::File::open(urandom).and_then(|mut f| f.read_exact(&mut key)).map_err(io("read", urandom))?;
-        let file = keys.join("1.key");
-        let mut out = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&file)
-            .map_err(io("create", &file))?;
-        std::io::Write::write_all(&mut out, &key).map_err(io("write", &file))?;
+        crate::seal::keys::create_key_dir(&keys)?;
         Ok(dir)
     }
 
