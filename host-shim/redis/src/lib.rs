@@ -1,0 +1,106 @@
+//! `prescient-redis`: a Redis module that makes Redis a Prescient host.
+//!
+//! Loaded with `redis-server --loadmodule libprescient_redis.so region=PATH`, it
+//! creates (or, after a Redis restart, takes over) the shared region at `PATH` that a
+//! `prescient-dpu serve` process serves, and routes Redis's own commands through it
+//! (see [`filter`]): `SET key value` becomes a replicated Prescient PUT whose `+OK`
+//! comes only once the write committed, `DEL`/`UNLINK` DELETEs, and `GET` is served from
+//! Redis's own copy only while the key's cache-directory slot says that copy is the
+//! newest (see [`engine`]), else fetched fresh through the DPU app. Clients block while
+//! their command is with the DPU app; Redis's event loop does not: completions wake it
+//! through an eventfd ([`waker`]). Errors are Redis error replies that say what
+//! happened ([`errors`]): `-NOTDURABLE`, `-UNAVAILABLE`, `-OVERLOADED`,
+//! `-DPURESTARTED`, `-TIMEOUT`. `PRESCIENT.STATS` prints the module's counters.
+//!
+//! The binary `prescient-redis` starts and stops a cluster of such Redis servers, each
+//! with its DPU app, and benchmarks it with `redis-benchmark`.
+#![deny(unsafe_code)]
+
+pub mod api;
+pub mod commands;
+pub mod engine;
+pub mod errors;
+pub mod filter;
+pub mod options;
+pub mod requests;
+pub mod stats;
+pub mod waker;
+
+use redis_module::{Context, RedisString, Status};
+
+use crate::api::BlockCallbacks;
+
+fn init(ctx: &Context, args: &[RedisString]) -> Status {
+    let raw = ctx.ctx;
+    if let Err(e) = api::check_redis_version() {
+        api::log(raw, c"warning", &format!("prescient: {e}"));
+        return Status::Err;
+    }
+    let args: Vec<String> = args.iter().map(|a| a.to_string_lossy()).collect();
+    let options = match options::Options::parse(args.iter().map(String::as_str)) {
+        Ok(o) => o,
+        Err(e) => {
+            api::log(raw, c"warning", &format!("prescient: {e}"));
+            return Status::Err;
+        }
+    };
+    let callbacks = BlockCallbacks { reply: commands::reply, timeout: commands::timeout, free: commands::free };
+    let engine = match engine::Engine::start(options, callbacks) {
+        Ok(e) => e,
+        Err(e) => {
+            api::log(raw, c"warning", &format!("prescient: {e}"));
+            return Status::Err;
+        }
+    };
+    let fd = engine.wake_fd();
+    let region = engine.region().display().to_string();
+    engine::install(engine);
+    filter::init();
+    let commands: [(
+        &std::ffi::CStr,
+        extern "C" fn(api::RawCtx, api::RawArgv, std::ffi::c_int) -> std::ffi::c_int,
+        &std::ffi::CStr,
+        (i32, i32, i32),
+    ); 5] = [
+        (c"prescient.set", commands::set, c"write deny-oom", (1, 1, 1)),
+        (c"prescient.get", commands::get, c"readonly", (1, 1, 1)),
+        (c"prescient.del", commands::del, c"write", (1, -1, 1)),
+        (c"prescient.refuse", commands::refuse, c"", (0, 0, 0)),
+        (c"prescient.stats", commands::stats, c"readonly", (0, 0, 0)),
+    ];
+    for (name, f, flags, keys) in commands {
+        if !api::create_command(raw, name, f, flags, keys) {
+            api::log(raw, c"warning", &format!("prescient: cannot register {}", name.to_string_lossy()));
+            return Status::Err;
+        }
+    }
+    if !api::register_filter(raw, filter::filter) || !api::watch_readable(fd, commands::on_wake) {
+        api::log(raw, c"warning", "prescient: cannot register the command filter or the completion eventfd");
+        return Status::Err;
+    }
+    commands::start_tick(raw);
+    api::log(raw, c"notice", &format!("prescient: serving SET/GET/DEL through region {region}"));
+    Status::Ok
+}
+
+fn deinit(_ctx: &Context) -> Status {
+    engine::remove();
+    Status::Ok
+}
+
+/// The module's entry points (`RedisModule_OnLoad`, `RedisModule_OnUnload`), as the
+/// `redis-module` crate generates them.
+#[allow(missing_docs)]
+mod entry {
+    use super::{deinit, init};
+    use redis_module::redis_module;
+
+    redis_module! {
+        name: "prescient",
+        version: 1,
+        allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
+        data_types: [],
+        init: init,
+        deinit: deinit,
+    }
+}
