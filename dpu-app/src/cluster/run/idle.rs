@@ -17,7 +17,6 @@
 use std::sync::atomic::{fence, Ordering};
 use std::time::Duration;
 
-use prescient_shim::config::SPIN_ROUNDS;
 use prescient_shim::layout::header;
 use prescient_shim::region::Region;
 use prescient_shim::sys;
@@ -31,11 +30,18 @@ pub const NAP_SEVERAL_REGIONS: Duration = Duration::from_millis(1);
 /// Longest nap of nodes that have peers: fragments, acknowledgements and heartbeats
 /// from other nodes arrive through the fabric, which rings no doorbell.
 pub const NAP_WITH_PEERS: Duration = Duration::from_micros(200);
+/// How long a loop spins after its last busy round before it sleeps. Counted in time,
+/// not rounds: a node with peers has timer work every heartbeat (1 ms by default), and
+/// a count of idle rounds (2,000 at about a microsecond each) never ran out between
+/// two heartbeats, so such a loop never slept and a cluster of N processes took N
+/// cores even idle.
+pub const SPIN_AFTER_WORK: Duration = Duration::from_micros(50);
 
-/// Where a serving loop stands between work: idle rounds so far, its nap, its sleeps.
+/// Where a serving loop stands between work: its last busy round, its nap, its sleeps.
 #[derive(Debug, Clone)]
 pub struct Idle {
-    rounds: u32,
+    /// When the last busy round ended (the loop's clock, nanoseconds).
+    last_busy_ns: u64,
     nap: Duration,
     sleeps: u64,
 }
@@ -51,7 +57,7 @@ impl Idle {
         if peers {
             nap = nap.min(NAP_WITH_PEERS);
         }
-        Self { rounds: 0, nap, sleeps: 0 }
+        Self { last_busy_ns: 0, nap, sleeps: 0 }
     }
 
     /// The longest single sleep.
@@ -64,19 +70,18 @@ impl Idle {
         self.sleeps
     }
 
-    /// After one round of polls over `nodes`: `busy` says whether any did work. Spins
-    /// for [`SPIN_ROUNDS`] idle rounds, then sleeps (see the module doc).
-    pub fn after_round<F: Fabric>(&mut self, busy: bool, nodes: &[Node<F>]) {
+    /// After one round of polls over `nodes` at `now_ns` (the loop's monotonic clock):
+    /// `busy` says whether any did work. Spins until [`SPIN_AFTER_WORK`] has passed
+    /// since the last busy round, then sleeps (see the module doc).
+    pub fn after_round<F: Fabric>(&mut self, busy: bool, nodes: &[Node<F>], now_ns: u64) {
         if busy {
-            self.rounds = 0;
+            self.last_busy_ns = now_ns;
             return;
         }
-        self.rounds = self.rounds.saturating_add(1);
-        if self.rounds <= SPIN_ROUNDS {
+        if now_ns.saturating_sub(self.last_busy_ns) < SPIN_AFTER_WORK.as_nanos() as u64 {
             std::hint::spin_loop();
             return;
         }
-        self.rounds = 0;
         let regions = nodes.iter().map(|n| &**n.region());
         if sleep_until_rung(regions, || nodes.iter().any(Node::has_host_work), self.nap) {
             self.sleeps += 1;

@@ -88,6 +88,6 @@ fn run<F: Fabric>(nodes: &mut [Node<F>], clock: &ClusterClock, idle: &mut Idle, 
         for node in nodes.iter_mut() {
             busy |= node.poll(now);
         }
-        idle.after_round(busy, nodes);
+        idle.after_round(busy, nodes, now.mono_ns);
     }
 }
