@@ -488,6 +488,8 @@ impl Engine {
 
     /// `PRESCIENT.STATS`.
     pub fn stats(&self, call: &Call) {
-        call.reply_bulk(self.stats.render(self.requests.len(), self.dpu_ok).as_bytes());
+        let lease = self.host.lease_valid(prescient_shim::sys::monotonic_ns());
+        let text = self.stats.render(self.requests.len(), self.dpu_ok, self.host.cluster_peers_up(), lease);
+        call.reply_bulk(text.as_bytes());
     }
 }

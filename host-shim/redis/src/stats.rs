@@ -38,9 +38,9 @@ pub struct Stats {
 }
 
 impl Stats {
-    /// `name:value` lines, with the commands waiting now and whether the DPU app
-    /// answers.
-    pub fn render(&self, waiting: usize, dpu_ok: bool) -> String {
+    /// `name:value` lines, with the commands waiting now, whether the DPU app answers,
+    /// the cluster nodes it reaches (a bit mask) and whether the directory lease holds.
+    pub fn render(&self, waiting: usize, dpu_ok: bool, peers_up: u32, lease_valid: bool) -> String {
         let mut out = String::new();
         let fields: [(&str, u64); 14] = [
             ("sets", self.sets),
@@ -63,6 +63,8 @@ impl Stats {
         }
         let _ = writeln!(out, "waiting:{waiting}");
         let _ = writeln!(out, "dpu_responding:{}", u8::from(dpu_ok));
+        let _ = writeln!(out, "peers_up:{peers_up}");
+        let _ = writeln!(out, "lease_valid:{}", u8::from(lease_valid));
         out
     }
 }
