@@ -416,14 +416,24 @@ impl Drop for Host {
     }
 }
 
-/// Whether process `pid` exists (the emulated DPU app and host share a kernel).
+/// Whether process `pid` exists and has not exited (the emulated DPU app and host share
+/// a kernel). A zombie (exited, not yet reaped: a killed process whose parent is gone
+/// and whose new parent does not reap, as in some containers) is not alive.
 pub fn process_alive(pid: u32) -> bool {
     let Ok(pid) = i32::try_from(pid) else { return false };
     // kill(pid, 0) sends nothing; it only asks whether the process exists.
     match crate::sys::kill0(pid) {
-        Ok(()) => true,
+        Ok(()) => !is_zombie(pid),
         Err(errno) => errno != libc::ESRCH,
     }
+}
+
+/// Whether `/proc` says process `pid` is a zombie (false if it cannot tell).
+fn is_zombie(pid: i32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    // `pid (comm) state ...`: comm may hold spaces and parentheses, the state follows
+    // the last `)`.
+    stat.rfind(')').and_then(|i| stat[i + 1..].split_whitespace().next()) == Some("Z")
 }
 
 /// One KV-store thread's queue pair. Not shared between threads; send it to the
@@ -1338,5 +1348,21 @@ mod tests {
         }
         drop(qp);
         assert_eq!(free_buffers(&f.host), 16, "the queue pair frees what was never taken");
+    }
+
+    #[test]
+    fn an_exited_child_not_yet_reaped_is_not_alive() {
+        let mut child = std::process::Command::new("true").spawn().expect("spawn true");
+        let pid = child.id();
+        // Not reaped yet: a zombie once it has exited.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while process_alive(pid) {
+            assert!(Instant::now() < deadline, "pid {pid} still alive 10 s after `true` started");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(crate::sys::kill0(pid as i32).is_ok(), "the zombie still exists until it is reaped");
+        child.wait().expect("reap");
+        assert!(!process_alive(pid));
+        assert!(process_alive(std::process::id()));
     }
 }

@@ -21,7 +21,7 @@ pub struct Spec {
     pub m: usize,
     /// Holders that must persist a fragment before a write commits.
     pub quorum: usize,
-    /// Redis port of node 0; node i listens on `port + i`.
+    /// Redis port of node 0; node i listens on `port + i` (0: any free ports).
     pub port: u16,
     /// Largest value a SET may carry.
     pub value_bytes_max: usize,
@@ -141,7 +141,7 @@ pub fn start(dir: &Path, spec: &Spec, tools: &Tools) -> Result<Vec<Node>, String
     std::fs::create_dir_all(dir.join("keys")).map_err(io("create", dir))?;
     let dir = dir.canonicalize().map_err(io("resolve", dir))?;
     write_key(&dir.join("keys/1.key"))?;
-    let ports = free_ports(2 * spec.nodes)?;
+    let ports = free_ports(3 * spec.nodes)?;
     let mut toml = format!(
         "# Written by `prescient-redis cluster start`.\n[cluster]\nname = \"redis\"\nk = {}\nm = {}\nquorum = {}\n\
          key_dir = \"keys\"\ninvalidation = \"speculative\"\npredictive = false\nvalue_bytes_max = {}\n\
@@ -161,7 +161,7 @@ pub fn start(dir: &Path, spec: &Spec, tools: &Tools) -> Result<Vec<Node>, String
         );
         let node = Node {
             id: i,
-            port: spec.port + i as u16,
+            port: if spec.port == 0 { ports[2 * spec.nodes + i] } else { spec.port + i as u16 },
             region: PathBuf::from(format!("/dev/shm/prescient-redis-{tag}-{i}")),
         };
         let _ = writeln!(list, "{} {} {}", node.id, node.port, node.region.display());

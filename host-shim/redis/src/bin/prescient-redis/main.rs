@@ -58,7 +58,7 @@ enum Action {
         /// max(k, m + 1), so one node can be down).
         #[arg(long)]
         quorum: Option<usize>,
-        /// Redis port of node 0; node i listens on port + i.
+        /// Redis port of node 0; node i listens on port + i (0: any free ports).
         #[arg(long, default_value_t = 6400)]
         port: u16,
         /// Largest value a SET may carry.
@@ -96,8 +96,8 @@ fn run(cli: Cli) -> Result<String, String> {
                      stop: prescient-redis cluster stop --dir {}\n",
                     ports.join(" "),
                     dir.display(),
-                    spec.port,
-                    spec.port + nodes.saturating_sub(1) as u16,
+                    ports.first().map_or("", String::as_str),
+                    ports.last().map_or("", String::as_str),
                     dir.display()
                 ))
             }
