@@ -5,6 +5,11 @@ set -euo pipefail
 need=()
 command -v cc >/dev/null || need+=(build-essential)
 dpkg -s libc6-dev >/dev/null 2>&1 || need+=(libc6-dev)
+# The Redis module's system tests run real redis-servers; its build generates the
+# module API's bindings with bindgen, which needs libclang.
+command -v redis-server >/dev/null || need+=(redis-server)
+command -v redis-benchmark >/dev/null || need+=(redis-tools)
+dpkg -s libclang-dev >/dev/null 2>&1 || need+=(libclang-dev)
 if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"

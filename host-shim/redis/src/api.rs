@@ -56,8 +56,6 @@ pub fn check_redis_version() -> Result<(), String> {
 
 /// The status a command callback returns.
 pub const OK: c_int = raw::REDISMODULE_OK as c_int;
-/// The status a command callback returns on failure to register.
-pub const ERR: c_int = raw::REDISMODULE_ERR as c_int;
 
 /// A command callback's context and arguments.
 #[derive(Clone, Copy)]
@@ -89,11 +87,6 @@ impl Call {
     /// Argument `i` as bytes, valid for this callback.
     pub fn arg(&self, i: usize) -> &[u8] {
         string_bytes(self.raw_arg(i))
-    }
-
-    /// The context.
-    pub fn ctx(&self) -> RawCtx {
-        self.ctx
     }
 
     /// Whether the client may not be blocked now (inside MULTI/EXEC, a script, or a
@@ -297,14 +290,11 @@ impl KeptString {
     }
 }
 
+/// A command callback's signature.
+pub type CommandFn = unsafe extern "C" fn(RawCtx, RawArgv, c_int) -> c_int;
+
 /// Registers command `name` (`flags` as Redis spells them, key positions 1-based).
-pub fn create_command(
-    ctx: RawCtx,
-    name: &CStr,
-    f: unsafe extern "C" fn(RawCtx, RawArgv, c_int) -> c_int,
-    flags: &CStr,
-    keys: (c_int, c_int, c_int),
-) -> bool {
+pub fn create_command(ctx: RawCtx, name: &CStr, f: CommandFn, flags: &CStr, keys: (c_int, c_int, c_int)) -> bool {
     // SAFETY: valid load-time context; the strings are NUL-terminated.
     unsafe {
         api!(RedisModule_CreateCommand)(ctx, name.as_ptr(), Some(f), flags.as_ptr(), keys.0, keys.1, keys.2) == OK

@@ -303,7 +303,7 @@ impl Engine {
                 return;
             }
             for i in 0..self.reaped.len() {
-                let c = self.reaped[i].clone();
+                let c = self.reaped[i];
                 self.complete(&c);
             }
         }

@@ -3,32 +3,54 @@
 //! Loaded with `redis-server --loadmodule libprescient_redis.so region=PATH`, it
 //! creates (or, after a Redis restart, takes over) the shared region at `PATH` that a
 //! `prescient-dpu serve` process serves, and routes Redis's own commands through it
-//! (see [`filter`]): `SET key value` becomes a replicated Prescient PUT whose `+OK`
+//! (see `filter.rs`): `SET key value` becomes a replicated Prescient PUT whose `+OK`
 //! comes only once the write committed, `DEL`/`UNLINK` DELETEs, and `GET` is served from
 //! Redis's own copy only while the key's cache-directory slot says that copy is the
-//! newest (see [`engine`]), else fetched fresh through the DPU app. Clients block while
+//! newest (see `engine.rs`), else fetched fresh through the DPU app. Clients block while
 //! their command is with the DPU app; Redis's event loop does not: completions wake it
-//! through an eventfd ([`waker`]). Errors are Redis error replies that say what
-//! happened ([`errors`]): `-NOTDURABLE`, `-UNAVAILABLE`, `-OVERLOADED`,
+//! through an eventfd (`waker.rs`). Errors are Redis error replies that say what
+//! happened (`errors.rs`): `-NOTDURABLE`, `-UNAVAILABLE`, `-OVERLOADED`,
 //! `-DPURESTARTED`, `-TIMEOUT`. `PRESCIENT.STATS` prints the module's counters.
 //!
 //! The binary `prescient-redis` starts and stops a cluster of such Redis servers, each
 //! with its DPU app, and benchmarks it with `redis-benchmark`.
+//!
+//! The modules are the crate's own (nothing here is a Rust API): `api.rs` wraps the
+//! Redis module API, and its functions take the raw pointers Redis hands the running
+//! callback, on the contract its header states.
 #![deny(unsafe_code)]
 
-pub mod api;
-pub mod commands;
-pub mod engine;
-pub mod errors;
-pub mod filter;
-pub mod options;
-pub mod requests;
-pub mod stats;
-pub mod waker;
+mod api;
+mod commands;
+mod engine;
+mod errors;
+mod filter;
+mod options;
+mod requests;
+mod stats;
+mod waker;
 
 use redis_module::{Context, RedisString, Status};
 
 use crate::api::BlockCallbacks;
+
+/// One command the module registers.
+struct Registration {
+    name: &'static std::ffi::CStr,
+    f: api::CommandFn,
+    /// Redis's command flags.
+    flags: &'static std::ffi::CStr,
+    /// First key, last key (-1: the last argument), step.
+    keys: (i32, i32, i32),
+}
+
+const COMMANDS: [Registration; 5] = [
+    Registration { name: c"prescient.set", f: commands::set, flags: c"write deny-oom", keys: (1, 1, 1) },
+    Registration { name: c"prescient.get", f: commands::get, flags: c"readonly", keys: (1, 1, 1) },
+    Registration { name: c"prescient.del", f: commands::del, flags: c"write", keys: (1, -1, 1) },
+    Registration { name: c"prescient.refuse", f: commands::refuse, flags: c"", keys: (0, 0, 0) },
+    Registration { name: c"prescient.stats", f: commands::stats, flags: c"readonly", keys: (0, 0, 0) },
+];
 
 fn init(ctx: &Context, args: &[RedisString]) -> Status {
     let raw = ctx.ctx;
@@ -56,21 +78,9 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     let region = engine.region().display().to_string();
     engine::install(engine);
     filter::init();
-    let commands: [(
-        &std::ffi::CStr,
-        extern "C" fn(api::RawCtx, api::RawArgv, std::ffi::c_int) -> std::ffi::c_int,
-        &std::ffi::CStr,
-        (i32, i32, i32),
-    ); 5] = [
-        (c"prescient.set", commands::set, c"write deny-oom", (1, 1, 1)),
-        (c"prescient.get", commands::get, c"readonly", (1, 1, 1)),
-        (c"prescient.del", commands::del, c"write", (1, -1, 1)),
-        (c"prescient.refuse", commands::refuse, c"", (0, 0, 0)),
-        (c"prescient.stats", commands::stats, c"readonly", (0, 0, 0)),
-    ];
-    for (name, f, flags, keys) in commands {
-        if !api::create_command(raw, name, f, flags, keys) {
-            api::log(raw, c"warning", &format!("prescient: cannot register {}", name.to_string_lossy()));
+    for c in COMMANDS {
+        if !api::create_command(raw, c.name, c.f, c.flags, c.keys) {
+            api::log(raw, c"warning", &format!("prescient: cannot register {}", c.name.to_string_lossy()));
             return Status::Err;
         }
     }

@@ -87,6 +87,7 @@ impl Requests {
     }
 
     /// Commands waiting now.
+    #[allow(clippy::len_without_is_empty)]
     pub fn len(&self) -> usize {
         self.entries.len() - self.free.len()
     }
