@@ -5,6 +5,8 @@ set -euo pipefail
 need=()
 command -v cc >/dev/null || need+=(build-essential)
 dpkg -s libc6-dev >/dev/null 2>&1 || need+=(libc6-dev)
+# ci/c-pkg-config.sh builds the C client the way the README tells C users to.
+command -v pkg-config >/dev/null || need+=(pkg-config)
 if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"
