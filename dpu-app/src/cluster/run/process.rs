@@ -46,9 +46,12 @@ pub struct ServeCluster {
     pub metrics: Option<String>,
 }
 
+/// A metrics listener and the snapshot it serves, which the loop publishes into.
+type Metrics = (MetricsHttp, Arc<Mutex<Published>>);
+
 /// The metrics listener on `addr`, if one is asked for, with the snapshot it serves.
 /// Prints the address it listens on: with port 0 that is how a caller learns it.
-fn open_metrics(addr: Option<&str>) -> Result<Option<(MetricsHttp, Arc<Mutex<Published>>)>, Error> {
+fn open_metrics(addr: Option<&str>) -> Result<Option<Metrics>, Error> {
     let Some(addr) = addr else { return Ok(None) };
     let shared = Arc::new(Mutex::new(Published::default()));
     let http = MetricsHttp::start(addr, page_renderer(Arc::clone(&shared)))?;
