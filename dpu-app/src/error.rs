@@ -86,6 +86,26 @@ pub enum Error {
         /// Why.
         source: std::io::Error,
     },
+    /// `serve --metrics ADDR`: ADDR is not an address to listen on.
+    #[error(
+        "--metrics {addr} is not an address to listen on; give HOST:PORT, e.g. 127.0.0.1:9464 (port 0 picks a free port)"
+    )]
+    MetricsAddress {
+        /// What was given.
+        addr: String,
+        /// Why it does not resolve.
+        source: std::io::Error,
+    },
+    /// `serve --metrics ADDR`: the listener could not be opened there.
+    #[error(
+        "cannot listen for metrics on {addr}; stop what listens there, or give --metrics another port (port 0 picks a free one) or an address of this machine"
+    )]
+    MetricsBind {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// The OS error (e.g. address in use).
+        source: std::io::Error,
+    },
     /// A file or folder could not be used.
     #[error("cannot {what} {path}")]
     Io {

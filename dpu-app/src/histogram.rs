@@ -172,6 +172,28 @@ impl Histogram {
         self.max // unreachable while count is the sum of the buckets
     }
 
+    /// The sum of the recorded values in ns, exactly (saturating at `u128::MAX`).
+    pub fn sum(&self) -> u128 {
+        self.sum
+    }
+
+    /// `(upper edge, count)` of every bucket holding a value, in increasing order: every
+    /// value counted there is at most the edge and above the previous bucket's edge. The
+    /// overflow bucket's edge is `u64::MAX`.
+    pub fn buckets(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        (self.counts.iter().enumerate()).filter(|(_, &n)| n > 0).map(|(index, &n)| (upper_edge(index), n))
+    }
+
+    /// Makes this histogram equal to `other` without allocating (`clone_from` of the
+    /// derived `Clone` would allocate a new array).
+    pub fn copy_from(&mut self, other: &Histogram) {
+        self.counts.copy_from_slice(&other.counts[..]);
+        self.count = other.count;
+        self.sum = other.sum;
+        self.min = other.min;
+        self.max = other.max;
+    }
+
     /// Forgets every value; keeps the array.
     pub fn clear(&mut self) {
         self.counts.fill(0);
@@ -350,6 +372,13 @@ impl StageTimes {
         }
     }
 
+    /// Makes these times equal to `other`'s without allocating.
+    pub fn copy_from(&mut self, other: &StageTimes) {
+        for (ours, theirs) in self.write.iter_mut().zip(&other.write).chain(self.read.iter_mut().zip(&other.read)) {
+            ours.copy_from(theirs);
+        }
+    }
+
     /// Forgets every value.
     pub fn clear(&mut self) {
         self.write.iter_mut().chain(self.read.iter_mut()).for_each(Histogram::clear);
@@ -509,6 +538,18 @@ mod tests {
         for q in [0.0, 0.5, 0.99, 0.999, 1.0] {
             assert_eq!(a.percentile(q), both.percentile(q));
         }
+        let mut copy = Histogram::new();
+        copy.record(7);
+        copy.copy_from(&both);
+        assert_eq!(copy, both);
+        let edges: Vec<(u64, u64)> = both.buckets().collect();
+        assert_eq!(edges.iter().map(|&(_, n)| n).sum::<u64>(), both.count());
+        assert!(edges.windows(2).all(|w| w[0].0 < w[1].0), "edges increase");
+        assert_eq!(
+            both.sum(),
+            (0..20_000u128).map(|i| i * i % 7_919_993).sum::<u128>()
+                + 3 * (0..5_000u128).map(|i| 3 + i * 1_013).sum::<u128>()
+        );
         // Merging an empty histogram changes nothing, in either direction.
         let mut empty = Histogram::new();
         a.merge(&Histogram::new());

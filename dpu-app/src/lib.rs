@@ -14,7 +14,8 @@
 //! pair: take, complete) and [`door`] (every check a descriptor passes, with
 //! [`inflight`], the buffers held). Beside them: [`seal`] and [`stripe`] (the codecs),
 //! [`fabric`] (RDMA: verbs and the emulated NIC), [`limits`] (every limit, once),
-//! [`metrics`], [`histogram`] (latencies per stage in fixed memory), [`log_limit`],
+//! [`metrics`], [`histogram`] (latencies per stage in fixed memory), [`exposition`]
+//! and [`metrics_http`] (`serve --metrics`: the Prometheus page and its listener), [`log_limit`],
 //! [`signal`] and [`error`]. Commands: [`sim`] (the deterministic simulator), [`demo`]
 //! (the README's main command), [`load`] (an in-process cluster driven from its
 //! hosts), [`mod@bench`] (the ring and the cluster against references), [`soak`] (a
@@ -27,6 +28,7 @@ pub mod demo;
 pub mod door;
 pub mod error;
 pub use error::Error;
+pub mod exposition;
 pub mod fabric;
 pub mod fill;
 pub mod histogram;
@@ -35,6 +37,7 @@ pub mod limits;
 pub mod load;
 pub mod log_limit;
 pub mod metrics;
+pub mod metrics_http;
 pub mod queue;
 pub mod region_server;
 pub mod seal;

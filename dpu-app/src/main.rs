@@ -80,6 +80,12 @@ enum Command {
         /// With `--config`: this node's id in the file.
         #[arg(long, requires = "config", default_value_t = 0)]
         node: u8,
+        /// Answer `GET /metrics` on this HOST:PORT (e.g. 127.0.0.1:9464; port 0 picks a
+        /// free one) with the Prometheus text format: per-stage latency histograms,
+        /// requests by op and status, predictor, invalidation, bytes and links per peer.
+        /// The address in use is printed at start.
+        #[arg(long, value_name = "ADDR")]
+        metrics: Option<String>,
         /// Removed (there is no stage pipeline to delay); refused with what to do.
         #[arg(long, hide = true)]
         delay_us: Option<String>,
@@ -302,6 +308,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             store_bytes,
             config,
             node,
+            metrics,
             delay_us,
             stripe,
             epoch_file,
@@ -325,7 +332,14 @@ fn run(cli: Cli) -> Result<(), Failure> {
                     let [region] = <[PathBuf; 1]>::try_from(region)
                         .map_err(|r| format!("--config serves exactly one host region; {} were given", r.len()))?;
                     let config = ClusterConfig::load(&path)?;
-                    let opts = ServeCluster { config: Arc::new(config), id: node, region, pin: !no_pin, host_timeout };
+                    let opts = ServeCluster {
+                        config: Arc::new(config),
+                        id: node,
+                        region,
+                        pin: !no_pin,
+                        host_timeout,
+                        metrics,
+                    };
                     process::serve(&opts, stop)?
                 }
                 None => {
@@ -338,6 +352,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
                         store_bytes,
                         pin: !no_pin,
                         host_timeout,
+                        metrics,
                     };
                     process::serve_regions(&opts, stop)?
                 }

@@ -1,5 +1,7 @@
-//! Counters the DPU app keeps while serving, printed as its summary.
+//! Counters the DPU app keeps while serving, printed as its summary and published on
+//! `serve --metrics` (see `cluster::run::scrape`).
 
+use prescient_shim::descriptor::OpCode;
 use prescient_shim::Status;
 
 /// Slots of a [`StatusCounts`]: codes at or above the last share it.
@@ -26,6 +28,18 @@ impl StatusCounts {
         self.counts[Self::slot(status)]
     }
 
+    /// Adds `other`'s counts to these.
+    pub fn add(&mut self, other: &StatusCounts) {
+        for (mine, theirs) in self.counts.iter_mut().zip(&other.counts) {
+            *mine += theirs;
+        }
+    }
+
+    /// `(status, count)` for every status counted at least once, by code.
+    pub fn nonzero(&self) -> impl Iterator<Item = (Status, u64)> + '_ {
+        (self.counts.iter().enumerate()).filter(|(_, &n)| n > 0).map(|(code, &n)| (Status::from_u16(code as u16), n))
+    }
+
     /// All counted.
     pub fn total(&self) -> u64 {
         self.counts.iter().sum()
@@ -41,11 +55,66 @@ impl StatusCounts {
     }
 }
 
+/// The ops completions are counted by: the four op codes, then every other byte a
+/// host wrote in a descriptor's op field (refused `BadOp`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpKind {
+    /// A NOP.
+    Nop,
+    /// A PUT.
+    Put,
+    /// A DELETE.
+    Delete,
+    /// A GET.
+    Get,
+    /// An op byte that is no op code.
+    Other,
+}
+
+impl OpKind {
+    /// Every kind, in the order of their slots.
+    pub const ALL: [OpKind; 5] = [OpKind::Nop, OpKind::Put, OpKind::Delete, OpKind::Get, OpKind::Other];
+
+    /// The kind of a descriptor's op byte.
+    pub fn of_byte(op: u8) -> Self {
+        match op {
+            b if b == OpCode::Nop as u8 => OpKind::Nop,
+            b if b == OpCode::Put as u8 => OpKind::Put,
+            b if b == OpCode::Delete as u8 => OpKind::Delete,
+            b if b == OpCode::Get as u8 => OpKind::Get,
+            _ => OpKind::Other,
+        }
+    }
+
+    /// The kind's name in reports and metric labels.
+    pub const fn name(self) -> &'static str {
+        match self {
+            OpKind::Nop => "nop",
+            OpKind::Put => "put",
+            OpKind::Delete => "delete",
+            OpKind::Get => "get",
+            OpKind::Other => "other",
+        }
+    }
+}
+
+// `ALL` lists each kind at its discriminant, so `kind as usize` indexes it.
+const _: () = {
+    let mut i = 0;
+    while i < OpKind::ALL.len() {
+        assert!(OpKind::ALL[i] as usize == i);
+        i += 1;
+    }
+};
+
 /// What happened while serving.
 #[derive(Clone, Debug, Default)]
 pub struct Metrics {
     /// Requests completed (any status).
     pub completed: u64,
+    /// Completions by op and status, `by_op[OpKind as usize]`; also the requests of a
+    /// dead predecessor failed at attach (`DpuRestarted`, not in `completed`).
+    pub by_op: [StatusCounts; OpKind::ALL.len()],
     /// Completed with `Status::Ok`.
     pub ok: u64,
     /// Error completions, by status code (codes at or above the last bucket share it).
@@ -63,9 +132,10 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    /// Counts one completion.
-    pub fn count(&mut self, status: Status) {
+    /// Counts one completion of a request whose descriptor's op byte was `op`.
+    pub fn count(&mut self, op: u8, status: Status) {
         self.completed += 1;
+        self.by_op[OpKind::of_byte(op) as usize].count(status);
         if status == Status::Ok {
             self.ok += 1;
         } else {
@@ -77,6 +147,9 @@ impl Metrics {
     /// Adds `other`'s counts to these (the totals of several regions).
     pub fn add(&mut self, other: &Metrics) {
         self.completed += other.completed;
+        for (mine, theirs) in self.by_op.iter_mut().zip(&other.by_op) {
+            mine.add(theirs);
+        }
         self.ok += other.ok;
         for (mine, theirs) in self.errors.iter_mut().zip(&other.errors) {
             *mine += theirs;

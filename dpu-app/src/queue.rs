@@ -299,11 +299,11 @@ impl QueueServer {
                     out.push(Accepted { qp, sq_index, desc, buffer });
                 }
                 Ok(None) => {
-                    metrics.count(Status::Ok);
+                    metrics.count(bytes[0], Status::Ok);
                     self.post(CompletionEntry::one(sq_index, Status::Ok, bytes[0]));
                 }
                 Err(refused) => {
-                    metrics.count(refused.status);
+                    metrics.count(refused.op, refused.status);
                     self.post(refused);
                 }
             }
@@ -342,7 +342,7 @@ impl QueueServer {
             detail: outcome.detail,
             ..CompletionEntry::one(accepted.sq_index, outcome.status, accepted.desc.op as u8)
         };
-        metrics.count(outcome.status);
+        metrics.count(accepted.desc.op as u8, outcome.status);
         self.post(completion);
     }
 

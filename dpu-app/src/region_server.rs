@@ -28,7 +28,7 @@ use prescient_shim::Status;
 
 use crate::door::{Door, Line};
 use crate::limits::{HOST_CHECK_PERIOD_MS, REGION_TURN_DESCRIPTORS, TAKE_OVER_INTERVAL_MS};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, OpKind};
 use crate::queue::{Accepted, Outcome, QueueServer};
 use crate::Error;
 
@@ -201,6 +201,7 @@ impl RegionServer {
                     break;
                 }
                 q.post(CompletionEntry::one(index, Status::DpuRestarted, bytes[0]));
+                metrics.by_op[OpKind::of_byte(bytes[0]) as usize].count(Status::DpuRestarted);
                 failed += 1;
             }
             q.publish_completions();

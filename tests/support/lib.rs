@@ -135,6 +135,19 @@ impl DpuProcess {
         (read(&self.logs[0]), read(&self.logs[1]))
     }
 
+    /// The address its metrics listener is on (`--metrics ADDR`; with port 0 the one
+    /// it picked), from the line it prints at start; waits up to `limit` for it.
+    pub fn metrics_addr(&self, limit: Duration) -> std::net::SocketAddr {
+        const PREFIX: &str = "prescient-dpu: metrics on http://";
+        let mut found = None;
+        wait_until(limit, || {
+            found =
+                self.output().0.lines().find_map(|l| l.strip_prefix(PREFIX)?.strip_suffix("/metrics")?.parse().ok());
+            found.is_some()
+        });
+        found.unwrap_or_else(|| panic!("prescient-dpu printed no metrics address: {:?}", self.output()))
+    }
+
     /// Waits for it to exit by itself (a DPU app that refused to start).
     pub fn wait(mut self) -> std::process::Output {
         let status = self.child.wait().expect("wait for prescient-dpu");
@@ -210,6 +223,8 @@ pub struct ClusterProcs {
     pub hosts: Vec<std::sync::Arc<prescient_shim::Host>>,
     /// Each node's DPU app, while it runs.
     pub dpus: Vec<Option<DpuProcess>>,
+    /// Arguments every node's `serve` gets besides its config, node and region.
+    pub extra: Vec<String>,
 }
 
 /// Region sizes that carry 4 KiB values striped RS(3, 2) in place.
@@ -234,6 +249,11 @@ impl ClusterProcs {
     /// Writes the cluster file for `nodes` nodes of RS(k, m) with `quorum`, creates the
     /// regions and starts every node.
     pub fn start(name: &str, nodes: usize, k: usize, m: usize, quorum: usize) -> Self {
+        Self::start_with(name, nodes, k, m, quorum, &[])
+    }
+
+    /// [`ClusterProcs::start`], every node's `serve` also given `extra`.
+    pub fn start_with(name: &str, nodes: usize, k: usize, m: usize, quorum: usize, extra: &[&str]) -> Self {
         let dir = std::env::temp_dir().join(format!("prescient-cluster-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("keys")).expect("make the test folder");
@@ -268,7 +288,8 @@ impl ClusterProcs {
             regions.push(region);
             hosts.push(host);
         }
-        let mut c = Self { dir, config, regions, hosts, dpus: (0..nodes).map(|_| None).collect() };
+        let extra = extra.iter().map(|a| a.to_string()).collect();
+        let mut c = Self { dir, config, regions, hosts, dpus: (0..nodes).map(|_| None).collect(), extra };
         for i in 0..nodes {
             c.spawn(i);
         }
@@ -280,7 +301,9 @@ impl ClusterProcs {
         assert!(self.dpus[i].is_none(), "node {i} runs already");
         let node = i.to_string();
         let config = self.config.to_string_lossy().into_owned();
-        self.dpus[i] = Some(DpuProcess::serve(&[&self.regions[i].0], &["--config", &config, "--node", &node]));
+        let mut args = vec!["--config", &config, "--node", &node];
+        args.extend(self.extra.iter().map(String::as_str));
+        self.dpus[i] = Some(DpuProcess::serve(&[&self.regions[i].0], &args));
     }
 
     /// Node `i`'s DPU app, if it runs (to freeze and resume it).

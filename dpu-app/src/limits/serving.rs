@@ -20,6 +20,20 @@ pub const HOST_CHECK_PERIOD_MS: u64 = 10;
 /// its generation in a loop is taken over at this pace, not at its own.
 pub const TAKE_OVER_INTERVAL_MS: u64 = 100;
 
+/// How often the serving loop publishes its figures for `serve --metrics`, in ms: a
+/// scrape sees figures at most this old. Publishing copies every node's histograms
+/// (about 90 KiB a node), a few microseconds a period.
+pub const METRICS_PUBLISH_PERIOD_MS: u64 = 200;
+
+/// Largest HTTP request head the metrics listener reads; a larger one is refused 431.
+pub const METRICS_REQUEST_BYTES_MAX: usize = 8192;
+
+/// Read and write timeout of one metrics connection, in ms: a client that stalls holds
+/// the metrics thread (never the serving loop) at most this long.
+pub const METRICS_IO_TIMEOUT_MS: u64 = 1000;
+
 const _: () = assert!(REGION_TURN_DESCRIPTORS >= BATCH_MAX, "a turn serves at least one full batch");
 const _: () = assert!(HOST_CHECK_PERIOD_MS * 1000 >= HEARTBEAT_PERIOD_US);
 const _: () = assert!(TAKE_OVER_INTERVAL_MS >= HOST_CHECK_PERIOD_MS);
+// A scrape every second or so sees a fresh snapshot each time.
+const _: () = assert!(METRICS_PUBLISH_PERIOD_MS < 1000);

@@ -61,6 +61,8 @@ pub struct ServeRegions {
     pub pin: bool,
     /// Time without a host heartbeat after which its buffers are reclaimed.
     pub host_timeout: Duration,
+    /// Answer `GET /metrics` on this `HOST:PORT` (port 0: a free one, printed).
+    pub metrics: Option<String>,
 }
 
 /// The data folder of the one-node cluster serving `region`: `<data_dir>/<file name>`,
@@ -296,6 +298,7 @@ mod tests {
             store_bytes: 1 << 20,
             pin: false,
             host_timeout: Duration::from_secs(10),
+            metrics: None,
         };
         let stop = AtomicBool::new(false);
         let summary = std::thread::scope(|s| {

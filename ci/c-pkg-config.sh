@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# What the README's C section says, verbatim: install the shim into a fresh prefix with
+# ci/install-c.sh, build the C client (tests/c/) with nothing but
+# `cc ... $(pkg-config --cflags --libs prescient)`, once against the shared library and
+# once statically (`pkg-config --static`), and run each against a real prescient-dpu:
+# it PUTs 100 values and GETs one back.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+work=$(mktemp -d)
+dpu_pid=
+cleanup() {
+  [ -n "$dpu_pid" ] && kill "$dpu_pid" 2>/dev/null || true
+  rm -rf "$work" /dev/shm/prescient-ci-c-"$$"*
+}
+trap cleanup EXIT
+
+ci/install-c.sh "$work/prefix"
+export PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig"
+pkg-config --exists prescient
+cc -std=c11 -Wall -Wextra -Werror -o "$work/client" tests/c/main.c tests/c/client.c \
+  $(pkg-config --cflags --libs prescient) -Wl,-rpath,"$work/prefix/lib"
+# Statically: the archive by name, and the system libraries it needs from Libs.private.
+cc -std=c11 -Wall -Wextra -Werror -o "$work/client-static" tests/c/main.c tests/c/client.c \
+  $(pkg-config --cflags prescient) "$work/prefix/lib/libprescient_shim.a" \
+  $(pkg-config --static --libs-only-l prescient | sed 's/-lprescient_shim//')
+ldd "$work/client" | grep -q "$work/prefix/lib/libprescient_shim.so"
+if ldd "$work/client-static" | grep -q prescient_shim; then
+  echo "ci/c-pkg-config.sh: the static client still needs libprescient_shim.so" >&2
+  exit 1
+fi
+
+cargo build --release -p prescient-dpu
+for client in client client-static; do
+  region=/dev/shm/prescient-ci-c-$$-$client
+  ready=$work/$client.ready
+  "$work/$client" "$region" "$ready" 100 &
+  client_pid=$!
+  for _ in $(seq 200); do [ -e "$ready" ] && break; sleep 0.1; done
+  [ -e "$ready" ] || { echo "ci/c-pkg-config.sh: $client never created its region" >&2; exit 1; }
+  target/release/prescient-dpu serve --emulate --no-pin --region "$region" >"$work/$client.dpu.log" 2>&1 &
+  dpu_pid=$!
+  if ! wait "$client_pid"; then
+    echo "ci/c-pkg-config.sh: $client failed; the DPU app said:" >&2
+    cat "$work/$client.dpu.log" >&2
+    exit 1
+  fi
+  kill -TERM "$dpu_pid"
+  wait "$dpu_pid"
+  dpu_pid=
+done
+echo "C client built with pkg-config (shared and static) and run against prescient-dpu: ok"

@@ -1,0 +1,455 @@
+//! What `serve --metrics` publishes: a snapshot of every node's counters and
+//! histograms, copied by the serving loop, rendered by the metrics thread.
+//!
+//! The serving loop owns its nodes and never waits for the metrics thread: every
+//! [`METRICS_PUBLISH_PERIOD_MS`] it copies each node's figures into its spare
+//! snapshot (fixed memory, sized at start: no allocation) and swaps it with the shared
+//! one only if the lock is free (`try_lock`); when the metrics thread holds it, the
+//! loop tries again next round. The metrics thread copies the shared snapshot out under
+//! the lock and renders the page ([`render`]) after releasing it.
+//!
+//! Every series carries `node` (its id in the cluster file, 0 for a one-node cluster)
+//! and `region` (the host region's path), so one page covers `serve --region A
+//! --region B` and a cluster node alike.
+
+use std::sync::{Arc, Mutex, PoisonError, TryLockError};
+
+use crate::cluster::protocol::node::Node;
+use crate::cluster::protocol::stats::NodeStats;
+use crate::exposition::{Exposition, Kind, LATENCY_BOUNDS_NS};
+use crate::fabric::Fabric;
+use crate::histogram::{Histogram, StageTimes, WriteStage};
+use crate::limits::METRICS_PUBLISH_PERIOD_MS;
+use crate::metrics::{Metrics, OpKind};
+
+/// A node counter on the page: (name, help, how to read it from the node's stats).
+type NodeCounter = (&'static str, &'static str, fn(&NodeStats) -> u64);
+
+/// The node counters on the page, beside the request counts and histograms.
+const NODE_COUNTERS: [NodeCounter; 26] = [
+    ("prescient_predictor_hits_total", "Writes that found their key leased by the predictor (hits).", |s| {
+        s.predictor_hits
+    }),
+    ("prescient_predictor_leases_total", "Predictor leases marked in the hosts' directories.", |s| s.leases_opened),
+    (
+        "prescient_predictor_false_positives_total",
+        "Predictor leases rolled back unused: no write of the key came (false positives).",
+        |s| s.leases_rolled_back,
+    ),
+    ("prescient_predictor_leases_timed_out_total", "Predictor leases rolled back for age.", |s| s.leases_timed_out),
+    ("prescient_predictor_leases_dropped_total", "Predictions not marked for lack of a lease entry.", |s| {
+        s.leases_dropped
+    }),
+    ("prescient_get_retries_total", "GET gather rounds repeated because sets of different ages disagreed.", |s| {
+        s.get_retries
+    }),
+    ("prescient_get_spill_rounds_total", "GETs that also READ their key's spill sets.", |s| s.get_spill_rounds),
+    ("prescient_links_lost_total", "Links to peers lost.", |s| s.links_lost),
+    ("prescient_suspicions_total", "Suspicions raised: a host directory could not be reached.", |s| s.suspicions),
+    ("prescient_directory_revocations_total", "Whole-directory revocations.", |s| s.revocations),
+    ("prescient_peers_declared_dead_total", "Peers declared dead.", |s| s.dead_declared),
+    ("prescient_dead_marks_cleared_total", "Pending marks of dead writers cleared.", |s| s.marks_cleared),
+    ("prescient_fragments_held_total", "Fragments this node persisted for other writers.", |s| s.fragments_held),
+    ("prescient_entries_refused_total", "Log entries refused (malformed, inconsistent, tampered).", |s| {
+        s.entries_refused
+    }),
+    ("prescient_entries_replayed_total", "Log entries replayed after a restart.", |s| s.entries_replayed),
+    ("prescient_store_full_total", "Fragments refused for lack of store room.", |s| s.store_full),
+    ("prescient_holder_refusals_total", "Refusals this node received from holders as a writer.", |s| s.refusals),
+    ("prescient_directory_jobs_total", "Directory CAS jobs started on peers' directories.", |s| s.cas_jobs),
+    ("prescient_directory_cas_rounds_total", "CAS rounds those directory jobs posted.", |s| s.cas_rounds),
+    ("prescient_directory_jobs_contended_total", "Directory jobs whose slot changed under every CAS round.", |s| {
+        s.cas_contended
+    }),
+    ("prescient_directory_jobs_refused_total", "Directory jobs not started: the job table was full.", |s| {
+        s.job_table_full
+    }),
+    (
+        "prescient_get_fragments_refused_total",
+        "Fragments GETs refused (checksums) and frames that did not open.",
+        |s| s.fragments_refused,
+    ),
+    ("prescient_forged_frames_total", "Rebuilt frames that did not open (a forged fragment).", |s| s.forged),
+    ("prescient_notices_resent_total", "Decisions resent to a peer after it reconnected.", |s| s.notices_resent),
+    ("prescient_repairs_started_total", "Repairs started: fragments rebuilt for a holder that missed them.", |s| {
+        s.repairs_started
+    }),
+    ("prescient_repairs_done_total", "Repairs the holder acknowledged.", |s| s.repairs_done),
+];
+
+/// The serving counters on the page: (name, help, how to read them).
+type HostCounter = (&'static str, &'static str, fn(&Metrics) -> u64);
+
+const HOST_COUNTERS: [HostCounter; 4] = [
+    ("prescient_queue_pairs_fenced_total", "Queue pairs fenced off for a host's ring violation.", |m| m.fences),
+    ("prescient_host_deaths_total", "Hosts seen to die.", |m| m.host_deaths),
+    ("prescient_buffers_reclaimed_total", "Buffers reclaimed from dead hosts or a dead predecessor.", |m| {
+        m.buffers_reclaimed
+    }),
+    ("prescient_predecessor_requests_failed_total", "Requests a dead predecessor took, failed at attach.", |m| {
+        m.restart_failed
+    }),
+];
+
+/// One peer link's figures.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct PeerFigures {
+    id: u8,
+    up: bool,
+    bytes_out: u64,
+    bytes_in: u64,
+}
+
+/// One node's figures at the last publication.
+#[derive(Clone, Debug)]
+pub struct NodeSnapshot {
+    node: String,
+    region: String,
+    metrics: Metrics,
+    writes: StageTimes,
+    gets_gather: Histogram,
+    gets_total: Histogram,
+    invalidated_after: Histogram,
+    counters: [u64; NODE_COUNTERS.len()],
+    store_live: u64,
+    store_records: u64,
+    /// Sized at start for every link the node has; refilled within that capacity.
+    peers: Vec<PeerFigures>,
+}
+
+impl NodeSnapshot {
+    /// An empty snapshot shaped for `node` (all allocation happens here).
+    fn for_node<F: Fabric>(node: &Node<F>) -> Self {
+        let mut s = Self {
+            node: node.id().to_string(),
+            region: node.region().path().display().to_string(),
+            metrics: Metrics::default(),
+            writes: StageTimes::new(),
+            gets_gather: Histogram::new(),
+            gets_total: Histogram::new(),
+            invalidated_after: Histogram::new(),
+            counters: [0; NODE_COUNTERS.len()],
+            store_live: 0,
+            store_records: 0,
+            peers: Vec::with_capacity(node.bytes_moved().count()),
+        };
+        s.fill(node);
+        s
+    }
+
+    /// Copies `node`'s figures in, without allocating.
+    fn fill<F: Fabric>(&mut self, node: &Node<F>) {
+        let stats = node.stats();
+        self.metrics.clone_from(node.metrics());
+        self.writes.copy_from(&stats.writes);
+        self.gets_gather.copy_from(&stats.gets_gather);
+        self.gets_total.copy_from(&stats.gets_total);
+        self.invalidated_after.copy_from(&stats.invalidated_after);
+        for (value, (_, _, read)) in self.counters.iter_mut().zip(NODE_COUNTERS) {
+            *value = read(stats);
+        }
+        let (usage, _) = node.store_usage();
+        (self.store_live, self.store_records) = (usage.live, usage.records);
+        let room = self.peers.capacity();
+        self.peers.clear();
+        for (id, bytes_out, bytes_in) in node.bytes_moved().take(room) {
+            self.peers.push(PeerFigures { id, up: node.peer_up(id), bytes_out, bytes_in });
+        }
+    }
+
+    /// Makes this snapshot equal to `other`, allocating only if their shapes differ.
+    fn copy_from(&mut self, other: &NodeSnapshot) {
+        if self.peers.capacity() < other.peers.len() || self.node != other.node || self.region != other.region {
+            *self = other.clone();
+            return;
+        }
+        self.metrics.clone_from(&other.metrics);
+        self.writes.copy_from(&other.writes);
+        self.gets_gather.copy_from(&other.gets_gather);
+        self.gets_total.copy_from(&other.gets_total);
+        self.invalidated_after.copy_from(&other.invalidated_after);
+        self.counters = other.counters;
+        (self.store_live, self.store_records) = (other.store_live, other.store_records);
+        self.peers.clear();
+        self.peers.extend_from_slice(&other.peers);
+    }
+}
+
+/// What the serving loop last published.
+#[derive(Clone, Debug, Default)]
+pub struct Published {
+    nodes: Vec<NodeSnapshot>,
+    regions_refused: u64,
+}
+
+impl Published {
+    /// Makes this equal to `other` (the metrics thread's copy), reusing its memory.
+    pub fn copy_from(&mut self, other: &Published) {
+        if self.nodes.len() != other.nodes.len() {
+            self.nodes.clone_from(&other.nodes);
+        } else {
+            self.nodes.iter_mut().zip(&other.nodes).for_each(|(mine, theirs)| mine.copy_from(theirs));
+        }
+        self.regions_refused = other.regions_refused;
+    }
+}
+
+/// The serving loop's side: its spare snapshot and when it publishes next.
+#[derive(Debug)]
+pub struct Publisher {
+    shared: Arc<Mutex<Published>>,
+    spare: Published,
+    next_ns: u64,
+}
+
+impl Publisher {
+    /// Shapes the snapshots for `nodes` (`regions_refused`: regions refused at attach)
+    /// and publishes their figures now into `shared`, so the first scrape has them.
+    pub fn new<F: Fabric>(nodes: &[Node<F>], regions_refused: usize, shared: Arc<Mutex<Published>>) -> Self {
+        let spare = Published {
+            nodes: nodes.iter().map(NodeSnapshot::for_node).collect(),
+            regions_refused: regions_refused as u64,
+        };
+        *shared.lock().unwrap_or_else(PoisonError::into_inner) = spare.clone();
+        Self { shared, spare, next_ns: 0 }
+    }
+
+    /// Publishes the nodes' figures if a period has passed since the last time and the
+    /// metrics thread is not reading; never waits.
+    pub fn maybe_publish<F: Fabric>(&mut self, nodes: &[Node<F>], now_ns: u64) {
+        if now_ns < self.next_ns {
+            return;
+        }
+        debug_assert_eq!(nodes.len(), self.spare.nodes.len(), "the nodes are the ones the publisher was shaped for");
+        for (snapshot, node) in self.spare.nodes.iter_mut().zip(nodes) {
+            snapshot.fill(node);
+        }
+        let mut shared = match self.shared.try_lock() {
+            Ok(shared) => shared,
+            Err(TryLockError::WouldBlock) => return,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+        };
+        std::mem::swap(&mut *shared, &mut self.spare);
+        drop(shared);
+        self.next_ns = now_ns.saturating_add(METRICS_PUBLISH_PERIOD_MS * 1_000_000);
+    }
+}
+
+/// The metrics thread's side: a closure that renders the page from `shared`, keeping
+/// its own copy so the lock is held only while copying.
+pub fn page_renderer(shared: Arc<Mutex<Published>>) -> impl FnMut() -> String + Send + 'static {
+    let mut local = Published::default();
+    move || {
+        local.copy_from(&shared.lock().unwrap_or_else(PoisonError::into_inner));
+        render(&local)
+    }
+}
+
+/// The page for `published`: every family once, each with the samples of every node.
+pub fn render(published: &Published) -> String {
+    let mut page = Exposition::new();
+    let nodes = &published.nodes;
+
+    let name = "prescient_requests_total";
+    page.family(name, Kind::Counter, "Requests completed, by op and status (refusals at the door included).");
+    for s in nodes {
+        let [node, region] = at(s);
+        for op in OpKind::ALL {
+            let counts = &s.metrics.by_op[op as usize];
+            let ok = counts.get(prescient_shim::Status::Ok);
+            // Ok is always on the page for the data ops, so a rate of zero shows as one.
+            if ok > 0 || matches!(op, OpKind::Put | OpKind::Get | OpKind::Delete) {
+                page.sample(name, &[node, region, ("op", op.name()), ("status", "ok")], ok);
+            }
+            for (status, n) in counts.nonzero().filter(|(st, _)| *st != prescient_shim::Status::Ok) {
+                page.sample(name, &[node, region, ("op", op.name()), ("status", status_label(status))], n);
+            }
+        }
+    }
+
+    let name = "prescient_write_stage_seconds";
+    page.family(name, Kind::Histogram, "Latency of each stage of the writes this node coordinated (stage=\"total\": taking the descriptor to posting its completion).");
+    for s in nodes {
+        let [node, region] = at(s);
+        for stage in WriteStage::ALL {
+            page.histogram(name, &[node, region, ("stage", stage.name())], s.writes.write(stage), &LATENCY_BOUNDS_NS);
+        }
+    }
+
+    let name = "prescient_read_stage_seconds";
+    page.family(name, Kind::Histogram, "Latency of GETs: gather (every set copy in) and total.");
+    for s in nodes {
+        let [node, region] = at(s);
+        page.histogram(name, &[node, region, ("stage", "gather")], &s.gets_gather, &LATENCY_BOUNDS_NS);
+        page.histogram(name, &[node, region, ("stage", "total")], &s.gets_total, &LATENCY_BOUNDS_NS);
+    }
+
+    let name = "prescient_invalidation_seconds";
+    page.family(name, Kind::Histogram, "From a PUT's arrival until every host's directory slot of its key was marked Pending (speculative invalidation).");
+    for s in nodes {
+        page.histogram(name, &at(s), &s.invalidated_after, &LATENCY_BOUNDS_NS);
+    }
+
+    for (i, (name, help, _)) in NODE_COUNTERS.iter().enumerate() {
+        page.family(name, Kind::Counter, help);
+        for s in nodes {
+            page.sample(name, &at(s), s.counters[i]);
+        }
+    }
+    for (name, help, read) in HOST_COUNTERS {
+        page.family(name, Kind::Counter, help);
+        for s in nodes {
+            page.sample(name, &at(s), read(&s.metrics));
+        }
+    }
+
+    let name = "prescient_store_records_in_use";
+    page.family(name, Kind::Gauge, "Fragment store records in use (Pending or Committed).");
+    for s in nodes {
+        page.sample(name, &at(s), s.store_live);
+    }
+    let name = "prescient_store_records";
+    page.family(name, Kind::Gauge, "Fragment store records the file has room for.");
+    for s in nodes {
+        page.sample(name, &at(s), s.store_records);
+    }
+
+    let name = "prescient_peer_bytes_total";
+    page.family(
+        name,
+        Kind::Counter,
+        "Log-entry bytes (fragments, outcome notices) moved with each peer, by direction.",
+    );
+    for s in nodes {
+        let [node, region] = at(s);
+        for p in &s.peers {
+            let peer = p.id.to_string();
+            page.sample(name, &[node, region, ("peer", &peer), ("direction", "out")], p.bytes_out);
+            page.sample(name, &[node, region, ("peer", &peer), ("direction", "in")], p.bytes_in);
+        }
+    }
+    let name = "prescient_peer_up";
+    page.family(name, Kind::Gauge, "1 if the peer is connected and answering, else 0.");
+    for s in nodes {
+        let [node, region] = at(s);
+        for p in &s.peers {
+            page.sample(name, &[node, region, ("peer", &p.id.to_string())], u64::from(p.up));
+        }
+    }
+    let name = "prescient_peers_up";
+    page.family(name, Kind::Gauge, "Peers connected and answering (0 for a one-node cluster).");
+    for s in nodes {
+        page.sample(name, &at(s), s.peers.iter().filter(|p| p.up).count() as u64);
+    }
+
+    let name = "prescient_regions_refused";
+    page.family(name, Kind::Gauge, "Regions given that could not be served (refused at attach).");
+    page.sample(name, &[], published.regions_refused);
+    page.finish()
+}
+
+/// The labels every series of node `s` carries.
+fn at(s: &NodeSnapshot) -> [(&'static str, &str); 2] {
+    [("node", s.node.as_str()), ("region", s.region.as_str())]
+}
+
+/// A status as a label value: its name in snake case (`NotDurable` -> `not_durable`).
+fn status_label(status: prescient_shim::Status) -> &'static str {
+    use prescient_shim::Status as S;
+    match status {
+        S::Ok => "ok",
+        S::BadOp => "bad_op",
+        S::BadSla => "bad_sla",
+        S::ReservedNotZero => "reserved_not_zero",
+        S::BadKeyLength => "bad_key_length",
+        S::BadOffset => "bad_offset",
+        S::BadValueLength => "bad_value_length",
+        S::BufferNotSubmitted => "buffer_not_submitted",
+        S::BufferInFlight => "buffer_in_flight",
+        S::DpuRestarted => "dpu_restarted",
+        S::StageFailed => "stage_failed",
+        S::NotFound => "not_found",
+        S::NotDurable => "not_durable",
+        S::Unavailable => "unavailable",
+        S::Overloaded => "overloaded",
+        S::Unsupported => "unsupported",
+        // Status::Unknown, and any status a newer shim adds.
+        _ => "unknown",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prescient_shim::Status;
+
+    fn snapshot(node: &str, region: &str) -> NodeSnapshot {
+        NodeSnapshot {
+            node: node.into(),
+            region: region.into(),
+            metrics: Metrics::default(),
+            writes: StageTimes::new(),
+            gets_gather: Histogram::new(),
+            gets_total: Histogram::new(),
+            invalidated_after: Histogram::new(),
+            counters: [0; NODE_COUNTERS.len()],
+            store_live: 0,
+            store_records: 0,
+            peers: Vec::with_capacity(4),
+        }
+    }
+
+    #[test]
+    fn every_series_is_labelled_by_node_and_region_and_counts_by_op_and_status() {
+        let mut a = snapshot("0", "/dev/shm/kv-a");
+        for _ in 0..3 {
+            a.metrics.count(prescient_shim::descriptor::OpCode::Put as u8, Status::Ok);
+        }
+        a.metrics.count(prescient_shim::descriptor::OpCode::Get as u8, Status::NotFound);
+        a.metrics.count(0xee, Status::BadOp);
+        a.writes.record_write(WriteStage::Seal, 1_500);
+        a.counters[0] = 7;
+        let mut b = snapshot("3", "/dev/shm/kv-b");
+        b.peers.push(PeerFigures { id: 1, up: true, bytes_out: 10, bytes_in: 20 });
+        b.peers.push(PeerFigures { id: 2, up: false, bytes_out: 0, bytes_in: 0 });
+        let page = render(&Published { nodes: vec![a, b], regions_refused: 1 });
+        let has = |line: &str| assert!(page.lines().any(|l| l == line), "no line {line:?} in\n{page}");
+        has(r#"prescient_requests_total{node="0",region="/dev/shm/kv-a",op="put",status="ok"} 3"#);
+        has(r#"prescient_requests_total{node="0",region="/dev/shm/kv-a",op="get",status="not_found"} 1"#);
+        has(r#"prescient_requests_total{node="0",region="/dev/shm/kv-a",op="other",status="bad_op"} 1"#);
+        has(r#"prescient_requests_total{node="3",region="/dev/shm/kv-b",op="delete",status="ok"} 0"#);
+        has(r#"prescient_write_stage_seconds_bucket{node="0",region="/dev/shm/kv-a",stage="seal",le="0.000002"} 1"#);
+        has(r#"prescient_write_stage_seconds_count{node="3",region="/dev/shm/kv-b",stage="total"} 0"#);
+        has(r#"prescient_predictor_hits_total{node="0",region="/dev/shm/kv-a"} 7"#);
+        has(r#"prescient_peer_bytes_total{node="3",region="/dev/shm/kv-b",peer="1",direction="in"} 20"#);
+        has(r#"prescient_peer_up{node="3",region="/dev/shm/kv-b",peer="2"} 0"#);
+        has(r#"prescient_peers_up{node="3",region="/dev/shm/kv-b"} 1"#);
+        has(r#"prescient_peers_up{node="0",region="/dev/shm/kv-a"} 0"#);
+        has("prescient_regions_refused 1");
+        assert_eq!(page.matches("# TYPE prescient_write_stage_seconds histogram").count(), 1);
+        // No op NOP line without NOPs.
+        assert!(!page.contains(r#"op="nop""#), "{page}");
+    }
+
+    #[test]
+    fn a_copy_reuses_its_memory_and_equals_the_original() {
+        let mut src = snapshot("1", "r");
+        src.writes.record_write(WriteStage::Total, 42);
+        src.peers.push(PeerFigures { id: 4, up: true, bytes_out: 1, bytes_in: 2 });
+        let mut dst = snapshot("1", "r");
+        let peers_at = dst.peers.as_ptr();
+        dst.copy_from(&src);
+        assert_eq!(dst.peers.as_ptr(), peers_at, "no new peer array");
+        assert_eq!((dst.peers.clone(), dst.writes.clone()), (src.peers.clone(), src.writes.clone()));
+        let one = Published { nodes: vec![src], regions_refused: 2 };
+        let mut copy = Published::default();
+        copy.copy_from(&one);
+        assert_eq!(render(&copy), render(&one));
+    }
+
+    #[test]
+    fn status_labels_are_distinct() {
+        let labels: std::collections::HashSet<_> = (0..=16).map(|c| status_label(Status::from_u16(c))).collect();
+        assert_eq!(labels.len(), 17);
+    }
+}
