@@ -1,5 +1,6 @@
 //! A C client, built by the root build.rs against the generated `prescient.h`, does
-//! real PUTs and a GET of one of them through the shim against a real `prescient-dpu`
+//! real PUTs (one by one and as a flushed batch), a GET, a DELETE and a GET of the
+//! deleted key through the shim against a real `prescient-dpu`
 //! process (a one-node cluster), and reads the fresh region's cache directory.
 
 use std::time::Duration;
@@ -18,6 +19,7 @@ fn c_client_puts_and_gets_through_the_shim_and_sees_every_completion_once() {
     let (clean, stdout, stderr) = dpu.stop();
     assert_eq!(rc, 0, "C client failed at line {}; DPU stderr:\n{stderr}", -rc);
     assert!(clean, "prescient-dpu exited uncleanly: {stderr}");
-    // The 500 PUTs, and the GET of the first, which the C client checked byte for byte.
-    assert!(stdout.contains("completed 501 requests (501 ok)"), "{stdout}");
+    // The 500 PUTs, the GET of the first (checked byte for byte), a batch of 4 PUTs
+    // published by one flush, a DELETE, and a GET of the deleted key (not found).
+    assert!(stdout.contains("completed 507 requests (506 ok)"), "{stdout}");
 }

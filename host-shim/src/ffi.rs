@@ -427,6 +427,39 @@ fn sla_arg(sla: u8) -> Option<Sla> {
     }
 }
 
+/// What one submission call does with the checked key and buffer.
+type Submit<'a> = &'a mut dyn FnMut(&mut QueuePair, &[u8], Buffer) -> Result<(), (ShimError, Buffer)>;
+
+/// The common part of every call that submits a buffer: null checks, the key slice,
+/// the buffer handle; on failure the buffer stays held by the caller.
+///
+/// # Safety
+/// As for [`prescient_put`].
+unsafe fn submit(
+    qp: *mut PrescientQp,
+    key: *const u8,
+    key_len: usize,
+    buf: *const PrescientBuffer,
+    f: Submit,
+) -> PrescientRc {
+    if qp.is_null() || key.is_null() || buf.is_null() {
+        return fail(PrescientRc::Invalid, "qp, key or buf is null".into());
+    }
+    // SAFETY: live, exclusive and valid per the caller's contract.
+    let (qp, key, raw) = unsafe { (&mut (*qp).0, std::slice::from_raw_parts(key, key_len), &*buf) };
+    let buffer = match buffer_arg(qp, raw) {
+        Ok(b) => b,
+        Err(rc) => return rc,
+    };
+    match f(qp, key, buffer) {
+        Ok(()) => PrescientRc::Ok,
+        Err((e, buffer)) => {
+            let _ = buffer.into_raw();
+            fail_shim(e)
+        }
+    }
+}
+
 /// Submits a PUT of `buf`'s first `value_len` bytes under `key` and publishes it.
 /// On failure the buffer stays held by the caller.
 ///
@@ -443,24 +476,84 @@ pub unsafe extern "C" fn prescient_put(
     sla: u8,
     user_data: u64,
 ) -> PrescientRc {
-    if qp.is_null() || key.is_null() || buf.is_null() {
-        return fail(PrescientRc::Invalid, "qp, key or buf is null".into());
-    }
     let Some(sla) = sla_arg(sla) else {
         return fail(PrescientRc::Invalid, format!("sla {sla} is not 0 (stale) or 1 (fresh)"));
     };
-    // SAFETY: live, exclusive and valid per the contract.
-    let (qp, key, raw) = unsafe { (&mut (*qp).0, std::slice::from_raw_parts(key, key_len), &*buf) };
-    let buffer = match buffer_arg(qp, raw) {
-        Ok(b) => b,
-        Err(rc) => return rc,
+    // SAFETY: the caller's contract is this function's.
+    unsafe { submit(qp, key, key_len, buf, &mut |qp, key, b| qp.put(key, b, value_len, sla, user_data)) }
+}
+
+/// Queues a PUT like [`prescient_put`] without publishing it: a batch of pushes is
+/// published by one [`prescient_flush`].
+///
+/// # Safety
+/// As for [`prescient_put`].
+#[no_mangle]
+pub unsafe extern "C" fn prescient_push_put(
+    qp: *mut PrescientQp,
+    key: *const u8,
+    key_len: usize,
+    buf: *const PrescientBuffer,
+    value_len: usize,
+    sla: u8,
+    user_data: u64,
+) -> PrescientRc {
+    let Some(sla) = sla_arg(sla) else {
+        return fail(PrescientRc::Invalid, format!("sla {sla} is not 0 (stale) or 1 (fresh)"));
     };
-    match qp.put(key, buffer, value_len, sla, user_data) {
+    // SAFETY: the caller's contract is this function's.
+    unsafe { submit(qp, key, key_len, buf, &mut |qp, key, b| qp.push_put(key, b, value_len, sla, user_data)) }
+}
+
+/// Submits a DELETE of `key`, carried in `buf`, and publishes it. On failure the
+/// buffer stays held by the caller.
+///
+/// # Safety
+/// As for [`prescient_put`].
+#[no_mangle]
+pub unsafe extern "C" fn prescient_delete(
+    qp: *mut PrescientQp,
+    key: *const u8,
+    key_len: usize,
+    buf: *const PrescientBuffer,
+    user_data: u64,
+) -> PrescientRc {
+    // SAFETY: the caller's contract is this function's.
+    unsafe { submit(qp, key, key_len, buf, &mut |qp, key, b| qp.delete(key, b, user_data)) }
+}
+
+/// Queues a DELETE like [`prescient_delete`] without publishing it.
+///
+/// # Safety
+/// As for [`prescient_put`].
+#[no_mangle]
+pub unsafe extern "C" fn prescient_push_delete(
+    qp: *mut PrescientQp,
+    key: *const u8,
+    key_len: usize,
+    buf: *const PrescientBuffer,
+    user_data: u64,
+) -> PrescientRc {
+    // SAFETY: the caller's contract is this function's.
+    unsafe { submit(qp, key, key_len, buf, &mut |qp, key, b| qp.push_delete(key, b, user_data)) }
+}
+
+/// Publishes every request queued by the `prescient_push_*` calls and wakes the DPU
+/// app. Fails with `PRESCIENT_RC_DPU_NOT_RESPONDING` if it has stopped answering (the
+/// requests stay queued for its successor).
+///
+/// # Safety
+/// `qp` is a live queue pair used by one thread.
+#[no_mangle]
+pub unsafe extern "C" fn prescient_flush(qp: *mut PrescientQp) -> PrescientRc {
+    if qp.is_null() {
+        return fail(PrescientRc::Invalid, "qp is null".into());
+    }
+    // SAFETY: live and exclusive per the contract.
+    let qp = unsafe { &mut (*qp).0 };
+    match qp.flush() {
         Ok(()) => PrescientRc::Ok,
-        Err((e, buffer)) => {
-            let _ = buffer.into_raw();
-            fail_shim(e)
-        }
+        Err(e) => fail_shim(e),
     }
 }
 

@@ -124,6 +124,38 @@ int prescient_c_client_run(const char *region_path, const char *ready_path, uint
     CHECK(prescient_take_value(qp, &done[0], &back) == PRESCIENT_RC_NO_VALUE);
     CHECK(prescient_buffer_free(host, &back) == PRESCIENT_RC_OK);
 
+    /* A batch: four PUTs queued with prescient_push_put, published by one flush. */
+    enum { BATCH = 4 };
+    for (uint32_t i = 0; i < BATCH; i++) {
+        PrescientBuffer b;
+        CHECK(prescient_buffer_take(host, &b) == PRESCIENT_RC_OK);
+        char key[16];
+        int key_len = snprintf(key, sizeof key, "batch-%u", i);
+        memcpy(b.value, "batched", 7);
+        CHECK(prescient_push_put(qp, (const uint8_t *)key, (size_t)key_len, &b, 7, 1, 8000 + i) == PRESCIENT_RC_OK);
+    }
+    CHECK(prescient_flush(qp) == PRESCIENT_RC_OK);
+    for (size_t have = 0; have < BATCH;) {
+        CHECK(prescient_wait(qp, 10000, done, 16, &got) == PRESCIENT_RC_OK);
+        for (size_t i = 0; i < got; i++) {
+            CHECK(done[i].user_data >= 8000 && done[i].user_data < 8000 + BATCH && done[i].op == 1 && done[i].status == 0);
+        }
+        have += got;
+    }
+
+    /* DELETE batch-0, then a GET of it finds nothing (status 11, not found). */
+    PrescientBuffer del_buf;
+    CHECK(prescient_buffer_take(host, &del_buf) == PRESCIENT_RC_OK);
+    CHECK(prescient_delete(qp, (const uint8_t *)"batch-0", 7, &del_buf, 8100) == PRESCIENT_RC_OK);
+    CHECK(prescient_wait(qp, 10000, done, 16, &got) == PRESCIENT_RC_OK);
+    CHECK(got == 1 && done[0].user_data == 8100 && done[0].op == 2 && done[0].status == 0);
+    CHECK(prescient_buffer_take(host, &get_buf) == PRESCIENT_RC_OK);
+    CHECK(prescient_get(qp, (const uint8_t *)"batch-0", 7, &get_buf, 1, 8101) == PRESCIENT_RC_OK);
+    CHECK(prescient_wait(qp, 10000, done, 16, &got) == PRESCIENT_RC_OK);
+    CHECK(got == 1 && done[0].user_data == 8101 && done[0].status == 11);
+    CHECK(prescient_take_value(qp, &done[0], &back) == PRESCIENT_RC_OK);
+    CHECK(prescient_buffer_free(host, &back) == PRESCIENT_RC_OK);
+
     prescient_qp_close(qp);
     prescient_host_free(host);
     return 0;
