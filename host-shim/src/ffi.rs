@@ -26,8 +26,9 @@ use crate::completion::Completion;
 use crate::descriptor::Sla;
 use crate::directory::{ReadCheck, RefillToken, SlotState, SlotWord};
 use crate::error::ShimError;
-use crate::host::{Host, HostOptions, QueuePair};
+use crate::host::{Host, HostOptions};
 use crate::layout::RegionConfig;
+use crate::queue_pair::QueuePair;
 use crate::status::Status;
 
 /// Result codes of the C ABI.

@@ -13,7 +13,9 @@
 //! [`directory`] (the cache-directory word and its rules),
 //! [`ring`] (the SPSC protocol), [`queue`] (a queue pair in the region),
 //! [`arena`] / [`buffer`] (buffer ownership), [`liveness`] (heartbeats),
-//! [`host`] (the API), [`ffi`] (the C ABI).
+//! the API in three: [`host`] (create or attach, buffers, the directory's words),
+//! [`reads`] (the reader protocol over the directory), [`queue_pair`] (submitting and
+//! reaping); then [`ffi`] (the C ABI).
 #![deny(unsafe_code)]
 
 pub mod arena;
@@ -29,6 +31,8 @@ pub mod host;
 pub mod layout;
 pub mod liveness;
 pub mod queue;
+pub mod queue_pair;
+pub mod reads;
 pub mod region;
 pub mod ring;
 pub mod status;
@@ -40,6 +44,7 @@ pub use completion::{Completion, CompletionEntry};
 pub use descriptor::{OpCode, Sla};
 pub use directory::{ReadCheck, ReadGuard, ReadSla, RefillToken, SlotState, SlotWord};
 pub use error::ShimError;
-pub use host::{Host, HostOptions, QueuePair};
+pub use host::{Host, HostOptions};
 pub use layout::RegionConfig;
+pub use queue_pair::QueuePair;
 pub use status::Status;

@@ -1,0 +1,781 @@
+//! One KV-store thread's queue pair: queue requests into the submission ring, publish
+//! them, and reap the completion ring. Every completion entry is checked against what
+//! this queue pair submitted before any request it names is handed over; the buffers
+//! of GETs stay in a table until their value is taken.
+
+use std::sync::atomic::{fence, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::arena::{self, BufferState};
+use crate::buffer::Buffer;
+use crate::completion::{Completion, CompletionEntry};
+use crate::config::*;
+use crate::descriptor::{ArenaShape, Descriptor, OpCode, Sla};
+use crate::error::ShimError;
+use crate::get_table::{GetBuffer, GetTable};
+use crate::host::Host;
+use crate::layout::header;
+use crate::liveness::{Coarse, Watch};
+use crate::queue::{Completions, FenceReason, QueueWords, Submissions};
+use crate::region::Region;
+use crate::ring::{Consumer, Producer};
+use crate::submitted::Submitted;
+use crate::sys as futex;
+
+/// One KV-store thread's queue pair. Not shared between threads; send it to the
+/// thread that uses it.
+pub struct QueuePair {
+    host: Arc<Host>,
+    words: QueueWords,
+    sq: Producer<Submissions>,
+    cq: Consumer<Completions>,
+    dpu: Watch<Coarse>,
+    in_flight: u32,
+    /// Entries per ring (the region's, kept here: every push checks it).
+    entries: u32,
+    /// The buffers of GETs whose value the host has not taken.
+    gets: GetTable,
+    /// The tag and op of every request in flight, by submission index.
+    submitted: Submitted,
+    /// A completion entry checked and taken off the ring whose requests are not all
+    /// handed to the caller yet (a `poll_max` that stopped inside it), and how many are.
+    run: Option<(CompletionEntry, u16)>,
+}
+
+impl Host {
+    /// Takes queue pair `qp` for the calling thread. Each queue pair may be taken once
+    /// per host; it is given back when the [`QueuePair`] drops.
+    pub fn queue_pair(self: &Arc<Self>, qp: u32) -> Result<QueuePair, ShimError> {
+        let count = self.config().queue_pairs;
+        if !self.claim_queue_pair(qp) {
+            return Err(ShimError::NoQueuePair { qp, count });
+        }
+        Ok(QueuePair::new(self.clone(), qp))
+    }
+}
+
+impl std::fmt::Debug for QueuePair {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueuePair").field("qp", &self.words.index()).finish()
+    }
+}
+
+impl QueuePair {
+    /// Opens queue pair `qp` of `host`, which the caller has claimed for it.
+    fn new(host: Arc<Host>, qp: u32) -> Self {
+        let region = host.region();
+        let config = host.config();
+        let words = QueueWords::new(region.clone(), qp);
+        Self {
+            sq: Producer::new(words.submissions()),
+            cq: Consumer::new(words.completions()),
+            dpu: Watch::new(region.u64_at(header::DPU_HEARTBEAT), host.dpu_timeout(), Coarse::now()),
+            gets: GetTable::new(config.ring_entries),
+            submitted: Submitted::new(config.ring_entries),
+            run: None,
+            entries: config.ring_entries,
+            host,
+            words,
+            in_flight: 0,
+        }
+    }
+
+    /// This queue pair's index.
+    pub fn index(&self) -> u32 {
+        self.words.index()
+    }
+
+    /// Requests submitted and not yet completed, as last seen.
+    pub fn in_flight(&self) -> u32 {
+        self.in_flight
+    }
+
+    fn arena(&self) -> ArenaShape {
+        let c = self.host.config();
+        ArenaShape { host_buffers: c.host_buffers, buffer_bytes: c.buffer_bytes }
+    }
+
+    fn check_fence(&self) -> Result<(), ShimError> {
+        let reason = self.words.fence_reason().load(Ordering::Acquire);
+        if reason == 0 {
+            return Ok(());
+        }
+        let reason = FenceReason::from_u32(reason).map_or("unknown reason", FenceReason::describe);
+        Err(ShimError::Fenced { qp: self.index(), reason, detail: self.words.fence_detail().load(Ordering::Acquire) })
+    }
+
+    fn check_dpu(&mut self) -> Result<(), ShimError> {
+        let counter = self.host.region().u64_at(header::DPU_HEARTBEAT);
+        self.dpu.check(counter, Coarse::now()).map_err(|silent| ShimError::DpuNotResponding {
+            silent_ms: silent.as_millis() as u64,
+            timeout_ms: self.dpu.timeout().as_millis() as u64,
+        })
+    }
+
+    fn room(&mut self) -> Result<(), ShimError> {
+        // One completion slot per request in flight: never more in flight than the
+        // completion ring holds, so the DPU app can always complete what it takes.
+        let entries = self.entries;
+        if self.in_flight() >= entries || self.sq.free() == 0 {
+            self.sq.refresh().map_err(|e| ShimError::BadCompletion(format!("submission head: {e}")))?;
+            if self.in_flight() >= entries || self.sq.free() == 0 {
+                return Err(ShimError::RingFull { qp: self.index(), depth: entries });
+            }
+        }
+        Ok(())
+    }
+
+    /// Queues a PUT of `buf`'s first `value_len` value bytes under `key`, without
+    /// publishing it (see [`QueuePair::flush`]). On error the buffer comes back.
+    pub fn push_put(
+        &mut self,
+        key: &[u8],
+        buf: Buffer,
+        value_len: usize,
+        sla: Sla,
+        user_data: u64,
+    ) -> Result<(), (ShimError, Buffer)> {
+        if value_len > buf.capacity() {
+            let max = buf.capacity();
+            return Err((ShimError::BadValue { len: value_len, max }, buf));
+        }
+        self.push_with_buffer(OpCode::Put, key, buf, value_len as u32, sla, user_data)
+    }
+
+    /// Queues a DELETE of `key`, carried in `buf`, without publishing it.
+    pub fn push_delete(&mut self, key: &[u8], buf: Buffer, user_data: u64) -> Result<(), (ShimError, Buffer)> {
+        self.push_with_buffer(OpCode::Delete, key, buf, 0, Sla::Stale, user_data)
+    }
+
+    /// Queues a GET of `key`, carried in `buf`, without publishing it. The DPU app
+    /// reads the value into `buf` at [`VALUE_OFFSET`] and completes with the value's
+    /// length in `detail` and its version in `version`; the buffer comes back with
+    /// [`QueuePair::take_value`]. `sla` says how the DPU app resolves a value whose
+    /// last write is still being decided: `Stale` gives the newest committed value it
+    /// can prove, `Fresh` fails rather than risk an older one.
+    ///
+    /// Fails with [`ShimError::RingFull`] (handing the buffer back) while the GET
+    /// submitted `ring_entries` requests earlier has not completed yet: its table
+    /// entry, keyed by submission index, is still taken.
+    pub fn push_get(&mut self, key: &[u8], buf: Buffer, sla: Sla, user_data: u64) -> Result<(), (ShimError, Buffer)> {
+        let sq_index = self.sq.tail();
+        if !self.gets.can_record(sq_index) {
+            return Err((ShimError::RingFull { qp: self.index(), depth: self.host.config().ring_entries }, buf));
+        }
+        let got = GetBuffer { index: buf.index(), generation: buf.generation() };
+        self.push_with_buffer(OpCode::Get, key, buf, 0, sla, user_data)?;
+        if let Some(abandoned) = self.gets.record(sq_index, got) {
+            Self::free_get_buffer(self.host.region(), abandoned);
+        }
+        Ok(())
+    }
+
+    /// Hands back the buffer of a GET completion `c`, whatever its status: the value
+    /// is valid only when the status is `Ok`, and is then
+    /// `buf.value()[..c.detail as usize]` (`buf.value().get(..c.detail as usize)` is
+    /// `None` rather than a panic if a broken DPU app reports more bytes than the
+    /// buffer holds). None for a completion of any other request,
+    /// for a second call, or if the buffer's ownership word does not say the host holds
+    /// it (a DPU app that broke the protocol; the buffer is then left to it).
+    ///
+    /// Take the value before submitting `ring_entries` more requests on this queue
+    /// pair: a GET whose value is never taken keeps its buffer until its table entry is
+    /// reused by a later GET or the queue pair drops, and then the buffer is freed.
+    pub fn take_value(&mut self, c: &Completion) -> Option<Buffer> {
+        let got = self.gets.take(c.sq_index)?;
+        let region = self.host.region();
+        let cell = region.u32_at(region.layout().buffer_state(got.index));
+        // A DPU app hands a GET's buffer back `Host`; one that refused the descriptor
+        // before accepting it left it `Submitted`, and the completion says it is done
+        // with it. The Host -> Host move checks the word and acquires the DPU app's
+        // writes of the value.
+        let held = arena::transition(cell, got.generation, BufferState::Host, BufferState::Host).is_ok()
+            || arena::transition(cell, got.generation, BufferState::Submitted, BufferState::Host).is_ok();
+        held.then(|| Buffer::new(region.clone(), got.index, got.generation))
+    }
+
+    /// Frees the buffer of a completed GET whose value the host never took.
+    fn free_get_buffer(region: &Region, got: GetBuffer) {
+        let cell = region.u32_at(region.layout().buffer_state(got.index));
+        // As in `take_value`: `Host` normally, `Submitted` if the DPU app refused it. A
+        // word in any other state is not the host's to free.
+        for from in [BufferState::Host, BufferState::Submitted] {
+            if arena::transition(cell, got.generation, from, BufferState::Free).is_ok() {
+                return;
+            }
+        }
+    }
+
+    fn push_with_buffer(
+        &mut self,
+        op: OpCode,
+        key: &[u8],
+        mut buf: Buffer,
+        value_len: u32,
+        sla: Sla,
+        user_data: u64,
+    ) -> Result<(), (ShimError, Buffer)> {
+        if key.is_empty() || key.len() > KEY_BYTES_MAX {
+            return Err((ShimError::BadKey { len: key.len(), max: KEY_BYTES_MAX }, buf));
+        }
+        if let Err(e) = self.check_fence().and_then(|()| self.room()) {
+            return Err((e, buf));
+        }
+        buf.write_key(key);
+        let cell = self.host.region().u32_at(self.host.region().layout().buffer_state(buf.index()));
+        if let Err(found) = arena::transition(cell, buf.generation(), BufferState::Host, BufferState::Submitted) {
+            let state = BufferState::describe(BufferState::of(found));
+            let index = buf.index();
+            return Err((ShimError::BufferState { index, state, hint: "submit each buffer once" }, buf));
+        }
+        let (index, buffer_gen) = buf.into_raw();
+        let desc = Descriptor {
+            op,
+            sla,
+            key_len: key.len() as u16,
+            value_offset: self.arena().value_offset(index),
+            value_len,
+            buffer_gen,
+            user_data,
+            wait_us: 0,
+        };
+        self.push_checked(&desc);
+        Ok(())
+    }
+
+    /// Emits `desc` into the next slot; the caller checked room.
+    fn push_checked(&mut self, desc: &Descriptor) {
+        let mut bytes = [0u8; DESCRIPTOR_BYTES];
+        desc.emit(&mut bytes);
+        self.push_bytes(&bytes, desc.user_data, desc.op as u8);
+    }
+
+    /// Writes `bytes` into the next slot and records the request; the caller checked
+    /// room.
+    fn push_bytes(&mut self, bytes: &[u8; DESCRIPTOR_BYTES], user_data: u64, op: u8) {
+        self.submitted.open(self.sq.tail(), user_data, op);
+        assert!(self.sq.push(bytes), "room() checked a free slot");
+        self.in_flight += 1;
+    }
+
+    /// Queues a NOP: completes at once, names no buffer.
+    pub fn push_nop(&mut self, user_data: u64) -> Result<(), ShimError> {
+        self.check_fence()?;
+        self.room()?;
+        let desc = Descriptor {
+            op: OpCode::Nop,
+            sla: Sla::Stale,
+            key_len: 0,
+            value_offset: 0,
+            value_len: 0,
+            buffer_gen: 0,
+            user_data,
+            wait_us: 0,
+        };
+        self.push_checked(&desc);
+        Ok(())
+    }
+
+    /// Pushes raw descriptor bytes, bypassing every host-side check. For fault
+    /// injection: this is how a buggy or hostile host looks to the DPU app.
+    pub fn push_raw(&mut self, bytes: &[u8; DESCRIPTOR_BYTES]) -> Result<(), ShimError> {
+        self.room()?;
+        let user_data = u64::from_le_bytes(bytes[crate::descriptor::field::USER_DATA].try_into().expect("8 bytes"));
+        self.push_bytes(bytes, user_data, bytes[crate::descriptor::field::OP]);
+        Ok(())
+    }
+
+    /// The queue pair's shared words, for fault injection and diagnostics.
+    pub fn words(&self) -> &QueueWords {
+        &self.words
+    }
+
+    /// Publishes every queued request and wakes the DPU app if it sleeps. Fails if the
+    /// DPU app has stopped responding (the requests stay queued for its successor,
+    /// which completes or fails each of them).
+    pub fn flush(&mut self) -> Result<(), ShimError> {
+        self.publish();
+        self.check_dpu()
+    }
+
+    fn publish(&mut self) {
+        self.sq.publish();
+        // SeqCst: our tail store must be visible before we read the DPU's sleeping flag,
+        // pairing with the fence the DPU app makes between setting that flag and its
+        // last look at the rings. Without it both sides could miss each other.
+        fence(Ordering::SeqCst);
+        let region = self.host.region();
+        if region.u32_at(header::DPU_SLEEPING).load(Ordering::Relaxed) != 0 {
+            let doorbell = region.u32_at(header::DPU_DOORBELL);
+            doorbell.fetch_add(1, Ordering::Release);
+            futex::wake_all(doorbell);
+        }
+    }
+
+    /// PUT and publish at once. Fails, handing the buffer back, if the DPU app is not
+    /// responding. See [`QueuePair::push_put`].
+    pub fn put(
+        &mut self,
+        key: &[u8],
+        buf: Buffer,
+        value_len: usize,
+        sla: Sla,
+        user_data: u64,
+    ) -> Result<(), (ShimError, Buffer)> {
+        if let Err(e) = self.check_dpu() {
+            return Err((e, buf));
+        }
+        self.push_put(key, buf, value_len, sla, user_data)?;
+        self.publish();
+        Ok(())
+    }
+
+    /// GET and publish at once. Fails, handing the buffer back, if the DPU app is not
+    /// responding. See [`QueuePair::push_get`].
+    pub fn get(&mut self, key: &[u8], buf: Buffer, sla: Sla, user_data: u64) -> Result<(), (ShimError, Buffer)> {
+        if let Err(e) = self.check_dpu() {
+            return Err((e, buf));
+        }
+        self.push_get(key, buf, sla, user_data)?;
+        self.publish();
+        Ok(())
+    }
+
+    /// DELETE and publish at once. Fails, handing the buffer back, if the DPU app is
+    /// not responding.
+    pub fn delete(&mut self, key: &[u8], buf: Buffer, user_data: u64) -> Result<(), (ShimError, Buffer)> {
+        if let Err(e) = self.check_dpu() {
+            return Err((e, buf));
+        }
+        self.push_delete(key, buf, user_data)?;
+        self.publish();
+        Ok(())
+    }
+
+    /// Hands every completion ready now to `on`; returns how many.
+    pub fn poll(&mut self, on: impl FnMut(Completion)) -> Result<usize, ShimError> {
+        self.poll_max(usize::MAX, on)
+    }
+
+    /// Hands at most `max` completions ready now to `on`; returns how many.
+    ///
+    /// Each completion entry is checked before any request it names is handed over:
+    /// its bytes, and that every request it names is one this queue pair submitted and
+    /// has not seen completed. An entry that fails is dropped with
+    /// [`ShimError::BadCompletion`] (the DPU app broke the protocol); the requests it
+    /// named stay in flight.
+    pub fn poll_max(&mut self, max: usize, mut on: impl FnMut(Completion)) -> Result<usize, ShimError> {
+        let mut count = self.deliver_run(max, &mut on);
+        if count == max {
+            return Ok(count);
+        }
+        let ready = self.cq.refresh().map_err(|e| ShimError::BadCompletion(format!("completion tail: {e}")))?;
+        if ready > self.in_flight() {
+            return Err(ShimError::BadCompletion(format!(
+                "{ready} completion entries ready but only {} requests in flight",
+                self.in_flight()
+            )));
+        }
+        let mut result = Ok(());
+        while count < max {
+            let Some((cq_index, bytes)) = self.cq.pop() else { break };
+            // The entry is a private copy now: its slot goes back to the DPU app below.
+            let entry = match CompletionEntry::parse_checked(&bytes) {
+                Ok(entry) => entry,
+                Err(e) => {
+                    result = Err(ShimError::BadCompletion(format!("entry {cq_index}: {e}")));
+                    break;
+                }
+            };
+            if let Err(not_open) = self.submitted.close(&entry) {
+                result = Err(ShimError::BadCompletion(format!(
+                    "entry {cq_index} completes {} requests from submission {}, but submission {} is not in flight",
+                    entry.count, entry.sq_index, not_open.sq_index
+                )));
+                break;
+            }
+            self.run = Some((CompletionEntry { cq_index, ..entry }, 0));
+            count += self.deliver_run(max - count, &mut on);
+        }
+        if self.cq.head() != self.cq.released() {
+            self.cq.release();
+        }
+        result.map(|()| count)
+    }
+
+    /// Hands at most `max` requests of the entry being delivered to `on`.
+    fn deliver_run(&mut self, max: usize, on: &mut impl FnMut(Completion)) -> usize {
+        let Some((entry, done)) = &mut self.run else { return 0 };
+        let take = usize::from(entry.count - *done).min(max);
+        for _ in 0..take {
+            let sq_index = entry.sq_index.wrapping_add((*done).into());
+            let (user_data, op) = self.submitted.tag(sq_index);
+            self.gets.complete(sq_index);
+            self.in_flight -= 1;
+            *done += 1;
+            on(Completion {
+                user_data,
+                status: entry.status,
+                op,
+                flags: entry.flags,
+                sq_index,
+                version: entry.version,
+                detail: entry.detail,
+                cq_index: entry.cq_index,
+            });
+        }
+        if *done == entry.count {
+            self.run = None;
+        }
+        take
+    }
+
+    /// Waits up to `timeout` for at least one completion: spins briefly, then sleeps
+    /// on the queue pair's futex. Fails with [`ShimError::DpuNotResponding`] once the
+    /// DPU app has been silent for the host's `dpu_timeout`.
+    pub fn wait(&mut self, timeout: Duration, on: impl FnMut(Completion)) -> Result<usize, ShimError> {
+        self.wait_max(timeout, usize::MAX, on)
+    }
+
+    /// [`QueuePair::wait`], handing over at most `max` completions.
+    pub fn wait_max(
+        &mut self,
+        timeout: Duration,
+        max: usize,
+        mut on: impl FnMut(Completion),
+    ) -> Result<usize, ShimError> {
+        let deadline = Instant::now() + timeout;
+        for _ in 0..SPIN_ROUNDS {
+            let n = self.poll_max(max, &mut on)?;
+            if n > 0 {
+                return Ok(n);
+            }
+            std::hint::spin_loop();
+        }
+        loop {
+            let seen = self.words.cq_doorbell().load(Ordering::Acquire);
+            self.words.host_waiting().store(1, Ordering::Relaxed);
+            // SeqCst: the waiting flag must be visible before our last look at the
+            // completion tail; pairs with the DPU app's fence between publishing the
+            // tail and reading this flag.
+            fence(Ordering::SeqCst);
+            let n = self.poll_max(max, &mut on)?;
+            if n > 0 {
+                self.words.host_waiting().store(0, Ordering::Relaxed);
+                return Ok(n);
+            }
+            self.check_fence()?;
+            if let Err(e) = self.check_dpu() {
+                self.words.host_waiting().store(0, Ordering::Relaxed);
+                return Err(e);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                self.words.host_waiting().store(0, Ordering::Relaxed);
+                return Err(ShimError::Timeout(timeout));
+            }
+            let nap = (deadline - now).min(Duration::from_micros(FUTEX_SLEEP_US_MAX));
+            futex::wait(self.words.cq_doorbell(), seen, nap);
+        }
+    }
+}
+
+impl Drop for QueuePair {
+    fn drop(&mut self) {
+        // GET buffers whose value was never taken go back to the arena. Those of GETs
+        // still in flight stay with the DPU app, which hands them back `Host`; they
+        // return to the arena when this host detaches or dies.
+        for got in self.gets.drain_completed() {
+            Self::free_get_buffer(self.host.region(), got);
+        }
+        self.host.release_queue_pair(self.words.index());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::tests::fixture;
+    use crate::status::Status;
+
+    /// The DPU end of queue pair 0, driven by hand: what a DPU app does to a GET.
+    struct FakeDpu {
+        region: Arc<Region>,
+        sq: Consumer<Submissions>,
+        cq: Producer<Completions>,
+    }
+
+    impl FakeDpu {
+        fn new(host: &Host) -> Self {
+            let words = QueueWords::new(host.region().clone(), 0);
+            Self {
+                region: host.region().clone(),
+                sq: Consumer::new(words.submissions()),
+                cq: Producer::new(words.completions()),
+            }
+        }
+
+        /// Takes the next descriptor: its submission index, fields and buffer.
+        fn take(&mut self) -> (u32, Descriptor, u32) {
+            self.sq.refresh().unwrap();
+            let (sq_index, bytes) = self.sq.pop().expect("a descriptor");
+            self.sq.release();
+            let c = self.region.layout().config;
+            let shape = ArenaShape { host_buffers: c.host_buffers, buffer_bytes: c.buffer_bytes };
+            let checked = Descriptor::parse_checked(&bytes, &shape).unwrap();
+            (sq_index, checked.desc, checked.buffer.unwrap())
+        }
+
+        /// Accepts the buffer, writes `value` into it and leaves it in `to`.
+        fn serve(&self, desc: &Descriptor, buffer: u32, value: &[u8], to: BufferState) {
+            let layout = self.region.layout();
+            let cell = self.region.u32_at(layout.buffer_state(buffer));
+            arena::transition(cell, desc.buffer_gen, BufferState::Submitted, BufferState::Dpu).unwrap();
+            self.region.write_bytes(layout.buffer(buffer) + VALUE_OFFSET, value);
+            cell.store(arena::word(desc.buffer_gen, to), Ordering::Release);
+        }
+
+        fn complete(&mut self, sq_index: u32, desc: &Descriptor, status: Status, detail: u32) {
+            let c = CompletionEntry {
+                version: 77,
+                detail,
+                cq_index: self.cq.tail(),
+                ..CompletionEntry::one(sq_index, status, desc.op as u8)
+            };
+            let mut bytes = [0u8; COMPLETION_BYTES];
+            c.emit(&mut bytes);
+            self.cq.refresh().unwrap();
+            assert!(self.cq.push(&bytes));
+            self.cq.publish();
+        }
+
+        /// Serves the next GET with `value` and completes it `Ok`.
+        fn get(&mut self, value: &[u8]) -> u32 {
+            let (sq_index, desc, buffer) = self.take();
+            assert_eq!(desc.op, OpCode::Get);
+            self.serve(&desc, buffer, value, BufferState::Host);
+            self.complete(sq_index, &desc, Status::Ok, value.len() as u32);
+            sq_index
+        }
+    }
+
+    impl FakeDpu {
+        /// Publishes one raw entry, whatever it says.
+        fn publish_entry(&mut self, entry: CompletionEntry) {
+            let mut bytes = [0u8; COMPLETION_BYTES];
+            CompletionEntry { cq_index: self.cq.tail(), ..entry }.emit(&mut bytes);
+            self.cq.refresh().unwrap();
+            assert!(self.cq.push(&bytes));
+            self.cq.publish();
+        }
+    }
+
+    #[test]
+    fn a_run_completes_each_request_with_the_hosts_own_tag_and_max_is_kept() {
+        let f = fixture("runs", 0);
+        let mut qp = f.host.queue_pair(0).unwrap();
+        let mut dpu = FakeDpu::new(&f.host);
+        for tag in 0..5u64 {
+            qp.push_nop(100 + tag).unwrap();
+        }
+        qp.flush().unwrap();
+        assert_eq!(dpu.sq.refresh(), Ok(5));
+        dpu.publish_entry(CompletionEntry { count: 4, ..CompletionEntry::one(0, Status::Ok, 0) });
+        dpu.publish_entry(CompletionEntry { detail: 7, ..CompletionEntry::one(4, Status::BadOp, 0) });
+        // Three at a time: the run of four is handed over across two polls.
+        let mut got = Vec::new();
+        assert_eq!(qp.poll_max(3, |c| got.push(c)).unwrap(), 3);
+        assert_eq!(qp.in_flight(), 2);
+        assert_eq!(qp.poll_max(3, |c| got.push(c)).unwrap(), 2);
+        let seen: Vec<(u64, u32, Status, u32)> =
+            got.iter().map(|c| (c.user_data, c.sq_index, c.status, c.detail)).collect();
+        assert_eq!(
+            seen,
+            vec![
+                (100, 0, Status::Ok, 0),
+                (101, 1, Status::Ok, 0),
+                (102, 2, Status::Ok, 0),
+                (103, 3, Status::Ok, 0),
+                (104, 4, Status::BadOp, 7)
+            ]
+        );
+        assert_eq!((qp.in_flight(), completions(&mut qp).len()), (0, 0));
+    }
+
+    #[test]
+    fn a_hostile_entry_is_refused_and_delivers_nothing() {
+        let f = fixture("hostile-entries", 0);
+        let mut qp = f.host.queue_pair(0).unwrap();
+        let mut dpu = FakeDpu::new(&f.host);
+        for tag in 0..3u64 {
+            qp.push_nop(tag).unwrap();
+        }
+        qp.flush().unwrap();
+        let ok = |sq_index, count| CompletionEntry { count, ..CompletionEntry::one(sq_index, Status::Ok, 0) };
+        // A run past what was submitted, one a ring's worth ahead, a count of 0.
+        for bad in [ok(1, 3), ok(8, 1), ok(0, 0)] {
+            dpu.publish_entry(bad);
+            let mut got = Vec::new();
+            let err = qp.poll(|c| got.push(c)).unwrap_err();
+            assert!(matches!(err, ShimError::BadCompletion(_)), "{bad:?}: {err}");
+            assert!(got.is_empty(), "{bad:?} delivered {got:?}");
+            assert_eq!(qp.in_flight(), 3, "{bad:?}");
+        }
+        dpu.publish_entry(ok(0, 2));
+        assert_eq!(completions(&mut qp).len(), 2);
+        // The same requests again: refused, nothing delivered twice.
+        dpu.publish_entry(ok(1, 1));
+        assert!(qp.poll(|_| panic!("delivered twice")).is_err());
+        dpu.publish_entry(ok(2, 1));
+        assert_eq!(completions(&mut qp).iter().map(|c| c.user_data).collect::<Vec<_>>(), vec![2]);
+        assert_eq!(qp.in_flight(), 0);
+    }
+
+    fn completions(qp: &mut QueuePair) -> Vec<Completion> {
+        let mut out = Vec::new();
+        qp.poll(|c| out.push(c)).unwrap();
+        out
+    }
+
+    fn free_buffers(host: &Host) -> usize {
+        let held: Vec<Buffer> = std::iter::from_fn(|| host.take_buffer().ok()).collect();
+        held.len()
+    }
+
+    #[test]
+    fn a_get_brings_its_buffer_back_with_the_value() {
+        let f = fixture("get", 16);
+        let mut qp = f.host.queue_pair(0).unwrap();
+        let mut dpu = FakeDpu::new(&f.host);
+        let buf = f.host.take_buffer().unwrap();
+        let index = buf.index();
+        qp.push_get(b"key-1", buf, Sla::Fresh, 42).map_err(|(e, _)| e).unwrap();
+        qp.flush().unwrap();
+        let (sq_index, desc, buffer) = dpu.take();
+        assert_eq!((desc.op, desc.sla, desc.key_len, desc.value_len, buffer), (OpCode::Get, Sla::Fresh, 5, 0, index));
+        let mut key = [0u8; 5];
+        f.host.region().read_bytes(f.host.region().layout().buffer(buffer), &mut key);
+        assert_eq!(&key, b"key-1", "the buffer carries the key");
+        dpu.serve(&desc, buffer, b"the value", BufferState::Host);
+        dpu.complete(sq_index, &desc, Status::Ok, 9);
+        let got = completions(&mut qp);
+        assert_eq!(got.len(), 1);
+        let c = got[0];
+        assert_eq!((c.user_data, c.status, c.detail, c.version), (42, Status::Ok, 9, 77));
+        let value = qp.take_value(&c).expect("the GET's buffer");
+        assert_eq!(value.index(), index);
+        assert_eq!(&value.value()[..c.detail as usize], b"the value");
+        assert!(qp.take_value(&c).is_none(), "taken once");
+        assert_eq!(free_buffers(&f.host), 15, "the host holds the value's buffer");
+        drop(value);
+        assert_eq!(free_buffers(&f.host), 16);
+    }
+
+    #[test]
+    fn other_completions_carry_no_value() {
+        let f = fixture("get-other", 16);
+        let mut qp = f.host.queue_pair(0).unwrap();
+        let mut dpu = FakeDpu::new(&f.host);
+        let buf = f.host.take_buffer().unwrap();
+        qp.push_put(b"k", buf, 1, Sla::Stale, 1).map_err(|(e, _)| e).unwrap();
+        qp.flush().unwrap();
+        let (sq_index, desc, buffer) = dpu.take();
+        dpu.serve(&desc, buffer, b"", BufferState::Free);
+        dpu.complete(sq_index, &desc, Status::Ok, 0);
+        let c = completions(&mut qp)[0];
+        assert!(qp.take_value(&c).is_none(), "a PUT");
+        // A completion the host made up names a GET that is still in the DPU app.
+        let buf = f.host.take_buffer().unwrap();
+        qp.push_get(b"k", buf, Sla::Stale, 2).map_err(|(e, _)| e).unwrap();
+        qp.flush().unwrap();
+        assert!(qp.take_value(&Completion { sq_index: 1, ..c }).is_none(), "not completed yet");
+        assert_eq!(dpu.get(b"v"), 1);
+        let c = completions(&mut qp)[0];
+        assert!(qp.take_value(&c).is_some());
+    }
+
+    #[test]
+    fn a_refused_get_still_brings_its_buffer_back_and_a_hostile_one_does_not() {
+        let f = fixture("get-refused", 16);
+        let mut qp = f.host.queue_pair(0).unwrap();
+        let mut dpu = FakeDpu::new(&f.host);
+        for tag in 0..2 {
+            let buf = f.host.take_buffer().unwrap();
+            qp.push_get(b"k", buf, Sla::Stale, tag).map_err(|(e, _)| e).unwrap();
+        }
+        qp.flush().unwrap();
+        // Refused before it was accepted: the buffer is still `Submitted`.
+        let (i0, d0, _) = dpu.take();
+        dpu.complete(i0, &d0, Status::Unsupported, 0);
+        // A broken DPU app completes a GET but keeps the buffer.
+        let (i1, d1, b1) = dpu.take();
+        dpu.serve(&d1, b1, b"x", BufferState::Dpu);
+        dpu.complete(i1, &d1, Status::Ok, 1);
+        let got = completions(&mut qp);
+        assert_eq!(got[0].status, Status::Unsupported);
+        assert!(qp.take_value(&got[0]).is_some(), "the refused GET's buffer is the host's again");
+        assert!(qp.take_value(&got[1]).is_none(), "the buffer is not the host's to take");
+        assert_eq!(free_buffers(&f.host), 15, "only the broken DPU app's buffer is missing");
+    }
+
+    #[test]
+    fn a_get_is_refused_while_its_table_slot_is_in_flight() {
+        let f = fixture("get-slot", 16);
+        let mut qp = f.host.queue_pair(0).unwrap();
+        let mut dpu = FakeDpu::new(&f.host);
+        let buf = f.host.take_buffer().unwrap();
+        qp.push_get(b"slow", buf, Sla::Stale, 0).map_err(|(e, _)| e).unwrap();
+        for tag in 1..8 {
+            qp.push_nop(tag).unwrap();
+        }
+        qp.flush().unwrap();
+        // The DPU app takes all eight, holds the GET and completes the rest.
+        let (slow_index, slow, slow_buf) = dpu.take();
+        for _ in 1..8 {
+            dpu.sq.refresh().unwrap();
+            let (i, bytes) = dpu.sq.pop().unwrap();
+            dpu.sq.release();
+            let nop = Descriptor {
+                op: OpCode::Nop,
+                user_data: u64::from_le_bytes(bytes[24..32].try_into().unwrap()),
+                ..slow
+            };
+            dpu.complete(i, &nop, Status::Ok, 0);
+        }
+        assert_eq!(completions(&mut qp).len(), 7);
+        // Submission index 8 reuses the GET's table slot: refused, the buffer comes back.
+        let buf = f.host.take_buffer().unwrap();
+        let (err, buf) = qp.push_get(b"next", buf, Sla::Stale, 8).unwrap_err();
+        assert!(matches!(err, ShimError::RingFull { .. }), "{err}");
+        dpu.serve(&slow, slow_buf, b"late", BufferState::Host);
+        dpu.complete(slow_index, &slow, Status::Ok, 4);
+        let c = completions(&mut qp)[0];
+        qp.push_get(b"next", buf, Sla::Stale, 8).map_err(|(e, _)| e).unwrap();
+        // The slot was reused, so the untaken value's buffer went back to the arena.
+        assert!(qp.take_value(&c).is_none());
+        assert_eq!(free_buffers(&f.host), 15, "only the new GET's buffer is out");
+    }
+
+    #[test]
+    fn untaken_values_go_back_to_the_arena() {
+        let f = fixture("get-untaken", 16);
+        let mut qp = f.host.queue_pair(0).unwrap();
+        let mut dpu = FakeDpu::new(&f.host);
+        for round in 0..2u64 {
+            for tag in 0..8 {
+                let buf = f.host.take_buffer().unwrap();
+                qp.push_get(b"k", buf, Sla::Stale, round * 8 + tag).map_err(|(e, _)| e).unwrap();
+            }
+            qp.flush().unwrap();
+            for _ in 0..8 {
+                dpu.get(b"v");
+            }
+            assert_eq!(completions(&mut qp).len(), 8);
+            // Round 1 reused every slot of round 0 and freed its buffers.
+            assert_eq!(free_buffers(&f.host), 8, "round {round}");
+        }
+        drop(qp);
+        assert_eq!(free_buffers(&f.host), 16, "the queue pair frees what was never taken");
+    }
+}
