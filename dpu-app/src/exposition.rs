@@ -25,9 +25,11 @@
 //! page.sample("prescient_requests_total", &[("op", "put"), ("status", "ok")], 3u64);
 //! assert_eq!(
 //!     page.finish(),
-//!     "# HELP prescient_requests_total Requests completed.\n\
-//!      # TYPE prescient_requests_total counter\n\
-//!      prescient_requests_total{op=\"put\",status=\"ok\"} 3\n"
+//!     concat!(
+//!         "# HELP prescient_requests_total Requests completed.\n",
+//!         "# TYPE prescient_requests_total counter\n",
+//!         "prescient_requests_total{op=\"put\",status=\"ok\"} 3\n",
+//!     )
 //! );
 //! ```
 #![forbid(unsafe_code)]
