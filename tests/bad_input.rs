@@ -10,7 +10,7 @@ use std::time::Duration;
 use prescient::host_and_dpu;
 use prescient_shim::config::DESCRIPTOR_BYTES;
 use prescient_shim::descriptor::{field, ArenaShape, Descriptor, OpCode};
-use prescient_shim::{Completion, QueuePair, RegionConfig, ShimError, Sla, Status};
+use prescient_shim::{Completion, QueuePair, RegionConfig, Request, ShimError, Sla, Status};
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -36,7 +36,7 @@ fn complete_all(qp: &mut QueuePair) -> Vec<Completion> {
 fn good_put(qp: &mut QueuePair, host: &prescient_shim::Host, tag: u64) {
     let mut buf = host.take_buffer().unwrap();
     buf.value_mut()[..5].copy_from_slice(b"hello");
-    qp.put(b"good-key", buf, 5, Sla::Stale, tag).map_err(|(e, _)| e).unwrap();
+    qp.submit(Request::put(b"good-key", buf, 5).sla(Sla::Stale).user_data(tag)).map_err(|(e, _)| e).unwrap();
 }
 
 #[test]
@@ -103,7 +103,7 @@ fn a_buffer_submitted_twice_or_freed_in_flight_is_refused() {
     let mut buf = host.take_buffer().unwrap();
     let (index, generation) = (buf.index(), buf.generation());
     buf.value_mut()[0] = 1;
-    qp.put(b"k", buf, 1, Sla::Stale, 1).map_err(|(e, _)| e).unwrap();
+    qp.submit(Request::put(b"k", buf, 1).sla(Sla::Stale).user_data(1)).map_err(|(e, _)| e).unwrap();
     // Freeing a buffer in flight: the shim refuses and names its state.
     let err = host.free_raw(index, generation).unwrap_err();
     assert!(matches!(err, ShimError::BufferState { .. }), "{err}");
@@ -176,7 +176,7 @@ fn a_get_returns_what_was_put_and_its_buffer_comes_back() {
     let mut qp = host.queue_pair(0).unwrap();
     let buf = host.take_buffer().unwrap();
     let (index, generation) = (buf.index(), buf.generation());
-    qp.get(b"some-key", buf, Sla::Fresh, 7).map_err(|(e, _)| e).unwrap();
+    qp.submit(Request::get(b"some-key", buf).user_data(7)).map_err(|(e, _)| e).unwrap();
     // (Whether the host may free it now depends on whether the DPU app has already
     // answered: a race, so not checked here; the arena's tests check the states.)
     let got = complete_all(&mut qp);
@@ -190,10 +190,10 @@ fn a_get_returns_what_was_put_and_its_buffer_comes_back() {
     // The buffer is the host's again: it can carry a PUT, which a GET then reads back.
     let mut back = back;
     back.value_mut()[..2].copy_from_slice(b"ok");
-    qp.put(b"some-key", back, 2, Sla::Stale, 8).map_err(|(e, _)| e).unwrap();
+    qp.submit(Request::put(b"some-key", back, 2).sla(Sla::Stale).user_data(8)).map_err(|(e, _)| e).unwrap();
     let put = complete_all(&mut qp)[0];
     assert_eq!(put.status, Status::Ok);
-    qp.get(b"some-key", host.take_buffer().unwrap(), Sla::Fresh, 10).map_err(|(e, _)| e).unwrap();
+    qp.submit(Request::get(b"some-key", host.take_buffer().unwrap()).user_data(10)).map_err(|(e, _)| e).unwrap();
     let c = complete_all(&mut qp)[0];
     assert_eq!((c.user_data, c.status, c.version, c.detail), (10, Status::Ok, put.version, 2), "{c:?}");
     assert_eq!(&qp.take_value(&c).expect("the value comes back in the buffer").value()[..2], b"ok");

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use prescient::ClusterProcs;
 use prescient_shim::directory::SlotState;
-use prescient_shim::{Completion, Host, QueuePair, ShimError, Sla, Status};
+use prescient_shim::{Completion, Host, QueuePair, Request, ShimError, Status};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -57,7 +57,9 @@ fn put_all(
             let mut buf = host.take_buffer().expect("a free buffer");
             let value = value_of(key, 1000 + (key as usize % 3000));
             buf.value_mut()[..value.len()].copy_from_slice(&value);
-            qp.push_put(&key_of(key), buf, value.len(), Sla::Fresh, u64::from(key)).map_err(|(e, _)| e).expect("push");
+            qp.push(Request::put(&key_of(key), buf, value.len()).user_data(u64::from(key)))
+                .map_err(|(e, _)| e)
+                .expect("push");
             next += 1;
         }
         qp.flush().expect("the DPU app responds");
@@ -90,7 +92,7 @@ fn get(host: &Arc<Host>, qp: &mut QueuePair, key: u32) -> (Status, u64, Vec<u8>)
 
 fn get_once(host: &Arc<Host>, qp: &mut QueuePair, key: u32) -> (Status, u64, Vec<u8>) {
     let buf = host.take_buffer().expect("a free buffer");
-    qp.get(&key_of(key), buf, Sla::Fresh, u64::from(key)).map_err(|(e, _)| e).expect("GET");
+    qp.submit(Request::get(&key_of(key), buf).user_data(u64::from(key))).map_err(|(e, _)| e).expect("GET");
     let mut got = None;
     let deadline = Instant::now() + WAIT;
     while got.is_none() {
@@ -178,7 +180,9 @@ fn the_writers_dpu_app_killed_mid_write_leaves_no_pending_mark_and_fails_its_req
             let mut buf = host.take_buffer().unwrap();
             let value = value_of(*key, 4000);
             buf.value_mut()[..value.len()].copy_from_slice(&value);
-            qp.push_put(&key_of(*key), buf, value.len(), Sla::Fresh, u64::from(*key)).map_err(|(e, _)| e).unwrap();
+            qp.push(Request::put(&key_of(*key), buf, value.len()).user_data(u64::from(*key)))
+                .map_err(|(e, _)| e)
+                .unwrap();
         }
         qp.flush().unwrap();
     };

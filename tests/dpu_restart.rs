@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use prescient::{host_and_dpu, DpuProcess};
-use prescient_shim::{Completion, HostOptions, RegionConfig, ShimError, Sla, Status};
+use prescient_shim::{Completion, HostOptions, RegionConfig, Request, ShimError, Sla, Status};
 
 #[test]
 fn requests_survive_a_dpu_crash_completed_or_failed_exactly_once() {
@@ -56,10 +56,10 @@ fn requests_survive_a_dpu_crash_completed_or_failed_exactly_once() {
             let mut buf = host.take_buffer().unwrap();
             let key = format!("key-{tag}");
             if is_get(tag) {
-                qp.push_get(key.as_bytes(), buf, Sla::Fresh, tag).map_err(|(e, _)| e).unwrap();
+                qp.push(Request::get(key.as_bytes(), buf).user_data(tag)).map_err(|(e, _)| e).unwrap();
             } else {
                 buf.value_mut()[..8].copy_from_slice(&tag.to_le_bytes());
-                qp.push_put(key.as_bytes(), buf, 8, Sla::Fresh, tag).map_err(|(e, _)| e).unwrap();
+                qp.push(Request::put(key.as_bytes(), buf, 8).user_data(tag)).map_err(|(e, _)| e).unwrap();
             }
         }
         submitted += ROUND;
@@ -107,7 +107,7 @@ fn requests_survive_a_dpu_crash_completed_or_failed_exactly_once() {
     assert!(matches!(err, ShimError::DpuNotResponding { .. }), "{err}");
     assert!(err.to_string().contains("DPU app not responding"), "{err}");
     let buf = host.take_buffer().unwrap();
-    let refused = qp.put(b"late", buf, 0, Sla::Stale, 999).unwrap_err();
+    let refused = qp.submit(Request::put(b"late", buf, 0).sla(Sla::Stale).user_data(999)).unwrap_err();
     assert!(matches!(refused.0, ShimError::DpuNotResponding { .. }));
     drop(refused);
 

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use prescient::{host_options, wait_served, ClusterProcs, DpuProcess, TempRegion};
-use prescient_shim::{Host, QueuePair, RegionConfig, Sla, Status};
+use prescient_shim::{Host, QueuePair, RegionConfig, Request, Status};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -201,10 +201,10 @@ fn run_ops(host: &Arc<Host>, qp: &mut QueuePair, ops: &[(u8, u32)]) -> Vec<Statu
         let submitted = match op {
             b'p' => {
                 buf.value_mut()[..100].fill(op);
-                qp.put(&key, buf, 100, Sla::Fresh, tag as u64)
+                qp.submit(Request::put(&key, buf, 100).user_data(tag as u64))
             }
-            b'g' => qp.get(&key, buf, Sla::Fresh, tag as u64),
-            b'd' => qp.delete(&key, buf, tag as u64),
+            b'g' => qp.submit(Request::get(&key, buf).user_data(tag as u64)),
+            b'd' => qp.submit(Request::delete(&key, buf).user_data(tag as u64)),
             _ => unreachable!(),
         };
         submitted.map_err(|(e, _)| e).expect("submit");

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use prescient::{host_and_dpu, wait_until, DpuProcess};
 use prescient_shim::layout::header;
-use prescient_shim::{Completion, Host, QueuePair, RegionConfig, Sla, Status};
+use prescient_shim::{Completion, Host, QueuePair, RegionConfig, Request, Status};
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -34,13 +34,13 @@ fn one(qp: &mut QueuePair) -> Completion {
 fn put(host: &Host, qp: &mut QueuePair, key: &[u8], value: &[u8], tag: u64) -> Completion {
     let mut buf = host.take_buffer().unwrap();
     buf.value_mut()[..value.len()].copy_from_slice(value);
-    qp.put(key, buf, value.len(), Sla::Fresh, tag).map_err(|(e, _)| e).unwrap();
+    qp.submit(Request::put(key, buf, value.len()).user_data(tag)).map_err(|(e, _)| e).unwrap();
     one(qp)
 }
 
 /// GETs `key`: the completion and the value it carried back.
 fn get(host: &Host, qp: &mut QueuePair, key: &[u8], tag: u64) -> (Completion, Vec<u8>) {
-    qp.get(key, host.take_buffer().unwrap(), Sla::Fresh, tag).map_err(|(e, _)| e).unwrap();
+    qp.submit(Request::get(key, host.take_buffer().unwrap()).user_data(tag)).map_err(|(e, _)| e).unwrap();
     let c = one(qp);
     let buf = qp.take_value(&c).expect("a GET's buffer comes back");
     let value = if c.status == Status::Ok { buf.value()[..c.detail as usize].to_vec() } else { Vec::new() };

@@ -8,7 +8,7 @@ use prescient_dpu::cluster::config::ClusterConfig;
 use prescient_dpu::cluster::run::inprocess::{region_config_for, ClusterClock, InProcess};
 use prescient_dpu::fabric::emu::ModelConfig;
 use prescient_shim::directory::SlotState;
-use prescient_shim::{Completion, Sla, Status};
+use prescient_shim::{Completion, Request, Sla, Status};
 
 fn cluster(name: &str) -> (InProcess, std::path::PathBuf) {
     let dir = std::env::temp_dir().join(format!("prescient-inproc-{name}-{}", std::process::id()));
@@ -58,7 +58,7 @@ fn a_write_on_one_node_is_read_back_on_every_other() {
     let mut qp = host.queue_pair(0).unwrap();
     let mut buf = host.take_buffer().unwrap();
     buf.value_mut()[..value.len()].copy_from_slice(&value);
-    qp.put(b"user:42", buf, value.len(), Sla::Fresh, 1).map_err(|(e, _)| e).unwrap();
+    qp.submit(Request::put(b"user:42", buf, value.len()).user_data(1)).map_err(|(e, _)| e).unwrap();
     let done = wait_one(&mut c, 1, &mut qp);
     assert_eq!(done.status, Status::Ok, "{done:?}");
     let version = done.version;
@@ -70,7 +70,7 @@ fn a_write_on_one_node_is_read_back_on_every_other() {
         assert_ne!(slot.state, SlotState::Valid, "node {reader}'s slot still says Valid: {slot:?}");
         let mut qp = host.queue_pair(0).unwrap();
         let buf = host.take_buffer().unwrap();
-        qp.get(b"user:42", buf, Sla::Fresh, 7).map_err(|(e, _)| e).unwrap();
+        qp.submit(Request::get(b"user:42", buf).user_data(7)).map_err(|(e, _)| e).unwrap();
         let got = wait_one(&mut c, reader, &mut qp);
         assert_eq!(got.status, Status::Ok, "node {reader}: {got:?}");
         assert_eq!(got.version, version);
@@ -80,7 +80,7 @@ fn a_write_on_one_node_is_read_back_on_every_other() {
     // A key never written is not found.
     let host = Arc::clone(c.host(3));
     let mut qp = host.queue_pair(0).unwrap();
-    qp.get(b"nobody", host.take_buffer().unwrap(), Sla::Fresh, 9).map_err(|(e, _)| e).unwrap();
+    qp.submit(Request::get(b"nobody", host.take_buffer().unwrap()).user_data(9)).map_err(|(e, _)| e).unwrap();
     assert_eq!(wait_one(&mut c, 3, &mut qp).status, Status::NotFound);
     drop(c);
     let _ = std::fs::remove_dir_all(dir);
@@ -118,7 +118,9 @@ fn submit(c: &InProcess, qp: &mut prescient_shim::QueuePair, keys: std::ops::Ran
     for k in keys {
         let mut buf = host.take_buffer().unwrap();
         buf.value_mut()[..100].fill(k as u8);
-        qp.push_put(format!("k{k}").as_bytes(), buf, 100, Sla::Fresh, u64::from(k)).map_err(|(e, _)| e).unwrap();
+        qp.push(Request::put(format!("k{k}").as_bytes(), buf, 100).user_data(u64::from(k)))
+            .map_err(|(e, _)| e)
+            .unwrap();
     }
     qp.flush().unwrap();
 }
@@ -249,7 +251,9 @@ fn a_full_store_refuses_writes_cleanly_and_keeps_every_acknowledged_one() {
     for k in 0..60u32 {
         let mut buf = host.take_buffer().unwrap();
         buf.value_mut()[..500].copy_from_slice(&value(k));
-        qp.put(format!("full{k}").as_bytes(), buf, 500, Sla::Fresh, u64::from(k)).map_err(|(e, _)| e).unwrap();
+        qp.submit(Request::put(format!("full{k}").as_bytes(), buf, 500).user_data(u64::from(k)))
+            .map_err(|(e, _)| e)
+            .unwrap();
         let done = wait_one(&mut c, 0, &mut qp);
         match done.status {
             Status::Ok => acked.push((k, done.version)),
@@ -269,9 +273,13 @@ fn a_full_store_refuses_writes_cleanly_and_keeps_every_acknowledged_one() {
     let reader = Arc::clone(c.host(1));
     let mut rq = reader.queue_pair(0).unwrap();
     for &(k, version) in &acked {
-        rq.get(format!("full{k}").as_bytes(), reader.take_buffer().unwrap(), Sla::Stale, u64::from(k))
-            .map_err(|(e, _)| e)
-            .unwrap();
+        rq.submit(
+            Request::get(format!("full{k}").as_bytes(), reader.take_buffer().unwrap())
+                .sla(Sla::Stale)
+                .user_data(u64::from(k)),
+        )
+        .map_err(|(e, _)| e)
+        .unwrap();
         let got = wait_one(&mut c, 1, &mut rq);
         assert_eq!((got.status, got.version), (Status::Ok, version), "key {k}: {got:?}");
         let buf = rq.take_value(&got).unwrap();

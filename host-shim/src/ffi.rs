@@ -29,6 +29,7 @@ use crate::error::ShimError;
 use crate::host::{Host, HostOptions};
 use crate::layout::RegionConfig;
 use crate::queue_pair::QueuePair;
+use crate::request::Request;
 use crate::status::Status;
 
 /// Result codes of the C ABI.
@@ -481,7 +482,11 @@ pub unsafe extern "C" fn prescient_put(
         return fail(PrescientRc::Invalid, format!("sla {sla} is not 0 (stale) or 1 (fresh)"));
     };
     // SAFETY: the caller's contract is this function's.
-    unsafe { submit(qp, key, key_len, buf, &mut |qp, key, b| qp.put(key, b, value_len, sla, user_data)) }
+    unsafe {
+        submit(qp, key, key_len, buf, &mut |qp, key, b| {
+            qp.submit(Request::put(key, b, value_len).sla(sla).user_data(user_data))
+        })
+    }
 }
 
 /// Queues a PUT like [`prescient_put`] without publishing it: a batch of pushes is
@@ -503,7 +508,11 @@ pub unsafe extern "C" fn prescient_push_put(
         return fail(PrescientRc::Invalid, format!("sla {sla} is not 0 (stale) or 1 (fresh)"));
     };
     // SAFETY: the caller's contract is this function's.
-    unsafe { submit(qp, key, key_len, buf, &mut |qp, key, b| qp.push_put(key, b, value_len, sla, user_data)) }
+    unsafe {
+        submit(qp, key, key_len, buf, &mut |qp, key, b| {
+            qp.push(Request::put(key, b, value_len).sla(sla).user_data(user_data))
+        })
+    }
 }
 
 /// Submits a DELETE of `key`, carried in `buf`, and publishes it. On failure the
@@ -520,7 +529,7 @@ pub unsafe extern "C" fn prescient_delete(
     user_data: u64,
 ) -> PrescientRc {
     // SAFETY: the caller's contract is this function's.
-    unsafe { submit(qp, key, key_len, buf, &mut |qp, key, b| qp.delete(key, b, user_data)) }
+    unsafe { submit(qp, key, key_len, buf, &mut |qp, key, b| qp.submit(Request::delete(key, b).user_data(user_data))) }
 }
 
 /// Queues a DELETE like [`prescient_delete`] without publishing it.
@@ -536,7 +545,7 @@ pub unsafe extern "C" fn prescient_push_delete(
     user_data: u64,
 ) -> PrescientRc {
     // SAFETY: the caller's contract is this function's.
-    unsafe { submit(qp, key, key_len, buf, &mut |qp, key, b| qp.push_delete(key, b, user_data)) }
+    unsafe { submit(qp, key, key_len, buf, &mut |qp, key, b| qp.push(Request::delete(key, b).user_data(user_data))) }
 }
 
 /// Publishes every request queued by the `prescient_push_*` calls and wakes the DPU
@@ -632,7 +641,7 @@ pub unsafe extern "C" fn prescient_get(
         Ok(b) => b,
         Err(rc) => return rc,
     };
-    match qp.get(key, buffer, sla, user_data) {
+    match qp.submit(Request::get(key, buffer).sla(sla).user_data(user_data)) {
         Ok(()) => PrescientRc::Ok,
         Err((e, buffer)) => {
             let _ = buffer.into_raw();

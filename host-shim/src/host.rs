@@ -3,7 +3,7 @@
 //! directory are in [`crate::reads`]; submitting and reaping in [`crate::queue_pair`].
 //!
 //! ```no_run
-//! use prescient_shim::{Host, HostOptions, RegionConfig, Sla};
+//! use prescient_shim::{Host, HostOptions, RegionConfig, Request};
 //! use std::time::Duration;
 //!
 //! let host = Host::create("/dev/shm/prescient-kv".as_ref(), RegionConfig::default(), HostOptions::default())?;
@@ -11,7 +11,7 @@
 //! let mut buf = host.take_buffer()?;
 //! let value = b"hello";
 //! buf.value_mut()[..value.len()].copy_from_slice(value); // serialise in place
-//! qp.put(b"key-1", buf, value.len(), Sla::Fresh, 42).map_err(|(e, _buf)| e)?;
+//! qp.submit(Request::put(b"key-1", buf, value.len()).user_data(42)).map_err(|(e, _buf)| e)?;
 //! qp.wait(Duration::from_secs(1), |c| assert_eq!(c.user_data, 42))?;
 //! # Ok::<(), prescient_shim::ShimError>(())
 //! ```

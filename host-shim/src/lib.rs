@@ -13,9 +13,9 @@
 //! [`directory`] (the cache-directory word and its rules),
 //! [`ring`] (the SPSC protocol), [`queue`] (a queue pair in the region),
 //! [`arena`] / [`buffer`] (buffer ownership), [`liveness`] (heartbeats),
-//! the API in three: [`host`] (create or attach, buffers, the directory's words),
-//! [`reads`] (the reader protocol over the directory), [`queue_pair`] (submitting and
-//! reaping); then [`ffi`] (the C ABI).
+//! the API: [`host`] (create or attach, buffers, the directory's words),
+//! [`reads`] (the reader protocol over the directory), [`request`] (what one
+//! submission asks), [`queue_pair`] (submitting and reaping); then [`ffi`] (the C ABI).
 #![deny(unsafe_code)]
 
 pub mod arena;
@@ -34,6 +34,7 @@ pub mod queue;
 pub mod queue_pair;
 pub mod reads;
 pub mod region;
+pub mod request;
 pub mod ring;
 pub mod status;
 mod submitted;
@@ -47,4 +48,5 @@ pub use error::ShimError;
 pub use host::{Host, HostOptions};
 pub use layout::RegionConfig;
 pub use queue_pair::QueuePair;
+pub use request::Request;
 pub use status::Status;

@@ -19,6 +19,7 @@ use crate::layout::header;
 use crate::liveness::{Coarse, Watch};
 use crate::queue::{Completions, FenceReason, QueueWords, Submissions};
 use crate::region::Region;
+use crate::request::Request;
 use crate::ring::{Consumer, Producer};
 use crate::submitted::Submitted;
 use crate::sys as futex;
@@ -126,39 +127,52 @@ impl QueuePair {
         Ok(())
     }
 
-    /// Queues a PUT of `buf`'s first `value_len` value bytes under `key`, without
-    /// publishing it (see [`QueuePair::flush`]). On error the buffer comes back.
-    pub fn push_put(
-        &mut self,
-        key: &[u8],
-        buf: Buffer,
-        value_len: usize,
-        sla: Sla,
-        user_data: u64,
-    ) -> Result<(), (ShimError, Buffer)> {
-        if value_len > buf.capacity() {
-            let max = buf.capacity();
-            return Err((ShimError::BadValue { len: value_len, max }, buf));
-        }
-        self.push_with_buffer(OpCode::Put, key, buf, value_len as u32, sla, user_data)
-    }
-
-    /// Queues a DELETE of `key`, carried in `buf`, without publishing it.
-    pub fn push_delete(&mut self, key: &[u8], buf: Buffer, user_data: u64) -> Result<(), (ShimError, Buffer)> {
-        self.push_with_buffer(OpCode::Delete, key, buf, 0, Sla::Stale, user_data)
-    }
-
-    /// Queues a GET of `key`, carried in `buf`, without publishing it. The DPU app
-    /// reads the value into `buf` at [`VALUE_OFFSET`] and completes with the value's
-    /// length in `detail` and its version in `version`; the buffer comes back with
-    /// [`QueuePair::take_value`]. `sla` says how the DPU app resolves a value whose
-    /// last write is still being decided: `Stale` gives the newest committed value it
-    /// can prove, `Fresh` fails rather than risk an older one.
+    /// Queues `req` without publishing it (see [`QueuePair::flush`]): checks the key,
+    /// a PUT's length against the buffer, the fence and room in both rings, writes the
+    /// key into the buffer and hands the buffer to the DPU app. On error the buffer
+    /// comes back.
     ///
-    /// Fails with [`ShimError::RingFull`] (handing the buffer back) while the GET
+    /// A GET fails with [`ShimError::RingFull`] (handing the buffer back) while the GET
     /// submitted `ring_entries` requests earlier has not completed yet: its table
     /// entry, keyed by submission index, is still taken.
-    pub fn push_get(&mut self, key: &[u8], buf: Buffer, sla: Sla, user_data: u64) -> Result<(), (ShimError, Buffer)> {
+    ///
+    /// ```no_run
+    /// # use prescient_shim::{Host, Request, ShimError};
+    /// # fn batch(host: &std::sync::Arc<Host>) -> Result<(), ShimError> {
+    /// let mut qp = host.queue_pair(0)?;
+    /// for tag in 0..4u64 {
+    ///     let buf = host.take_buffer()?;
+    ///     qp.push(Request::put(&tag.to_le_bytes(), buf, 0).user_data(tag)).map_err(|(e, _buf)| e)?;
+    /// }
+    /// qp.flush()?; // one publish, one wake-up for the batch
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn push(&mut self, req: Request<'_>) -> Result<(), (ShimError, Buffer)> {
+        let Request { op, key, buf, value_len, sla, user_data } = req;
+        match op {
+            OpCode::Put if value_len > buf.capacity() => {
+                let max = buf.capacity();
+                Err((ShimError::BadValue { len: value_len, max }, buf))
+            }
+            OpCode::Get => self.push_get(key, buf, sla, user_data),
+            _ => self.push_with_buffer(op, key, buf, value_len as u32, sla, user_data),
+        }
+    }
+
+    /// Queues `req` and publishes it with everything queued before it. Fails, handing
+    /// the buffer back, if the DPU app is not responding. See [`QueuePair::push`].
+    pub fn submit(&mut self, req: Request<'_>) -> Result<(), (ShimError, Buffer)> {
+        if let Err(e) = self.check_dpu() {
+            return Err((e, req.into_buffer()));
+        }
+        self.push(req)?;
+        self.publish();
+        Ok(())
+    }
+
+    /// Queues a GET, recording its buffer for [`QueuePair::take_value`].
+    fn push_get(&mut self, key: &[u8], buf: Buffer, sla: Sla, user_data: u64) -> Result<(), (ShimError, Buffer)> {
         let sq_index = self.sq.tail();
         if !self.gets.can_record(sq_index) {
             return Err((ShimError::RingFull { qp: self.index(), depth: self.host.config().ring_entries }, buf));
@@ -311,46 +325,6 @@ impl QueuePair {
             doorbell.fetch_add(1, Ordering::Release);
             futex::wake_all(doorbell);
         }
-    }
-
-    /// PUT and publish at once. Fails, handing the buffer back, if the DPU app is not
-    /// responding. See [`QueuePair::push_put`].
-    pub fn put(
-        &mut self,
-        key: &[u8],
-        buf: Buffer,
-        value_len: usize,
-        sla: Sla,
-        user_data: u64,
-    ) -> Result<(), (ShimError, Buffer)> {
-        if let Err(e) = self.check_dpu() {
-            return Err((e, buf));
-        }
-        self.push_put(key, buf, value_len, sla, user_data)?;
-        self.publish();
-        Ok(())
-    }
-
-    /// GET and publish at once. Fails, handing the buffer back, if the DPU app is not
-    /// responding. See [`QueuePair::push_get`].
-    pub fn get(&mut self, key: &[u8], buf: Buffer, sla: Sla, user_data: u64) -> Result<(), (ShimError, Buffer)> {
-        if let Err(e) = self.check_dpu() {
-            return Err((e, buf));
-        }
-        self.push_get(key, buf, sla, user_data)?;
-        self.publish();
-        Ok(())
-    }
-
-    /// DELETE and publish at once. Fails, handing the buffer back, if the DPU app is
-    /// not responding.
-    pub fn delete(&mut self, key: &[u8], buf: Buffer, user_data: u64) -> Result<(), (ShimError, Buffer)> {
-        if let Err(e) = self.check_dpu() {
-            return Err((e, buf));
-        }
-        self.push_delete(key, buf, user_data)?;
-        self.publish();
-        Ok(())
     }
 
     /// Hands every completion ready now to `on`; returns how many.
@@ -650,7 +624,7 @@ mod tests {
         let mut dpu = FakeDpu::new(&f.host);
         let buf = f.host.take_buffer().unwrap();
         let index = buf.index();
-        qp.push_get(b"key-1", buf, Sla::Fresh, 42).map_err(|(e, _)| e).unwrap();
+        qp.push(Request::get(b"key-1", buf).user_data(42)).map_err(|(e, _)| e).unwrap();
         qp.flush().unwrap();
         let (sq_index, desc, buffer) = dpu.take();
         assert_eq!((desc.op, desc.sla, desc.key_len, desc.value_len, buffer), (OpCode::Get, Sla::Fresh, 5, 0, index));
@@ -673,12 +647,56 @@ mod tests {
     }
 
     #[test]
+    fn a_request_becomes_the_descriptor_it_describes() {
+        let f = fixture("requests", 0);
+        let mut qp = f.host.queue_pair(0).unwrap();
+        let mut dpu = FakeDpu::new(&f.host);
+        let put = Request::put(b"p", f.host.take_buffer().unwrap(), 3);
+        qp.push(put).map_err(|(e, _)| e).unwrap();
+        let stale_put = Request::put(b"q", f.host.take_buffer().unwrap(), 0).sla(Sla::Stale).user_data(7);
+        qp.push(stale_put).map_err(|(e, _)| e).unwrap();
+        qp.push(Request::get(b"g", f.host.take_buffer().unwrap()).user_data(8)).map_err(|(e, _)| e).unwrap();
+        qp.submit(Request::delete(b"d", f.host.take_buffer().unwrap()).user_data(9)).map_err(|(e, _)| e).unwrap();
+        let seen: Vec<(OpCode, Sla, u16, u32, u64)> = (0..4)
+            .map(|_| {
+                let (_, d, _) = dpu.take();
+                (d.op, d.sla, d.key_len, d.value_len, d.user_data)
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            vec![
+                (OpCode::Put, Sla::Fresh, 1, 3, 0),
+                (OpCode::Put, Sla::Stale, 1, 0, 7),
+                (OpCode::Get, Sla::Fresh, 1, 0, 8),
+                (OpCode::Delete, Sla::Stale, 1, 0, 9),
+            ],
+            "defaults: Fresh PUTs and GETs, Stale DELETEs, user_data 0"
+        );
+    }
+
+    #[test]
+    fn a_refused_request_hands_its_buffer_back() {
+        let f = fixture("request-refused", 0);
+        let mut qp = f.host.queue_pair(0).unwrap();
+        let buf = f.host.take_buffer().unwrap();
+        let (index, capacity) = (buf.index(), buf.capacity());
+        let (err, buf) = qp.push(Request::put(b"k", buf, capacity + 1)).unwrap_err();
+        assert!(matches!(err, ShimError::BadValue { .. }), "{err}");
+        let (err, buf) = qp.submit(Request::get(b"", buf)).unwrap_err();
+        assert!(matches!(err, ShimError::BadKey { .. }), "{err}");
+        assert_eq!(buf.index(), index, "the same buffer, still the host's");
+        assert_eq!(qp.in_flight(), 0);
+        assert_eq!(Request::delete(b"k", buf).into_buffer().index(), index);
+    }
+
+    #[test]
     fn other_completions_carry_no_value() {
         let f = fixture("get-other", 16);
         let mut qp = f.host.queue_pair(0).unwrap();
         let mut dpu = FakeDpu::new(&f.host);
         let buf = f.host.take_buffer().unwrap();
-        qp.push_put(b"k", buf, 1, Sla::Stale, 1).map_err(|(e, _)| e).unwrap();
+        qp.push(Request::put(b"k", buf, 1).sla(Sla::Stale).user_data(1)).map_err(|(e, _)| e).unwrap();
         qp.flush().unwrap();
         let (sq_index, desc, buffer) = dpu.take();
         dpu.serve(&desc, buffer, b"", BufferState::Free);
@@ -687,7 +705,7 @@ mod tests {
         assert!(qp.take_value(&c).is_none(), "a PUT");
         // A completion the host made up names a GET that is still in the DPU app.
         let buf = f.host.take_buffer().unwrap();
-        qp.push_get(b"k", buf, Sla::Stale, 2).map_err(|(e, _)| e).unwrap();
+        qp.push(Request::get(b"k", buf).sla(Sla::Stale).user_data(2)).map_err(|(e, _)| e).unwrap();
         qp.flush().unwrap();
         assert!(qp.take_value(&Completion { sq_index: 1, ..c }).is_none(), "not completed yet");
         assert_eq!(dpu.get(b"v"), 1);
@@ -702,7 +720,7 @@ mod tests {
         let mut dpu = FakeDpu::new(&f.host);
         for tag in 0..2 {
             let buf = f.host.take_buffer().unwrap();
-            qp.push_get(b"k", buf, Sla::Stale, tag).map_err(|(e, _)| e).unwrap();
+            qp.push(Request::get(b"k", buf).sla(Sla::Stale).user_data(tag)).map_err(|(e, _)| e).unwrap();
         }
         qp.flush().unwrap();
         // Refused before it was accepted: the buffer is still `Submitted`.
@@ -725,7 +743,7 @@ mod tests {
         let mut qp = f.host.queue_pair(0).unwrap();
         let mut dpu = FakeDpu::new(&f.host);
         let buf = f.host.take_buffer().unwrap();
-        qp.push_get(b"slow", buf, Sla::Stale, 0).map_err(|(e, _)| e).unwrap();
+        qp.push(Request::get(b"slow", buf).sla(Sla::Stale)).map_err(|(e, _)| e).unwrap();
         for tag in 1..8 {
             qp.push_nop(tag).unwrap();
         }
@@ -746,12 +764,12 @@ mod tests {
         assert_eq!(completions(&mut qp).len(), 7);
         // Submission index 8 reuses the GET's table slot: refused, the buffer comes back.
         let buf = f.host.take_buffer().unwrap();
-        let (err, buf) = qp.push_get(b"next", buf, Sla::Stale, 8).unwrap_err();
+        let (err, buf) = qp.push(Request::get(b"next", buf).sla(Sla::Stale).user_data(8)).unwrap_err();
         assert!(matches!(err, ShimError::RingFull { .. }), "{err}");
         dpu.serve(&slow, slow_buf, b"late", BufferState::Host);
         dpu.complete(slow_index, &slow, Status::Ok, 4);
         let c = completions(&mut qp)[0];
-        qp.push_get(b"next", buf, Sla::Stale, 8).map_err(|(e, _)| e).unwrap();
+        qp.push(Request::get(b"next", buf).sla(Sla::Stale).user_data(8)).map_err(|(e, _)| e).unwrap();
         // The slot was reused, so the untaken value's buffer went back to the arena.
         assert!(qp.take_value(&c).is_none());
         assert_eq!(free_buffers(&f.host), 15, "only the new GET's buffer is out");
@@ -765,7 +783,9 @@ mod tests {
         for round in 0..2u64 {
             for tag in 0..8 {
                 let buf = f.host.take_buffer().unwrap();
-                qp.push_get(b"k", buf, Sla::Stale, round * 8 + tag).map_err(|(e, _)| e).unwrap();
+                qp.push(Request::get(b"k", buf).sla(Sla::Stale).user_data(round * 8 + tag))
+                    .map_err(|(e, _)| e)
+                    .unwrap();
             }
             qp.flush().unwrap();
             for _ in 0..8 {

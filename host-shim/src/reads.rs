@@ -18,7 +18,7 @@ use crate::sys::monotonic_ns;
 ///
 /// 1. [`Host::check_read`] (or [`Host::read_guard`]) for the key. Serve the cache
 ///    only on `Cached` (and, under a stale SLA, on `Pending`).
-/// 2. On a miss, GET the value from the DPU app ([`crate::QueuePair::get`]), keeping the
+/// 2. On a miss, GET the value from the DPU app ([`crate::Request::get`]), keeping the
 ///    [`RefillToken`] the miss came with: the token must be taken *before* the GET is
 ///    issued, so that a write the GET may not have seen changes the slot after it.
 /// 3. Put the value in the cache (not yet servable), then [`Host::refill`] with the

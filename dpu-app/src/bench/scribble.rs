@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use prescient_shim::config::DESCRIPTOR_BYTES;
 use prescient_shim::descriptor::{ArenaShape, Descriptor, OpCode};
 use prescient_shim::layout::{header, qp};
-use prescient_shim::{Host, HostOptions, QueuePair, RegionConfig, Sla, Status};
+use prescient_shim::{Host, HostOptions, QueuePair, RegionConfig, Request, Sla, Status};
 
 use super::report::{table, Percentiles, Row};
 use crate::sim::rng::Rng;
@@ -383,7 +383,8 @@ fn honest(
             *next_tag += 1;
             buf.value_mut()[..8].copy_from_slice(&tag.to_le_bytes());
             let key = format!("a-{}", tag % 1024);
-            qp.push_put(key.as_bytes(), buf, 8, Sla::Stale, tag).map_err(|(e, _)| format!("host A: PUT: {e}"))?;
+            qp.push(Request::put(key.as_bytes(), buf, 8).sla(Sla::Stale).user_data(tag))
+                .map_err(|(e, _)| format!("host A: PUT: {e}"))?;
             open.insert(tag, Instant::now());
         }
         qp.flush().map_err(|e| format!("host A: flush: {e}"))?;

@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use prescient_shim::directory::{RefillToken, SlotState, SlotWord};
 use prescient_shim::sys::monotonic_ns;
-use prescient_shim::{Completion, Host, QueuePair, ReadCheck, ShimError, Sla, Status};
+use prescient_shim::{Completion, Host, QueuePair, ReadCheck, Request, ShimError, Status};
 
 use super::cache::ReaderCache;
 use super::keys::{key_bytes, Cursor, KeyStream};
@@ -454,7 +454,7 @@ impl Driver {
             header[..8].copy_from_slice(&key.to_le_bytes());
             header[8..].copy_from_slice(&writer.seq.to_le_bytes());
             value[..head].copy_from_slice(&header[..head]);
-            match writer.qp.push_put(&key_bytes(key), buf, len, Sla::Fresh, u64::from(index)) {
+            match writer.qp.push(Request::put(&key_bytes(key), buf, len).user_data(u64::from(index))) {
                 Ok(()) => {}
                 Err((ShimError::RingFull { .. }, _buf)) => break,
                 Err((source, _buf)) => return Err(Error::Host { node: writer.node, source }),
@@ -584,7 +584,7 @@ impl Driver {
         let reader = &mut self.readers[r];
         let Some(&index) = reader.free.last() else { return };
         let Ok(buf) = reader.host.take_buffer() else { return };
-        if reader.qp.push_get(&key_bytes(key), buf, Sla::Fresh, u64::from(index)).is_ok() {
+        if reader.qp.push(Request::get(&key_bytes(key), buf).user_data(u64::from(index))).is_ok() {
             reader.free.pop();
             reader.gets[index as usize] = Some(GetSlot { key_id: key, began_ns, token });
         }

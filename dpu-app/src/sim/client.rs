@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use prescient_shim::directory::{RefillToken, SlotState, SlotWord};
+use prescient_shim::Request as ShimRequest;
 use prescient_shim::{Completion, Host, QueuePair, ReadCheck, Sla, Status};
 
 use super::oracle::{value_of, Fate, Oracle};
@@ -132,11 +133,11 @@ impl Client {
         let tag = self.tag();
         let kb = key_bytes(key);
         let result = if delete {
-            self.qp.push_delete(&kb, buf, tag)
+            self.qp.push(ShimRequest::delete(&kb, buf).user_data(tag))
         } else {
             let len = len.min(buf.capacity());
             value_of(key, write_id, len, buf.value_mut());
-            self.qp.push_put(&kb, buf, len.max(super::oracle::VALUE_HEADER), Sla::Fresh, tag)
+            self.qp.push(ShimRequest::put(&kb, buf, len.max(super::oracle::VALUE_HEADER)).user_data(tag))
         };
         match result {
             Ok(()) => {
@@ -218,7 +219,7 @@ impl Client {
         let Ok(buf) = self.host.take_buffer() else { return };
         let tag = self.tag();
         let sla = if fresh { Sla::Fresh } else { Sla::Stale };
-        if self.qp.push_get(&key_bytes(key), buf, sla, tag).is_ok() {
+        if self.qp.push(ShimRequest::get(&key_bytes(key), buf).sla(sla).user_data(tag)).is_ok() {
             self.in_flight.insert(tag, Request::Get { key, began_ns, token, fresh });
             self.stats.gets += 1;
         }

@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use prescient_shim::{Host, QueuePair, ShimError, Sla, Status};
+use prescient_shim::{Host, QueuePair, Request, ShimError, Status};
 
 /// Bytes of a value's self-describing header: key (u32), sequence (u64), length (u32).
 const VALUE_HEADER: usize = 16;
@@ -161,7 +161,7 @@ impl Checker {
 /// if the DPU app does not answer within ten seconds.
 pub fn get(host: &Host, qp: &mut QueuePair, key: u32) -> Result<(Status, u64, Vec<u8>), ShimError> {
     let buf = host.take_buffer()?;
-    qp.get(&key_bytes(key), buf, Sla::Fresh, u64::from(key)).map_err(|(e, _)| e)?;
+    qp.submit(Request::get(&key_bytes(key), buf).user_data(u64::from(key))).map_err(|(e, _)| e)?;
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut got = None;
     while got.is_none() {

@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use prescient_shim::{Host, ShimError, Sla, Status};
+use prescient_shim::{Host, Request, ShimError, Status};
 
 use crate::cluster::protocol::stats::STATUS_CODES;
 use crate::sim::rng::Rng;
@@ -389,7 +389,7 @@ fn write_loop(
             let value = checker::value_of(key, seq, 600 + rng.below(3400) as usize);
             buf.value_mut()[..value.len()].copy_from_slice(&value);
             let tag = seq;
-            match qp.push_put(&checker::key_bytes(key), buf, value.len(), Sla::Fresh, tag) {
+            match qp.push(Request::put(&checker::key_bytes(key), buf, value.len()).user_data(tag)) {
                 Ok(()) => {
                     next_seq += 1;
                     in_flight.insert(tag, (key, seq));

@@ -23,7 +23,7 @@ use prescient_shim::completion::Completion;
 use prescient_shim::config::KEY_BYTES_MAX;
 use prescient_shim::directory::{self, ReadCheck, SlotState, SlotWord};
 use prescient_shim::layout::header;
-use prescient_shim::{Host, HostOptions, QueuePair, ShimError, Sla, Status};
+use prescient_shim::{Host, HostOptions, QueuePair, Request, ShimError, Status};
 
 use crate::api::{self, BlockCallbacks, Call};
 use crate::errors;
@@ -183,7 +183,7 @@ impl Engine {
         let Some(user_data) = self.requests.open(Op::Set, 1) else {
             return self.refuse(call, &errors::requests_full(self.requests.len()));
         };
-        if let Err((e, _buf)) = self.qp.put(call.arg(1), buf, value.len(), Sla::Fresh, user_data) {
+        if let Err((e, _buf)) = self.qp.submit(Request::put(call.arg(1), buf, value.len()).user_data(user_data)) {
             self.requests.abandon(user_data);
             return self.refuse(call, &errors::of_shim(&e));
         }
@@ -225,7 +225,7 @@ impl Engine {
         let Some(user_data) = self.requests.open(Op::Get { token }, 1) else {
             return self.refuse(call, &errors::requests_full(self.requests.len()));
         };
-        if let Err((e, _buf)) = self.qp.get(key, buf, Sla::Fresh, user_data) {
+        if let Err((e, _buf)) = self.qp.submit(Request::get(key, buf).user_data(user_data)) {
             self.requests.abandon(user_data);
             return self.refuse(call, &errors::of_shim(&e));
         }
@@ -253,7 +253,9 @@ impl Engine {
         let mut failure = None;
         for i in 1..call.argc() {
             let pushed = self.host.take_buffer().map_err(|e| errors::of_shim(&e)).and_then(|buf| {
-                self.qp.push_delete(call.arg(i), buf, user_data).map_err(|(e, _buf)| errors::of_shim(&e))
+                self.qp
+                    .push(Request::delete(call.arg(i), buf).user_data(user_data))
+                    .map_err(|(e, _buf)| errors::of_shim(&e))
             });
             match pushed {
                 Ok(()) => self.requests.get_mut(user_data).expect("just opened").in_flight += 1,

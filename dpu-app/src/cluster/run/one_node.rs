@@ -272,7 +272,7 @@ mod tests {
 
     #[test]
     fn a_one_node_cluster_gets_back_what_was_put_and_refuses_a_region_it_cannot_serve() {
-        use prescient_shim::{Host, HostOptions, Sla, Status};
+        use prescient_shim::{Host, HostOptions, Request, Status};
         use std::sync::atomic::{AtomicBool, Ordering};
         let base = std::env::temp_dir().join(format!("prescient-one-node-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&base);
@@ -314,10 +314,10 @@ mod tests {
             };
             let mut buf = host.take_buffer().unwrap();
             buf.value_mut()[..11].copy_from_slice(b"hello world");
-            qp.put(b"greeting", buf, 11, Sla::Fresh, 1).map_err(|(e, _)| e).unwrap();
+            qp.submit(Request::put(b"greeting", buf, 11).user_data(1)).map_err(|(e, _)| e).unwrap();
             let put = wait_one(&mut qp);
             assert_eq!((put.user_data, put.status), (1, Status::Ok));
-            qp.get(b"greeting", host.take_buffer().unwrap(), Sla::Fresh, 2).map_err(|(e, _)| e).unwrap();
+            qp.submit(Request::get(b"greeting", host.take_buffer().unwrap()).user_data(2)).map_err(|(e, _)| e).unwrap();
             let got = wait_one(&mut qp);
             assert_eq!((got.user_data, got.status, got.version), (2, Status::Ok, put.version));
             let value = qp.take_value(&got).unwrap();
