@@ -42,6 +42,9 @@ pub struct QueuePair {
     /// A completion entry checked and taken off the ring whose requests are not all
     /// handed to the caller yet (a `poll_max` that stopped inside it), and how many are.
     run: Option<(CompletionEntry, u16)>,
+    /// The error of an entry that failed its checks during a [`Ready`] iteration not
+    /// yet reported: by [`Ready::finish`], else by the next reap.
+    failed: Option<ShimError>,
 }
 
 impl Host {
@@ -75,6 +78,7 @@ impl QueuePair {
             gets: GetTable::new(config.ring_entries),
             submitted: Submitted::new(config.ring_entries),
             run: None,
+            failed: None,
             entries: config.ring_entries,
             host,
             words,
@@ -327,22 +331,31 @@ impl QueuePair {
         }
     }
 
-    /// Hands every completion ready now to `on`; returns how many.
-    pub fn poll(&mut self, on: impl FnMut(Completion)) -> Result<usize, ShimError> {
-        self.poll_max(usize::MAX, on)
-    }
-
-    /// Hands at most `max` completions ready now to `on`; returns how many.
+    /// The completions ready now, as an iterator; the completion-ring slots it
+    /// consumed go back to the DPU app when it drops, so `break` and `?` inside the loop
+    /// lose nothing: a completion not yet yielded stays for the next call.
     ///
     /// Each completion entry is checked before any request it names is handed over:
     /// its bytes, and that every request it names is one this queue pair submitted and
-    /// has not seen completed. An entry that fails is dropped with
-    /// [`ShimError::BadCompletion`] (the DPU app broke the protocol); the requests it
-    /// named stay in flight.
-    pub fn poll_max(&mut self, max: usize, mut on: impl FnMut(Completion)) -> Result<usize, ShimError> {
-        let mut count = self.deliver_run(max, &mut on);
-        if count == max {
-            return Ok(count);
+    /// has not seen completed. An entry that fails is dropped and ends the iteration;
+    /// its [`ShimError::BadCompletion`] (the DPU app broke the protocol) comes from
+    /// [`Ready::finish`], or, for an iterator dropped without it, from the next
+    /// `completions`, `poll` or `wait`. The requests it named stay in flight.
+    ///
+    /// ```no_run
+    /// # use prescient_shim::{QueuePair, ShimError, Status};
+    /// # fn reap(qp: &mut QueuePair) -> Result<(), ShimError> {
+    /// for c in qp.completions()? {
+    ///     if c.status != Status::Ok {
+    ///         return Err(ShimError::BadCompletion(format!("request {} failed", c.user_data)));
+    ///     }
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn completions(&mut self) -> Result<Ready<'_>, ShimError> {
+        if let Some(e) = self.failed.take() {
+            return Err(e);
         }
         let ready = self.cq.refresh().map_err(|e| ShimError::BadCompletion(format!("completion tail: {e}")))?;
         if ready > self.in_flight() {
@@ -351,58 +364,85 @@ impl QueuePair {
                 self.in_flight()
             )));
         }
-        let mut result = Ok(());
-        while count < max {
-            let Some((cq_index, bytes)) = self.cq.pop() else { break };
-            // The entry is a private copy now: its slot goes back to the DPU app below.
+        Ok(Ready { qp: self })
+    }
+
+    /// Hands every completion ready now to `on`; returns how many.
+    pub fn poll(&mut self, on: impl FnMut(Completion)) -> Result<usize, ShimError> {
+        self.poll_max(usize::MAX, on)
+    }
+
+    /// Hands at most `max` completions ready now to `on`; returns how many. The checks
+    /// are those of [`QueuePair::completions`]; an entry that fails them is this call's
+    /// error.
+    pub fn poll_max(&mut self, max: usize, on: impl FnMut(Completion)) -> Result<usize, ShimError> {
+        let mut ready = self.completions()?;
+        let count = ready.by_ref().take(max).map(on).count();
+        ready.finish().map(|()| count)
+    }
+
+    /// The next completion ready now: the next request of the entry being delivered,
+    /// else of the next entry on the ring, checked. None when the ring holds no more
+    /// as last refreshed, or when an entry failed its checks (then in `failed`).
+    fn next_ready(&mut self) -> Option<Completion> {
+        loop {
+            if let Some(c) = self.deliver_one() {
+                return Some(c);
+            }
+            if self.failed.is_some() {
+                return None;
+            }
+            let (cq_index, bytes) = self.cq.pop()?;
+            // The entry is a private copy now: its slot goes back to the DPU app when
+            // the iterator drops.
             let entry = match CompletionEntry::parse_checked(&bytes) {
                 Ok(entry) => entry,
                 Err(e) => {
-                    result = Err(ShimError::BadCompletion(format!("entry {cq_index}: {e}")));
-                    break;
+                    self.failed = Some(ShimError::BadCompletion(format!("entry {cq_index}: {e}")));
+                    return None;
                 }
             };
             if let Err(not_open) = self.submitted.close(&entry) {
-                result = Err(ShimError::BadCompletion(format!(
+                self.failed = Some(ShimError::BadCompletion(format!(
                     "entry {cq_index} completes {} requests from submission {}, but submission {} is not in flight",
                     entry.count, entry.sq_index, not_open.sq_index
                 )));
-                break;
+                return None;
             }
             self.run = Some((CompletionEntry { cq_index, ..entry }, 0));
-            count += self.deliver_run(max - count, &mut on);
         }
-        if self.cq.head() != self.cq.released() {
-            self.cq.release();
-        }
-        result.map(|()| count)
     }
 
-    /// Hands at most `max` requests of the entry being delivered to `on`.
-    fn deliver_run(&mut self, max: usize, on: &mut impl FnMut(Completion)) -> usize {
-        let Some((entry, done)) = &mut self.run else { return 0 };
-        let take = usize::from(entry.count - *done).min(max);
-        for _ in 0..take {
-            let sq_index = entry.sq_index.wrapping_add((*done).into());
-            let (user_data, op) = self.submitted.tag(sq_index);
-            self.gets.complete(sq_index);
-            self.in_flight -= 1;
-            *done += 1;
-            on(Completion {
-                user_data,
-                status: entry.status,
-                op,
-                flags: entry.flags,
-                sq_index,
-                version: entry.version,
-                detail: entry.detail,
-                cq_index: entry.cq_index,
-            });
-        }
+    /// Hands over the next request of the entry being delivered, if any.
+    fn deliver_one(&mut self) -> Option<Completion> {
+        let (entry, done) = self.run.as_mut()?;
+        let sq_index = entry.sq_index.wrapping_add((*done).into());
+        let (user_data, op) = self.submitted.tag(sq_index);
+        self.gets.complete(sq_index);
+        self.in_flight -= 1;
+        *done += 1;
+        let c = Completion {
+            user_data,
+            status: entry.status,
+            op,
+            flags: entry.flags,
+            sq_index,
+            version: entry.version,
+            detail: entry.detail,
+            cq_index: entry.cq_index,
+        };
         if *done == entry.count {
             self.run = None;
         }
-        take
+        Some(c)
+    }
+
+    /// Gives the completion-ring slots of every entry taken off the ring back to the
+    /// DPU app (an entry part-delivered is a private copy in `run`).
+    fn release_consumed(&mut self) {
+        if self.cq.head() != self.cq.released() {
+            self.cq.release();
+        }
     }
 
     /// Waits up to `timeout` for at least one completion: spins briefly, then sleeps
@@ -464,6 +504,42 @@ impl Drop for QueuePair {
             Self::free_get_buffer(self.host.region(), got);
         }
         self.host.release_queue_pair(self.words.index());
+    }
+}
+
+/// The completions of one queue pair ready when [`QueuePair::completions`] was called.
+/// Dropping it releases the completion-ring slots it consumed; what it did not yield
+/// stays for the next call.
+#[must_use = "an iterator yields nothing unless it is iterated"]
+pub struct Ready<'q> {
+    qp: &'q mut QueuePair,
+}
+
+impl std::fmt::Debug for Ready<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ready").field("qp", &self.qp.index()).finish()
+    }
+}
+
+impl Ready<'_> {
+    /// Ends the iteration: the error of an entry that failed its checks, if one did
+    /// (that entry is dropped, the requests it named stay in flight).
+    pub fn finish(self) -> Result<(), ShimError> {
+        self.qp.failed.take().map_or(Ok(()), Err)
+    }
+}
+
+impl Iterator for Ready<'_> {
+    type Item = Completion;
+
+    fn next(&mut self) -> Option<Completion> {
+        self.qp.next_ready()
+    }
+}
+
+impl Drop for Ready<'_> {
+    fn drop(&mut self) {
+        self.qp.release_consumed();
     }
 }
 
@@ -575,6 +651,107 @@ mod tests {
             ]
         );
         assert_eq!((qp.in_flight(), completions(&mut qp).len()), (0, 0));
+    }
+
+    /// The tags a `completions()` loop sees before it returns early with `?` at `stop`.
+    fn reap_until(qp: &mut QueuePair, stop: u64, seen: &mut Vec<u64>) -> Result<(), String> {
+        for c in qp.completions().map_err(|e| e.to_string())? {
+            seen.push(c.user_data);
+            (c.user_data != stop).then_some(()).ok_or(format!("stopped at {stop}"))?;
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn a_completions_loop_left_early_keeps_the_rest_and_releases_what_it_took() {
+        let f = fixture("iter-break", 0);
+        let mut qp = f.host.queue_pair(0).unwrap();
+        let mut dpu = FakeDpu::new(&f.host);
+        for tag in 0..8u64 {
+            qp.push_nop(tag).unwrap();
+        }
+        qp.flush().unwrap();
+        assert_eq!(dpu.sq.refresh(), Ok(8));
+        // One entry per request: the completion ring's 8 slots are all taken.
+        for sq_index in 0..8 {
+            dpu.publish_entry(CompletionEntry::one(sq_index, Status::Ok, 0));
+        }
+        assert_eq!(dpu.cq.refresh(), Ok(0));
+        // `break` after the first: its slot is the DPU app's again, the rest wait.
+        let mut seen = Vec::new();
+        for c in qp.completions().unwrap() {
+            seen.push(c.user_data);
+            if c.user_data == 0 {
+                break;
+            }
+        }
+        assert_eq!((seen.as_slice(), qp.in_flight()), (&[0][..], 7));
+        assert_eq!(dpu.cq.refresh(), Ok(1), "the slot of the one entry taken is released");
+        // An early `?` return at tag 2 loses nothing either.
+        let mut seen = Vec::new();
+        assert_eq!(reap_until(&mut qp, 2, &mut seen), Err("stopped at 2".to_string()));
+        assert_eq!(seen, vec![1, 2]);
+        assert_eq!(dpu.cq.refresh(), Ok(3));
+        let rest: Vec<u64> = qp.completions().unwrap().map(|c| c.user_data).collect();
+        assert_eq!(rest, vec![3, 4, 5, 6, 7]);
+        assert_eq!((qp.in_flight(), dpu.cq.refresh()), (0, Ok(8)));
+        // The released slots are reused: the ring takes a full ring's worth again.
+        while dpu.sq.pop().is_some() {}
+        dpu.sq.release();
+        for tag in 8..16u64 {
+            qp.push_nop(tag).unwrap();
+        }
+        qp.flush().unwrap();
+        assert_eq!(dpu.sq.refresh(), Ok(8));
+        for sq_index in 8..16 {
+            dpu.publish_entry(CompletionEntry::one(sq_index, Status::Ok, 0));
+        }
+        assert_eq!(completions(&mut qp).iter().map(|c| c.user_data).collect::<Vec<_>>(), (8..16).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_run_left_part_delivered_frees_its_slot_and_keeps_its_requests() {
+        let f = fixture("iter-run", 0);
+        let mut qp = f.host.queue_pair(0).unwrap();
+        let mut dpu = FakeDpu::new(&f.host);
+        for tag in 0..5u64 {
+            qp.push_nop(tag).unwrap();
+        }
+        qp.flush().unwrap();
+        assert_eq!(dpu.sq.refresh(), Ok(5));
+        dpu.publish_entry(CompletionEntry { count: 5, ..CompletionEntry::one(0, Status::Ok, 0) });
+        assert_eq!(qp.completions().unwrap().next().map(|c| c.user_data), Some(0));
+        assert_eq!(dpu.cq.refresh(), Ok(8), "the entry is a private copy: its slot is free");
+        let rest: Vec<u64> = qp.completions().unwrap().map(|c| c.user_data).collect();
+        assert_eq!((rest, qp.in_flight()), (vec![1, 2, 3, 4], 0));
+    }
+
+    #[test]
+    fn a_bad_entry_ends_the_iteration_and_its_error_is_reported_once() {
+        let f = fixture("iter-bad", 0);
+        let mut qp = f.host.queue_pair(0).unwrap();
+        let mut dpu = FakeDpu::new(&f.host);
+        for tag in 0..3u64 {
+            qp.push_nop(tag).unwrap();
+        }
+        qp.flush().unwrap();
+        let ok = |sq_index| CompletionEntry::one(sq_index, Status::Ok, 0);
+        dpu.publish_entry(ok(0));
+        dpu.publish_entry(ok(0)); // completes request 0 again: refused
+        dpu.publish_entry(ok(1));
+        let mut ready = qp.completions().unwrap();
+        assert_eq!(ready.by_ref().map(|c| c.user_data).collect::<Vec<_>>(), vec![0]);
+        assert!(matches!(ready.finish(), Err(ShimError::BadCompletion(_))));
+        assert_eq!(completions(&mut qp).iter().map(|c| c.user_data).collect::<Vec<_>>(), vec![1]);
+        // Dropped without `finish`: the next reap reports it, and the one after goes on.
+        qp.push_nop(3).unwrap();
+        qp.flush().unwrap();
+        dpu.publish_entry(ok(1));
+        dpu.publish_entry(ok(2));
+        assert_eq!(qp.completions().unwrap().count(), 0);
+        assert!(matches!(qp.completions(), Err(ShimError::BadCompletion(_))));
+        assert_eq!(completions(&mut qp).iter().map(|c| c.user_data).collect::<Vec<_>>(), vec![2]);
+        assert_eq!(qp.in_flight(), 1, "request 3 is still open");
     }
 
     #[test]
