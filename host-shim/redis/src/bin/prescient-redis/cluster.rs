@@ -10,6 +10,17 @@ use std::time::{Duration, Instant};
 
 use crate::resp;
 
+/// How long a Redis waits for its DPU app's heartbeat before it fails commands with
+/// `-UNAVAILABLE`. Longer than the shim's 500 ms default: on a small machine shared by
+/// every node's Redis and DPU app (2 cores here), a heartbeat thread can wait that long
+/// for a core. A DPU app that died is still noticed this fast.
+const DPU_TIMEOUT_MS: u64 = 2_000;
+/// How long a DPU app waits for its Redis's heartbeat before it declares the host hung
+/// and reclaims its buffers (dropping its requests). A Redis that exits is noticed at
+/// once by its pid, so this bounds only a hung one; the 1 s default was tripped by a
+/// starved heartbeat thread under load, losing a GET in flight.
+const HOST_TIMEOUT_MS: u64 = 10_000;
+
 /// What `cluster start` builds.
 #[derive(Debug, Clone)]
 pub struct Spec {
@@ -212,6 +223,7 @@ fn start_redis(dir: &Path, node: &Node, tools: &Tools, value_bytes_max: usize) -
         .arg(&tools.module)
         .arg(format!("region={}", node.region.display()))
         .arg(format!("buffer_bytes={buffer_bytes}"))
+        .arg(format!("dpu_timeout_ms={DPU_TIMEOUT_MS}"))
         .stdout(Stdio::null())
         .status()
         .map_err(|e| {
@@ -243,7 +255,7 @@ pub fn start_dpu(dir: &Path, node: &Node, tools: &Tools) -> Result<(), String> {
     let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path).map_err(io("open", &log_path))?;
     let err = log.try_clone().map_err(io("open", &log_path))?;
     let child = Command::new(&tools.dpu)
-        .args(["serve", "--emulate", "--no-pin", "--config"])
+        .args(["serve", "--emulate", "--no-pin", "--host-timeout-ms", &HOST_TIMEOUT_MS.to_string(), "--config"])
         .arg(dir.join("cluster.toml"))
         .args(["--node", &id.to_string(), "--region"])
         .arg(&node.region)
