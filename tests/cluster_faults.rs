@@ -101,7 +101,7 @@ fn get_once(host: &Arc<Host>, qp: &mut QueuePair, key: u32) -> (Status, u64, Vec
     }
     let c = got.unwrap();
     let buf = qp.take_value(&c).expect("a GET hands its buffer back");
-    let value = if c.status == Status::Ok { buf.value()[..c.detail as usize].to_vec() } else { Vec::new() };
+    let value = buf.to_vec();
     (c.status, c.version, value)
 }
 

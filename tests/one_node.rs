@@ -43,7 +43,7 @@ fn get(host: &Host, qp: &mut QueuePair, key: &[u8], tag: u64) -> (Completion, Ve
     qp.submit(Request::get(key, host.take_buffer().unwrap()).user_data(tag)).map_err(|(e, _)| e).unwrap();
     let c = one(qp);
     let buf = qp.take_value(&c).expect("a GET's buffer comes back");
-    let value = if c.status == Status::Ok { buf.value()[..c.detail as usize].to_vec() } else { Vec::new() };
+    let value = buf.to_vec();
     (c, value)
 }
 

@@ -681,7 +681,7 @@ pub unsafe extern "C" fn prescient_take_value(
     match qp.take_value(&completion) {
         Some(buf) => {
             // SAFETY: `out` is valid for a write per the contract.
-            unsafe { *out = hand_out_buffer(buf) };
+            unsafe { *out = hand_out_buffer(buf.into_buffer()) };
             PrescientRc::Ok
         }
         None => fail(

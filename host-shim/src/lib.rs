@@ -39,6 +39,7 @@ pub mod ring;
 pub mod status;
 mod submitted;
 pub mod sys;
+pub mod value;
 
 pub use buffer::Buffer;
 pub use completion::{Completion, CompletionEntry};
@@ -50,3 +51,4 @@ pub use layout::RegionConfig;
 pub use queue_pair::QueuePair;
 pub use request::Request;
 pub use status::Status;
+pub use value::Value;

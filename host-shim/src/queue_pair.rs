@@ -23,6 +23,7 @@ use crate::request::Request;
 use crate::ring::{Consumer, Producer};
 use crate::submitted::Submitted;
 use crate::sys as futex;
+use crate::value::Value;
 
 /// One KV-store thread's queue pair. Not shared between threads; send it to the
 /// thread that uses it.
@@ -189,18 +190,18 @@ impl QueuePair {
         Ok(())
     }
 
-    /// Hands back the buffer of a GET completion `c`, whatever its status: the value
-    /// is valid only when the status is `Ok`, and is then
-    /// `buf.value()[..c.detail as usize]` (`buf.value().get(..c.detail as usize)` is
-    /// `None` rather than a panic if a broken DPU app reports more bytes than the
-    /// buffer holds). None for a completion of any other request,
-    /// for a second call, or if the buffer's ownership word does not say the host holds
-    /// it (a DPU app that broke the protocol; the buffer is then left to it).
+    /// Hands back the value of GET completion `c` in the buffer that carried it,
+    /// whatever its status: the [`Value`] derefs to the value's bytes when the status
+    /// is `Ok` (`c.detail` of them), to none otherwise; [`Value::into_buffer`] keeps the
+    /// buffer. None for a completion of any other request, for a second call, if the
+    /// buffer's ownership word does not say the host holds it (the buffer is then left
+    /// to the DPU app), or if an `Ok` completion reports more bytes than the buffer
+    /// holds (the buffer is freed): both are a DPU app that broke the protocol.
     ///
     /// Take the value before submitting `ring_entries` more requests on this queue
     /// pair: a GET whose value is never taken keeps its buffer until its table entry is
     /// reused by a later GET or the queue pair drops, and then the buffer is freed.
-    pub fn take_value(&mut self, c: &Completion) -> Option<Buffer> {
+    pub fn take_value(&mut self, c: &Completion) -> Option<Value> {
         let got = self.gets.take(c.sq_index)?;
         let region = self.host.region();
         let cell = region.u32_at(region.layout().buffer_state(got.index));
@@ -210,7 +211,9 @@ impl QueuePair {
         // writes of the value.
         let held = arena::transition(cell, got.generation, BufferState::Host, BufferState::Host).is_ok()
             || arena::transition(cell, got.generation, BufferState::Submitted, BufferState::Host).is_ok();
-        held.then(|| Buffer::new(region.clone(), got.index, got.generation))
+        let buf = held.then(|| Buffer::new(region.clone(), got.index, got.generation))?;
+        let len = if c.status == crate::Status::Ok { c.detail as usize } else { 0 };
+        Value::new(buf, len)
     }
 
     /// Frees the buffer of a completed GET whose value the host never took.
@@ -815,12 +818,37 @@ mod tests {
         let c = got[0];
         assert_eq!((c.user_data, c.status, c.detail, c.version), (42, Status::Ok, 9, 77));
         let value = qp.take_value(&c).expect("the GET's buffer");
-        assert_eq!(value.index(), index);
-        assert_eq!(&value.value()[..c.detail as usize], b"the value");
+        assert_eq!((&*value, value.len()), (&b"the value"[..], 9), "exactly the value's bytes");
         assert!(qp.take_value(&c).is_none(), "taken once");
         assert_eq!(free_buffers(&f.host), 15, "the host holds the value's buffer");
-        drop(value);
+        let buf = value.into_buffer();
+        assert_eq!(buf.index(), index);
+        drop(buf);
         assert_eq!(free_buffers(&f.host), 16);
+
+        // A DPU app that reports more value bytes than the buffer holds: no value,
+        // and the buffer is freed all the same.
+        let buf = f.host.take_buffer().unwrap();
+        let capacity = buf.capacity() as u32;
+        qp.push(Request::get(b"key-2", buf).user_data(43)).map_err(|(e, _)| e).unwrap();
+        qp.flush().unwrap();
+        let (sq_index, desc, buffer) = dpu.take();
+        dpu.serve(&desc, buffer, b"x", BufferState::Host);
+        dpu.complete(sq_index, &desc, Status::Ok, capacity + 1);
+        let got = completions(&mut qp);
+        assert!(qp.take_value(&got[0]).is_none(), "an overlong value is refused");
+        assert_eq!(free_buffers(&f.host), 16, "and its buffer freed");
+
+        // A GET that failed hands its buffer back with no value bytes.
+        let buf = f.host.take_buffer().unwrap();
+        qp.push(Request::get(b"key-3", buf).user_data(44)).map_err(|(e, _)| e).unwrap();
+        qp.flush().unwrap();
+        let (sq_index, desc, buffer) = dpu.take();
+        dpu.serve(&desc, buffer, b"", BufferState::Host);
+        dpu.complete(sq_index, &desc, Status::NotFound, 3);
+        let got = completions(&mut qp);
+        let value = qp.take_value(&got[0]).expect("a failed GET's buffer comes back");
+        assert!(value.is_empty());
     }
 
     #[test]

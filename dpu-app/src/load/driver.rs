@@ -634,7 +634,7 @@ impl Driver {
             match c.status {
                 Status::Ok => {
                     self.stats.gets_ok += 1;
-                    let value = buf.as_ref().and_then(|b| b.value().get(..c.detail as usize)).unwrap_or_default();
+                    let value: &[u8] = buf.as_deref().unwrap_or_default();
                     // Only a value no newer write is deciding may refill (a Valid slot
                     // would otherwise serve it after that write commits).
                     if let Some(token) = slot.token.filter(|_| c.may_refill()) {

@@ -306,8 +306,7 @@ impl Client {
                     let buf = self.qp.take_value(&c);
                     match c.status {
                         Status::Ok => {
-                            let len = c.detail as usize;
-                            let value = buf.as_ref().map(|b| b.value()[..len].to_vec()).unwrap_or_default();
+                            let value = buf.as_deref().map(<[u8]>::to_vec).unwrap_or_default();
                             oracle.check_read(key, began_ns, c.version, Some(&value), fresh)?;
                             if fresh && c.may_refill() {
                                 self.fill(key, token, c.version, value, now_ns);

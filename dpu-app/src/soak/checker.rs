@@ -177,7 +177,7 @@ pub fn get(host: &Host, qp: &mut QueuePair, key: u32) -> Result<(Status, u64, Ve
     let c = got.expect("loop ends with a completion");
     let buf = qp.take_value(&c);
     let value = match (c.status, buf) {
-        (Status::Ok, Some(b)) => b.value()[..c.detail as usize].to_vec(),
+        (Status::Ok, Some(v)) => v.to_vec(),
         _ => Vec::new(),
     };
     Ok((c.status, c.version, value))

@@ -322,12 +322,12 @@ impl Engine {
             Op::Set if c.status == Status::Ok => Some(Outcome::Stored { version: c.version }),
             Op::Set => Some(Outcome::Failed(errors::of_status(c.status, c.detail, "write"))),
             Op::Get { token } => Some(match (c.status, value) {
-                (Status::Ok, Some(buf)) => {
+                (Status::Ok, Some(value)) => {
                     let refill = token.filter(|_| c.may_refill());
-                    Outcome::Value { buf, len: c.detail as usize, refill }
+                    Outcome::Value { value, refill }
                 }
                 (Status::Ok, None) => Outcome::Failed(
-                    "ERR prescient: the DPU app completed a GET without handing its buffer back (protocol error)"
+                    "ERR prescient: the DPU app completed a GET without handing back its buffer, or with a value longer than the buffer (protocol error)"
                         .into(),
                 ),
                 (Status::NotFound, _) => Outcome::Missing,
@@ -397,17 +397,10 @@ impl Engine {
                 self.refill_own_write(call, version);
                 call.reply_simple(c"OK");
             }
-            Some(Outcome::Value { buf, len, refill }) => {
-                let Some(value) = buf.value().get(..len) else {
-                    self.stats.errors += 1;
-                    return call.reply_error(&format!(
-                        "ERR prescient: the DPU app reported a value of {len} bytes in a {}-byte buffer (protocol error)",
-                        buf.capacity()
-                    ));
-                };
-                call.reply_bulk(value);
+            Some(Outcome::Value { value, refill }) => {
+                call.reply_bulk(&value);
                 if let Some(token) = refill {
-                    call.set_local_bytes(1, value);
+                    call.set_local_bytes(1, &value);
                     let tag = directory::refill(SlotWord::unpack(token.word)).map(SlotWord::pack);
                     let refilled = tag.is_some_and(|tag| {
                         self.tag(call.arg(1), tag);

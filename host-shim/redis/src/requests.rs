@@ -3,7 +3,7 @@
 //! a reused entry is told apart). Sized once, to the ring: nothing is allocated per
 //! command.
 
-use prescient_shim::{Buffer, RefillToken};
+use prescient_shim::{RefillToken, Value};
 
 use crate::api::Blocked;
 
@@ -35,10 +35,8 @@ pub enum Outcome {
     },
     /// A GET's value, in the buffer that carried the request.
     Value {
-        /// The buffer.
-        buf: Buffer,
-        /// Its value's length.
-        len: usize,
+        /// The value, in its buffer.
+        value: Value,
         /// Refill the directory with this token after caching the value.
         refill: Option<RefillToken>,
     },

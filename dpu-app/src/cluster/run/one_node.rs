@@ -321,7 +321,7 @@ mod tests {
             let got = wait_one(&mut qp);
             assert_eq!((got.user_data, got.status, got.version), (2, Status::Ok, put.version));
             let value = qp.take_value(&got).unwrap();
-            assert_eq!(&value.value()[..got.detail as usize], b"hello world");
+            assert_eq!(&*value, b"hello world");
             stop.store(true, Ordering::Relaxed);
             dpu.join().unwrap().unwrap()
         });
