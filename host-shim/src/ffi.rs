@@ -421,11 +421,12 @@ pub unsafe extern "C" fn prescient_buffer_free(host: *mut PrescientHost, buf: *c
     }
 }
 
-fn sla_arg(sla: u8) -> Option<Sla> {
+/// The SLA a C caller passed, or the failure to return (with its message set).
+fn sla_arg(sla: u8) -> Result<Sla, PrescientRc> {
     match sla {
-        0 => Some(Sla::Stale),
-        1 => Some(Sla::Fresh),
-        _ => None,
+        0 => Ok(Sla::Stale),
+        1 => Ok(Sla::Fresh),
+        _ => Err(fail(PrescientRc::Invalid, format!("sla {sla} is not 0 (stale) or 1 (fresh)"))),
     }
 }
 
@@ -478,8 +479,9 @@ pub unsafe extern "C" fn prescient_put(
     sla: u8,
     user_data: u64,
 ) -> PrescientRc {
-    let Some(sla) = sla_arg(sla) else {
-        return fail(PrescientRc::Invalid, format!("sla {sla} is not 0 (stale) or 1 (fresh)"));
+    let sla = match sla_arg(sla) {
+        Ok(sla) => sla,
+        Err(rc) => return rc,
     };
     // SAFETY: the caller's contract is this function's.
     unsafe {
@@ -504,8 +506,9 @@ pub unsafe extern "C" fn prescient_push_put(
     sla: u8,
     user_data: u64,
 ) -> PrescientRc {
-    let Some(sla) = sla_arg(sla) else {
-        return fail(PrescientRc::Invalid, format!("sla {sla} is not 0 (stale) or 1 (fresh)"));
+    let sla = match sla_arg(sla) {
+        Ok(sla) => sla,
+        Err(rc) => return rc,
     };
     // SAFETY: the caller's contract is this function's.
     unsafe {
@@ -632,8 +635,9 @@ pub unsafe extern "C" fn prescient_get(
     if qp.is_null() || key.is_null() || buf.is_null() {
         return fail(PrescientRc::Invalid, "qp, key or buf is null".into());
     }
-    let Some(sla) = sla_arg(sla) else {
-        return fail(PrescientRc::Invalid, format!("sla {sla} is not 0 (stale) or 1 (fresh)"));
+    let sla = match sla_arg(sla) {
+        Ok(sla) => sla,
+        Err(rc) => return rc,
     };
     // SAFETY: live, exclusive and valid per the contract.
     let (qp, key, raw) = unsafe { (&mut (*qp).0, std::slice::from_raw_parts(key, key_len), &*buf) };

@@ -98,7 +98,7 @@ impl Requests {
         self.generations[index as usize] = generation;
         self.entries[index as usize] =
             Some(Entry { generation, client: None, op, in_flight, outcome: None, released: false, failure: None });
-        Some(u64::from(generation) << 32 | u64::from(index))
+        Some(user_data(index as usize, generation))
     }
 
     /// Closes the entry of `user_data` whose requests were never submitted.
@@ -142,7 +142,12 @@ impl Requests {
     pub fn blocked(&self) -> impl Iterator<Item = u64> + '_ {
         self.entries.iter().enumerate().filter_map(|(i, e)| {
             let e = e.as_ref()?;
-            e.client.is_some().then_some(u64::from(e.generation) << 32 | i as u64)
+            e.client.is_some().then_some(user_data(i, e.generation))
         })
     }
+}
+
+/// The `user_data` of entry `index` at `generation`.
+fn user_data(index: usize, generation: u32) -> u64 {
+    u64::from(generation) << 32 | index as u64
 }

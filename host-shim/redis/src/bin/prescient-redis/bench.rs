@@ -99,8 +99,7 @@ impl Drop for Servers {
 }
 
 fn free_port() -> Result<u16, String> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| format!("cannot find a free port: {e}"))?;
-    l.local_addr().map(|a| a.port()).map_err(|e| e.to_string())
+    Ok(cluster::free_ports(1)?[0])
 }
 
 fn redis(port: u16, dir: &Path, extra: &[String]) -> Result<Child, String> {
@@ -115,17 +114,6 @@ fn redis(port: u16, dir: &Path, extra: &[String]) -> Result<Child, String> {
         .map_err(|e| format!("cannot run redis-server: {e}; install it (`apt-get install redis-server redis-tools`)"))
 }
 
-fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if cond() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    false
-}
-
 fn ping(port: u16) -> bool {
     resp::Conn::open(port).and_then(|mut c| c.call(&[b"PING"])).is_ok_and(|r| r == resp::Reply::Simple("PONG".into()))
 }
@@ -135,7 +123,7 @@ fn plain(dir: &Path) -> Result<Servers, String> {
     let child = redis(port, &dir.join("plain"), &[])?;
     let pid = child.id();
     let s = Servers { port, primary: pid, redis: vec![pid], dpus: vec![], children: vec![child] };
-    if !wait_for(Duration::from_secs(10), || ping(port)) {
+    if !cluster::wait(Duration::from_secs(10), || ping(port)) {
         return Err("plain redis-server did not answer PING".into());
     }
     Ok(s)
@@ -146,7 +134,7 @@ fn replicated(dir: &Path) -> Result<Servers, String> {
     let primary = redis(port, &dir.join("primary"), &[])?;
     let mut s =
         Servers { port, primary: primary.id(), redis: vec![primary.id()], dpus: vec![], children: vec![primary] };
-    if !wait_for(Duration::from_secs(10), || ping(port)) {
+    if !cluster::wait(Duration::from_secs(10), || ping(port)) {
         return Err("the primary redis-server did not answer PING".into());
     }
     for i in 0..2 {
@@ -156,7 +144,7 @@ fn replicated(dir: &Path) -> Result<Servers, String> {
         s.redis.push(child.id());
         s.children.push(child);
     }
-    let synced = wait_for(Duration::from_secs(30), || {
+    let synced = cluster::wait(Duration::from_secs(30), || {
         resp::Conn::open(port).and_then(|mut c| c.call(&[b"INFO", b"replication"])).is_ok_and(
             |r| matches!(r, resp::Reply::Bulk(Some(t)) if String::from_utf8_lossy(&t).contains("connected_slaves:2")),
         )
@@ -168,10 +156,7 @@ fn replicated(dir: &Path) -> Result<Servers, String> {
 }
 
 fn pid_file(path: &Path) -> Result<u32, String> {
-    std::fs::read_to_string(path)
-        .ok()
-        .and_then(|t| t.trim().parse().ok())
-        .ok_or_else(|| format!("no pid in {}", path.display()))
+    cluster::pid_of(path).ok_or_else(|| format!("no pid in {}", path.display()))
 }
 
 fn prescient(dir: &Path, tools: &cluster::Tools, largest: usize) -> Result<Servers, String> {

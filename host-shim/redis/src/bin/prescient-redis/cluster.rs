@@ -116,7 +116,8 @@ pub fn nodes(dir: &Path) -> Result<Vec<Node>, String> {
         .collect()
 }
 
-fn free_ports(count: usize) -> Result<Vec<u16>, String> {
+/// `count` ports free on 127.0.0.1 now.
+pub fn free_ports(count: usize) -> Result<Vec<u16>, String> {
     let listeners = (0..count)
         .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
         .collect::<Result<Vec<_>, _>>()
@@ -124,7 +125,8 @@ fn free_ports(count: usize) -> Result<Vec<u16>, String> {
     listeners.iter().map(|l| l.local_addr().map(|a| a.port()).map_err(|e| e.to_string())).collect()
 }
 
-fn pid_of(file: &Path) -> Option<u32> {
+/// The pid in pid file `file`.
+pub fn pid_of(file: &Path) -> Option<u32> {
     std::fs::read_to_string(file).ok()?.trim().parse().ok()
 }
 
@@ -290,7 +292,8 @@ pub fn wait_ready(dir: &Path, nodes: &[Node], limit: Duration) -> Result<(), Str
     ))
 }
 
-fn wait(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+/// Waits up to `limit` for `cond`, polling every 50 ms; a last look after the limit.
+pub fn wait(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let start = Instant::now();
     while start.elapsed() < limit {
         if cond() {
