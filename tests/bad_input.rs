@@ -10,7 +10,7 @@ use std::time::Duration;
 use prescient::host_and_dpu;
 use prescient_shim::config::DESCRIPTOR_BYTES;
 use prescient_shim::descriptor::{field, ArenaShape, Descriptor, OpCode};
-use prescient_shim::{Completion, QueuePair, RegionConfig, Request, ShimError, Sla, Status};
+use prescient_shim::{Completion, QueuePair, ReadSla, RegionConfig, Request, ShimError, Status};
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -36,7 +36,7 @@ fn complete_all(qp: &mut QueuePair) -> Vec<Completion> {
 fn good_put(qp: &mut QueuePair, host: &prescient_shim::Host, tag: u64) {
     let mut buf = host.take_buffer().unwrap();
     buf.value_mut()[..5].copy_from_slice(b"hello");
-    qp.submit(Request::put(b"good-key", buf, 5).sla(Sla::Stale).user_data(tag)).map_err(|(e, _)| e).unwrap();
+    qp.submit(Request::put(b"good-key", buf, 5).user_data(tag)).map_err(|(e, _)| e).unwrap();
 }
 
 #[test]
@@ -47,13 +47,12 @@ fn malformed_descriptors_get_error_completions_and_other_queue_pairs_keep_servin
     let shape = ArenaShape { host_buffers: 32, buffer_bytes: 4096 };
     let base = Descriptor {
         op: OpCode::Put,
-        sla: Sla::Stale,
+        sla: ReadSla::Stale,
         key_len: 4,
         value_offset: shape.value_offset(3),
         value_len: 10,
         buffer_gen: 1,
         user_data: 0,
-        wait_us: 0,
     };
     let mut cases: Vec<([u8; DESCRIPTOR_BYTES], Status)> = Vec::new();
     let mut emit = |d: Descriptor, patch: &dyn Fn(&mut [u8; DESCRIPTOR_BYTES]), status| {
@@ -103,7 +102,7 @@ fn a_buffer_submitted_twice_or_freed_in_flight_is_refused() {
     let mut buf = host.take_buffer().unwrap();
     let (index, generation) = (buf.index(), buf.generation());
     buf.value_mut()[0] = 1;
-    qp.submit(Request::put(b"k", buf, 1).sla(Sla::Stale).user_data(1)).map_err(|(e, _)| e).unwrap();
+    qp.submit(Request::put(b"k", buf, 1).user_data(1)).map_err(|(e, _)| e).unwrap();
     // Freeing a buffer in flight: the shim refuses and names its state.
     let err = host.free_raw(index, generation).unwrap_err();
     assert!(matches!(err, ShimError::BufferState { .. }), "{err}");
@@ -112,13 +111,12 @@ fn a_buffer_submitted_twice_or_freed_in_flight_is_refused() {
     let shape = ArenaShape { host_buffers: 32, buffer_bytes: 4096 };
     let again = Descriptor {
         op: OpCode::Put,
-        sla: Sla::Stale,
+        sla: ReadSla::Stale,
         key_len: 1,
         value_offset: shape.value_offset(index),
         value_len: 1,
         buffer_gen: generation,
         user_data: 2,
-        wait_us: 0,
     };
     let mut bytes = [0u8; DESCRIPTOR_BYTES];
     again.emit(&mut bytes);
@@ -192,7 +190,7 @@ fn a_get_returns_what_was_put_and_its_buffer_comes_back() {
     // The buffer is the host's again: it can carry a PUT, which a GET then reads back.
     let mut back = back;
     back.value_mut()[..2].copy_from_slice(b"ok");
-    qp.submit(Request::put(b"some-key", back, 2).sla(Sla::Stale).user_data(8)).map_err(|(e, _)| e).unwrap();
+    qp.submit(Request::put(b"some-key", back, 2).user_data(8)).map_err(|(e, _)| e).unwrap();
     let put = complete_all(&mut qp)[0];
     assert_eq!(put.status, Status::Ok);
     qp.submit(Request::get(b"some-key", host.take_buffer().unwrap()).user_data(10)).map_err(|(e, _)| e).unwrap();
@@ -204,13 +202,12 @@ fn a_get_returns_what_was_put_and_its_buffer_comes_back() {
     let shape = ArenaShape { host_buffers: 32, buffer_bytes: 4096 };
     let raw = Descriptor {
         op: OpCode::Get,
-        sla: Sla::Stale,
+        sla: ReadSla::Stale,
         key_len: 3,
         value_offset: shape.value_offset(5),
         value_len: 10,
         buffer_gen: 1,
         user_data: 9,
-        wait_us: 0,
     };
     let mut bytes = [0u8; DESCRIPTOR_BYTES];
     raw.emit(&mut bytes);

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use prescient::{host_and_dpu, DpuProcess};
-use prescient_shim::{Completion, HostOptions, RegionConfig, Request, ShimError, Sla, Status};
+use prescient_shim::{Completion, HostOptions, RegionConfig, Request, ShimError, Status};
 
 #[test]
 fn requests_survive_a_dpu_crash_completed_or_failed_exactly_once() {
@@ -107,7 +107,7 @@ fn requests_survive_a_dpu_crash_completed_or_failed_exactly_once() {
     assert!(matches!(err, ShimError::DpuNotResponding { .. }), "{err}");
     assert!(err.to_string().contains("DPU app not responding"), "{err}");
     let buf = host.take_buffer().unwrap();
-    let refused = qp.submit(Request::put(b"late", buf, 0).sla(Sla::Stale).user_data(999)).unwrap_err();
+    let refused = qp.submit(Request::put(b"late", buf, 0).user_data(999)).unwrap_err();
     assert!(matches!(refused.0, ShimError::DpuNotResponding { .. }));
     drop(refused);
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 use prescient::{host_options, wait_served, wait_until, DpuProcess, TempRegion};
 use prescient_shim::arena::BufferState;
 use prescient_shim::region::Region;
-use prescient_shim::{Host, RegionConfig, Request, Sla, Status};
+use prescient_shim::{Host, RegionConfig, Request, Status};
 
 const ROLE: &str = "PRESCIENT_TEST_DYING_HOST";
 
@@ -32,7 +32,7 @@ fn dying_host(path: &str) {
     let mut qp = host.queue_pair(0).unwrap();
     for i in 0..4 {
         let buf = host.take_buffer().unwrap();
-        qp.submit(Request::put(b"k", buf, 0).sla(Sla::Stale).user_data(i)).map_err(|(e, _)| e).unwrap();
+        qp.submit(Request::put(b"k", buf, 0).user_data(i)).map_err(|(e, _)| e).unwrap();
     }
     let mut done = 0;
     while done < 4 {
@@ -82,7 +82,7 @@ fn a_dead_hosts_buffers_are_reclaimed_and_other_hosts_keep_being_served() {
     // The other host is served throughout.
     let mut qp = other_host.queue_pair(0).unwrap();
     let buf = other_host.take_buffer().unwrap();
-    qp.submit(Request::put(b"still-here", buf, 0).sla(Sla::Stale).user_data(7)).map_err(|(e, _)| e).unwrap();
+    qp.submit(Request::put(b"still-here", buf, 0).user_data(7)).map_err(|(e, _)| e).unwrap();
     let mut status = None;
     qp.wait(Duration::from_secs(10), |c| status = Some(c.status)).unwrap();
     assert_eq!(status, Some(Status::Ok));
@@ -94,7 +94,7 @@ fn a_dead_hosts_buffers_are_reclaimed_and_other_hosts_keep_being_served() {
     assert_eq!(taken.len(), 16, "the whole arena is free again");
     drop(taken);
     let buf = again.take_buffer().unwrap();
-    qp.submit(Request::put(b"reborn", buf, 0).sla(Sla::Stale).user_data(8)).map_err(|(e, _)| e).unwrap();
+    qp.submit(Request::put(b"reborn", buf, 0).user_data(8)).map_err(|(e, _)| e).unwrap();
     let mut seen = Vec::new();
     qp.wait(Duration::from_secs(10), |c| seen.push((c.user_data, c.status))).unwrap();
     assert_eq!(seen, vec![(8, Status::Ok)]);

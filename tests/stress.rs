@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use prescient::host_and_dpu;
-use prescient_shim::{Host, RegionConfig, Request, Sla, Status};
+use prescient_shim::{Host, RegionConfig, Request, Status};
 
 const THREADS: u32 = 4;
 const PER_THREAD: u64 = 20_000;
@@ -24,9 +24,7 @@ fn drive(host: Arc<Host>, qp: u32) -> Vec<u8> {
             } else {
                 let Ok(mut buf) = host.take_buffer() else { break };
                 buf.value_mut()[..8].copy_from_slice(&tag.to_le_bytes());
-                qp.push(Request::put(&tag.to_le_bytes(), buf, 8).sla(Sla::Stale).user_data(tag))
-                    .map_err(|(e, _)| e)
-                    .unwrap();
+                qp.push(Request::put(&tag.to_le_bytes(), buf, 8).user_data(tag)).map_err(|(e, _)| e).unwrap();
             }
             next += 1;
         }

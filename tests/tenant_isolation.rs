@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use prescient::{host_options, wait_served, DpuProcess, TempRegion};
 use prescient_shim::layout::header;
-use prescient_shim::{Completion, Host, QueuePair, RegionConfig, Request, ShimError, Sla, Status};
+use prescient_shim::{Completion, Host, QueuePair, RegionConfig, Request, ShimError, Status};
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -26,7 +26,7 @@ fn config() -> RegionConfig {
 
 fn put(qp: &mut QueuePair, host: &Host, value_len: usize, tag: u64) -> Completion {
     let buf = host.take_buffer().unwrap();
-    qp.submit(Request::put(b"key", buf, value_len).sla(Sla::Stale).user_data(tag)).map_err(|(e, _)| e).unwrap();
+    qp.submit(Request::put(b"key", buf, value_len).user_data(tag)).map_err(|(e, _)| e).unwrap();
     let mut got = Vec::new();
     while got.is_empty() {
         qp.wait(WAIT, |c| got.push(c)).expect("a completion arrives");

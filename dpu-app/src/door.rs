@@ -199,7 +199,7 @@ struct Refusal {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use prescient_shim::descriptor::Sla;
+    use prescient_shim::ReadSla;
 
     fn config() -> RegionConfig {
         RegionConfig {
@@ -223,13 +223,12 @@ mod tests {
             let mut b = [0u8; 64];
             Descriptor {
                 op: OpCode::Put,
-                sla: Sla::Stale,
+                sla: ReadSla::Stale,
                 key_len: 1,
                 value_offset: door.shape().value_offset(1),
                 value_len,
                 buffer_gen: 0,
                 user_data: 5,
-                wait_us: 0,
             }
             .emit(&mut b);
             b

@@ -8,7 +8,7 @@ use prescient_dpu::cluster::config::ClusterConfig;
 use prescient_dpu::cluster::run::inprocess::{region_config_for, ClusterClock, InProcess};
 use prescient_dpu::fabric::emu::ModelConfig;
 use prescient_shim::directory::SlotState;
-use prescient_shim::{Completion, Request, Sla, Status};
+use prescient_shim::{Completion, ReadSla, Request, Status};
 
 fn cluster(name: &str) -> (InProcess, std::path::PathBuf) {
     let dir = std::env::temp_dir().join(format!("prescient-inproc-{name}-{}", std::process::id()));
@@ -275,7 +275,7 @@ fn a_full_store_refuses_writes_cleanly_and_keeps_every_acknowledged_one() {
     for &(k, version) in &acked {
         rq.submit(
             Request::get(format!("full{k}").as_bytes(), reader.take_buffer().unwrap())
-                .sla(Sla::Stale)
+                .sla(ReadSla::Stale)
                 .user_data(u64::from(k)),
         )
         .map_err(|(e, _)| e)

@@ -123,7 +123,8 @@ impl Scripted {
         cfg.write_timeout_us = 6_000;
         cfg.invalidation = Invalidation::Speculative;
         cfg.validate().unwrap();
-        let region = region_config_for(&cfg, 1, 64);
+        // Queue pair 0 is the client's; 1 is the scripts' own.
+        let region = region_config_for(&cfg, 2, 64);
         let model = ModelConfig { seed: 7, latency_ns: 2_000, jitter_ns: 0, loss_ppm: 0, partitions: vec![] };
         let c = InProcess::start(
             std::sync::Arc::new(cfg),
@@ -263,4 +264,53 @@ fn a_suspicion_a_writer_took_to_its_crash_is_still_honored() {
     s.c.restart(writer).unwrap();
     s.until_leased(host);
     s.read(host, key);
+}
+
+/// A Fresh GET waits as long as its read SLA says for the records that prove the newest
+/// value. The reader is cut off from three of its four peers (more than m = 2), so it
+/// cannot prove the key's committed version: with `FRESH_NOW` its GET fails
+/// `Unavailable` at once; with a `max_wait` of 40 ms (cluster time) it is still waiting
+/// 5 ms later, and once the links heal it returns the value.
+#[test]
+fn a_fresh_get_waits_its_read_sla_for_the_peers_that_prove_the_value() {
+    use prescient_shim::{ReadSla, Request, Status};
+    let (writer, reader, key) = (0u8, 1u8, 5u32);
+    let mut s = Scripted::start("fresh-wait");
+    s.write(writer, key, 1);
+    for far in 2..5 {
+        s.c.partition(reader, far);
+    }
+    s.until(|c| (2..5).all(|j| !c.node(reader).unwrap().peer_up(j)));
+    let host = std::sync::Arc::clone(s.c.host(reader));
+    let mut qp = host.queue_pair(1).unwrap();
+    let key_bytes = prescient_dpu::sim::client::key_bytes(key);
+    let mut get = |s: &mut Scripted, sla: ReadSla, limit_ns: u64| {
+        let buf = host.take_buffer().unwrap();
+        qp.submit(Request::get(&key_bytes, buf).sla(sla)).map_err(|(e, _)| e).unwrap();
+        let mut got = None;
+        s.c.run_until(Scripted::TICK_NS, limit_ns, |_| {
+            let _ = qp.poll(|c| got = Some(c));
+            got.is_some()
+        });
+        if let Some(c) = got {
+            drop(qp.take_value(&c));
+        }
+        got
+    };
+    let now = get(&mut s, ReadSla::FRESH_NOW, Scripted::LIMIT_NS).expect("a FRESH_NOW GET completes");
+    assert_eq!(now.status, Status::Unavailable, "{now:?}");
+
+    let waiting = ReadSla::Fresh { max_wait: std::time::Duration::from_millis(40) };
+    assert!(get(&mut s, waiting, 5_000_000).is_none(), "the GET still waits after 5 ms");
+    for far in 2..5 {
+        s.c.heal(reader, far);
+    }
+    let mut got = None;
+    s.c.run_until(Scripted::TICK_NS, 60_000_000, |_| {
+        let _ = qp.poll(|c| got = Some(c));
+        got.is_some()
+    });
+    let got = got.expect("the waiting GET completes");
+    assert_eq!((got.status, got.detail), (Status::Ok, 100), "{got:?}");
+    drop(qp.take_value(&got));
 }

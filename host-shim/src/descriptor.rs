@@ -13,13 +13,13 @@
 //!
 //! A GET names a host buffer the same way: the buffer carries the key at its start and
 //! receives the value at `VALUE_OFFSET`; its `value_len` must be 0 (the DPU app reports
-//! the value's length in the completion). Its `sla` is the read SLA the DPU app resolves
-//! a value whose last write is still being decided with: `Stale` gives the newest
-//! committed value it can prove, `Fresh` fails rather than risk an older one. On
+//! the value's length in the completion). Its `sla` and `wait_us` are its
+//! [`ReadSla`]; every other descriptor carries both as 0 (see [`crate::read_sla`]). On
 //! completion the DPU app leaves a GET's buffer held by the host (`Host`, same
 //! generation), not `Free` (see [`crate::completion`]).
 
 use crate::config::{DESCRIPTOR_BYTES, KEY_BYTES_MAX, TAILROOM_BYTES, VALUE_OFFSET};
+use crate::read_sla::ReadSla;
 use crate::status::Status;
 
 /// Byte ranges of the fields.
@@ -27,7 +27,7 @@ pub mod field {
     use std::ops::Range;
     /// Op code.
     pub const OP: usize = 0;
-    /// Read SLA.
+    /// Read SLA of a GET: 0 `Stale`, 1 `Fresh`; 0 for every other op.
     pub const SLA: usize = 1;
     /// Flags (none defined; must be 0).
     pub const FLAGS: Range<usize> = 2..4;
@@ -44,7 +44,7 @@ pub mod field {
     /// Caller's tag. The host keeps its own copy and hands that to the caller with the
     /// completion; the DPU app only logs this one.
     pub const USER_DATA: Range<usize> = 24..32;
-    /// Longest wait a `Fresh` read accepts, in microseconds.
+    /// Longest wait a `Fresh` GET accepts, in microseconds; 0 for every other op.
     pub const WAIT_US: Range<usize> = 32..36;
     /// Reserved (0).
     pub const RESERVED1: Range<usize> = 36..64;
@@ -64,18 +64,16 @@ pub enum OpCode {
     Get = 3,
 }
 
-/// The read SLA. A write carries it for readers of its key on other nodes; a GET
-/// carries it for the DPU app resolving a value whose last write is still being
-/// decided.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub enum Sla {
-    /// Readers never wait: they may serve the old value while the write is pending.
-    /// A GET gets the newest committed value the DPU app can prove.
-    Stale = 0,
-    /// Readers wait, bounded by `wait_us`, for the write to resolve. A GET fails
-    /// rather than risk an older value.
-    Fresh = 1,
+impl OpCode {
+    /// The name users know it by.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Nop => "NOP",
+            Self::Put => "PUT",
+            Self::Delete => "DELETE",
+            Self::Get => "GET",
+        }
+    }
 }
 
 /// A descriptor's fields.
@@ -83,8 +81,8 @@ pub enum Sla {
 pub struct Descriptor {
     /// Operation.
     pub op: OpCode,
-    /// Read SLA.
-    pub sla: Sla,
+    /// Read SLA of a GET (`sla` and `wait_us` on the wire); `Stale` for every other op.
+    pub sla: ReadSla,
     /// Key length in bytes.
     pub key_len: u16,
     /// Value offset from the arena start.
@@ -95,8 +93,6 @@ pub struct Descriptor {
     pub buffer_gen: u32,
     /// Caller's tag.
     pub user_data: u64,
-    /// Longest wait for `Fresh`, microseconds.
-    pub wait_us: u32,
 }
 
 /// The arena's shape, which a descriptor is checked against.
@@ -155,14 +151,15 @@ impl Descriptor {
     /// Writes the descriptor's bytes.
     pub fn emit(&self, out: &mut [u8; DESCRIPTOR_BYTES]) {
         *out = [0; DESCRIPTOR_BYTES];
+        let (sla, wait_us) = self.sla.to_wire();
         out[field::OP] = self.op as u8;
-        out[field::SLA] = self.sla as u8;
+        out[field::SLA] = sla;
         out[field::KEY_LEN].copy_from_slice(&self.key_len.to_le_bytes());
         out[field::VALUE_OFFSET].copy_from_slice(&self.value_offset.to_le_bytes());
         out[field::VALUE_LEN].copy_from_slice(&self.value_len.to_le_bytes());
         out[field::BUFFER_GEN].copy_from_slice(&self.buffer_gen.to_le_bytes());
         out[field::USER_DATA].copy_from_slice(&self.user_data.to_le_bytes());
-        out[field::WAIT_US].copy_from_slice(&self.wait_us.to_le_bytes());
+        out[field::WAIT_US].copy_from_slice(&wait_us.to_le_bytes());
     }
 
     /// Parses bytes that came from the host and checks every field against `arena`.
@@ -177,10 +174,11 @@ impl Descriptor {
             3 => OpCode::Get,
             other => return refuse(Status::BadOp, other.into()),
         };
-        let sla = match b[field::SLA] {
-            0 => Sla::Stale,
-            1 => Sla::Fresh,
-            other => return refuse(Status::BadSla, other.into()),
+        // Only a GET carries a read SLA; a write or a NOP carries 0 in both fields.
+        let wait_us = u32_at(b, field::WAIT_US);
+        let sla = match ReadSla::from_wire(b[field::SLA], wait_us) {
+            Some(sla) if op == OpCode::Get || sla == ReadSla::Stale => sla,
+            _ => return refuse(Status::BadSla, b[field::SLA].into()),
         };
         let flags = u16_at(b, field::FLAGS);
         // The reserved bytes as words (RESERVED1 is 28 bytes: 36..40, then 40..64 as
@@ -202,7 +200,6 @@ impl Descriptor {
             value_len: u32_at(b, field::VALUE_LEN),
             buffer_gen: u32_at(b, field::BUFFER_GEN),
             user_data,
-            wait_us: u32_at(b, field::WAIT_US),
         };
         if op == OpCode::Nop {
             if desc.key_len != 0 || desc.value_len != 0 || desc.value_offset != 0 {
@@ -237,13 +234,12 @@ mod tests {
     fn put() -> Descriptor {
         Descriptor {
             op: OpCode::Put,
-            sla: Sla::Fresh,
+            sla: ReadSla::Stale,
             key_len: 3,
             value_offset: ARENA.value_offset(2),
             value_len: 100,
             buffer_gen: 7,
             user_data: 0xdead_beef,
-            wait_us: 50,
         }
     }
 
@@ -253,11 +249,11 @@ mod tests {
         put().emit(&mut b);
         let mut expected = [0u8; 64];
         expected[..36].copy_from_slice(&[
-            1, 1, 0, 0, 3, 0, 0, 0, // op, sla, flags, key_len, reserved
+            1, 0, 0, 0, 3, 0, 0, 0, // op, sla (none), flags, key_len, reserved
             0x40, 0x09, 0, 0, 0, 0, 0, 0, // value_offset 2*1024+320 = 0x940
             100, 0, 0, 0, 7, 0, 0, 0, // value_len, buffer_gen
             0xef, 0xbe, 0xad, 0xde, 0, 0, 0, 0, // user_data
-            50, 0, 0, 0, // wait_us
+            0, 0, 0, 0, // wait_us (none)
         ]);
         assert_eq!(b, expected);
         assert_eq!(Descriptor::parse_checked(&b, &ARENA), Ok(Checked { desc: put(), buffer: Some(2) }));
@@ -271,6 +267,9 @@ mod tests {
         let cases: Vec<(Mutation, Status)> = vec![
             (Box::new(|b| b[field::OP] = 9), Status::BadOp),
             (Box::new(|b| b[field::SLA] = 2), Status::BadSla),
+            // A write carries no read SLA.
+            (Box::new(|b| b[field::SLA] = 1), Status::BadSla),
+            (Box::new(|b| b[field::WAIT_US.start] = 1), Status::BadSla),
             (Box::new(|b| b[field::FLAGS.start] = 1), Status::ReservedNotZero),
             (Box::new(|b| b[63] = 1), Status::ReservedNotZero),
             (Box::new(|b| b[field::KEY_LEN].copy_from_slice(&0u16.to_le_bytes())), Status::BadKeyLength),
@@ -297,7 +296,7 @@ mod tests {
     }
 
     fn get() -> Descriptor {
-        Descriptor { op: OpCode::Get, sla: Sla::Stale, value_len: 0, wait_us: 0, ..put() }
+        Descriptor { op: OpCode::Get, sla: ReadSla::Stale, value_len: 0, ..put() }
     }
 
     #[test]
@@ -313,9 +312,16 @@ mod tests {
         ]);
         assert_eq!(b, expected);
         assert_eq!(Descriptor::parse_checked(&b, &ARENA), Ok(Checked { desc: get(), buffer: Some(2) }));
-        let fresh = Descriptor { sla: Sla::Fresh, ..get() };
+        let fresh = Descriptor { sla: ReadSla::Fresh { max_wait: std::time::Duration::from_micros(50) }, ..get() };
         fresh.emit(&mut b);
+        assert_eq!((b[field::SLA], &b[field::WAIT_US]), (1, &[50, 0, 0, 0][..]));
         assert_eq!(Descriptor::parse_checked(&b, &ARENA).unwrap().desc, fresh);
+        let mut stale_with_wait = b;
+        stale_with_wait[field::SLA] = 0;
+        assert_eq!(Descriptor::parse_checked(&stale_with_wait, &ARENA).unwrap_err().status, Status::BadSla);
+        let mut too_long = b;
+        too_long[field::WAIT_US].copy_from_slice(&(crate::config::READ_WAIT_US_MAX as u32 + 1).to_le_bytes());
+        assert_eq!(Descriptor::parse_checked(&too_long, &ARENA).unwrap_err().status, Status::BadSla);
 
         let refused = |d: Descriptor| {
             let mut b = [0u8; 64];
@@ -383,13 +389,12 @@ mod tests {
     fn nop_names_no_buffer() {
         let nop = Descriptor {
             op: OpCode::Nop,
-            sla: Sla::Stale,
+            sla: ReadSla::Stale,
             key_len: 0,
             value_offset: 0,
             value_len: 0,
             buffer_gen: 0,
             user_data: 1,
-            wait_us: 0,
         };
         let mut b = [0u8; 64];
         nop.emit(&mut b);

@@ -37,8 +37,6 @@
 //! directory to find the slot it CASes, so neither may change without a bump of
 //! [`crate::layout::LAYOUT_VERSION`].
 
-use std::time::Duration;
-
 /// Highest writer node id a word can carry.
 pub const WRITER_MAX: u8 = 63;
 /// Highest version a word can carry; versions saturate here.
@@ -297,19 +295,6 @@ impl ReadCheck {
             SlotState::Invalid | SlotState::Reserved => Self::Miss(RefillToken { slot, word }),
         }
     }
-}
-
-/// How long a blocking reader accepts to wait for a `Pending` slot.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ReadSla {
-    /// Never wait: serve the cached copy while a write is pending.
-    Stale,
-    /// Wait up to `max_wait` (capped at [`crate::config::READ_WAIT_US_MAX`]) for a
-    /// pending write to resolve; after that, ask the DPU app.
-    Fresh {
-        /// Longest wait.
-        max_wait: Duration,
-    },
 }
 
 /// The outcome of a blocking read check (see `Host::read_guard`).

@@ -106,6 +106,12 @@ pub enum ShimError {
         /// Maximum.
         max: usize,
     },
+    /// A write was given a read SLA.
+    #[error("a {op} carries no read SLA: readers choose their own (ReadSla on a GET or read_guard); drop .sla(...) from the request")]
+    SlaOnWrite {
+        /// The operation.
+        op: &'static str,
+    },
     /// The buffer handle does not name a buffer this host holds.
     #[error("buffer {index} is {state}, not held by this host: {hint}")]
     BufferState {

@@ -23,12 +23,12 @@ use std::time::Duration;
 
 use crate::buffer::Buffer;
 use crate::completion::Completion;
-use crate::descriptor::Sla;
 use crate::directory::{ReadCheck, RefillToken, SlotState, SlotWord};
 use crate::error::ShimError;
 use crate::host::{Host, HostOptions};
 use crate::layout::RegionConfig;
 use crate::queue_pair::QueuePair;
+use crate::read_sla::ReadSla;
 use crate::request::Request;
 use crate::status::Status;
 
@@ -202,6 +202,7 @@ fn fail_shim(err: ShimError) -> PrescientRc {
         ShimError::BadConfig { .. }
         | ShimError::BadKey { .. }
         | ShimError::BadValue { .. }
+        | ShimError::SlaOnWrite { .. }
         | ShimError::NoQueuePair { .. } => PrescientRc::Invalid,
         ShimError::Io { .. }
         | ShimError::Exists(_)
@@ -391,7 +392,7 @@ fn hand_out_buffer(mut buf: Buffer) -> PrescientBuffer {
 /// Takes back a buffer C holds, if its ownership word says the host holds it at its
 /// generation.
 fn buffer_arg(qp: &QueuePair, raw: &PrescientBuffer) -> Result<Buffer, PrescientRc> {
-    Buffer::from_raw(qp.words().region().clone(), raw.index, raw.generation).map_err(|state| {
+    Buffer::from_raw(qp.region().clone(), raw.index, raw.generation).map_err(|state| {
         fail(
             PrescientRc::BufferState,
             format!(
@@ -421,11 +422,14 @@ pub unsafe extern "C" fn prescient_buffer_free(host: *mut PrescientHost, buf: *c
     }
 }
 
-/// The SLA a C caller passed, or the failure to return (with its message set).
-fn sla_arg(sla: u8) -> Result<Sla, PrescientRc> {
-    match sla {
-        0 => Ok(Sla::Stale),
-        1 => Ok(Sla::Fresh),
+/// The read SLA a C caller passed, or the failure to return (with its message set).
+fn sla_arg(sla: u8, max_wait_us: u32) -> Result<ReadSla, PrescientRc> {
+    match (sla, max_wait_us) {
+        (0, 0) => Ok(ReadSla::Stale),
+        (0, _) => {
+            Err(fail(PrescientRc::Invalid, format!("sla 0 (stale) never waits: pass max_wait_us 0, not {max_wait_us}")))
+        }
+        (1, us) => Ok(ReadSla::Fresh { max_wait: std::time::Duration::from_micros(u64::from(us)) }),
         _ => Err(fail(PrescientRc::Invalid, format!("sla {sla} is not 0 (stale) or 1 (fresh)"))),
     }
 }
@@ -476,18 +480,11 @@ pub unsafe extern "C" fn prescient_put(
     key_len: usize,
     buf: *const PrescientBuffer,
     value_len: usize,
-    sla: u8,
     user_data: u64,
 ) -> PrescientRc {
-    let sla = match sla_arg(sla) {
-        Ok(sla) => sla,
-        Err(rc) => return rc,
-    };
     // SAFETY: the caller's contract is this function's.
     unsafe {
-        submit(qp, key, key_len, buf, &mut |qp, key, b| {
-            qp.submit(Request::put(key, b, value_len).sla(sla).user_data(user_data))
-        })
+        submit(qp, key, key_len, buf, &mut |qp, key, b| qp.submit(Request::put(key, b, value_len).user_data(user_data)))
     }
 }
 
@@ -503,18 +500,11 @@ pub unsafe extern "C" fn prescient_push_put(
     key_len: usize,
     buf: *const PrescientBuffer,
     value_len: usize,
-    sla: u8,
     user_data: u64,
 ) -> PrescientRc {
-    let sla = match sla_arg(sla) {
-        Ok(sla) => sla,
-        Err(rc) => return rc,
-    };
     // SAFETY: the caller's contract is this function's.
     unsafe {
-        submit(qp, key, key_len, buf, &mut |qp, key, b| {
-            qp.push(Request::put(key, b, value_len).sla(sla).user_data(user_data))
-        })
+        submit(qp, key, key_len, buf, &mut |qp, key, b| qp.push(Request::put(key, b, value_len).user_data(user_data)))
     }
 }
 
@@ -616,9 +606,10 @@ pub unsafe extern "C" fn prescient_wait(
 /// Submits a GET of `key`, carried in `buf`, and publishes it. The value arrives in
 /// the same buffer: on the GET's completion, `prescient_take_value` hands the buffer
 /// back (whatever the status; the value, `completion.detail` bytes at `buf.value`, is
-/// valid only when the status is 0). `sla` 0 (stale) asks for the newest committed
-/// value the DPU app can prove, 1 (fresh) fails rather than risk an older one. On
-/// failure the buffer stays held by the caller.
+/// valid only when the status is 0). `sla` is the read SLA (see `ReadSla`): 0
+/// (stale, `max_wait_us` 0) asks for the newest committed value the DPU app can prove;
+/// 1 (fresh) gathers again for up to `max_wait_us` (capped at 1 s), then fails rather
+/// than risk an older one. On failure the buffer stays held by the caller.
 ///
 /// # Safety
 /// `qp` is a live queue pair used by one thread; `key` points to `key_len` bytes; `buf`
@@ -630,12 +621,13 @@ pub unsafe extern "C" fn prescient_get(
     key_len: usize,
     buf: *const PrescientBuffer,
     sla: u8,
+    max_wait_us: u32,
     user_data: u64,
 ) -> PrescientRc {
     if qp.is_null() || key.is_null() || buf.is_null() {
         return fail(PrescientRc::Invalid, "qp, key or buf is null".into());
     }
-    let sla = match sla_arg(sla) {
+    let sla = match sla_arg(sla, max_wait_us) {
         Ok(sla) => sla,
         Err(rc) => return rc,
     };

@@ -14,7 +14,8 @@
 //! [`ring`] (the SPSC protocol), [`queue`] (a queue pair in the region),
 //! [`arena`] / [`buffer`] (buffer ownership), [`liveness`] (heartbeats),
 //! the API: [`host`] (create or attach, buffers, the directory's words),
-//! [`reads`] (the reader protocol over the directory), [`request`] (what one
+//! [`read_sla`] (what a read waits for), [`reads`] (the reader protocol over the
+//! directory), [`request`] (what one
 //! submission asks), [`queue_pair`] (submitting and reaping); then [`ffi`] (the C ABI).
 #![deny(unsafe_code)]
 
@@ -32,10 +33,12 @@ pub mod layout;
 pub mod liveness;
 pub mod queue;
 pub mod queue_pair;
+pub mod read_sla;
 pub mod reads;
 pub mod region;
 pub mod request;
 pub mod ring;
+pub mod signal;
 pub mod status;
 mod submitted;
 pub mod sys;
@@ -43,12 +46,14 @@ pub mod value;
 
 pub use buffer::Buffer;
 pub use completion::{Completion, CompletionEntry};
-pub use descriptor::{OpCode, Sla};
-pub use directory::{ReadCheck, ReadGuard, ReadSla, RefillToken, SlotState, SlotWord};
+pub use descriptor::OpCode;
+pub use directory::{ReadCheck, ReadGuard, RefillToken, SlotState, SlotWord};
 pub use error::ShimError;
 pub use host::{Host, HostOptions};
 pub use layout::RegionConfig;
 pub use queue_pair::QueuePair;
+pub use read_sla::ReadSla;
 pub use request::Request;
+pub use signal::CompletionSignal;
 pub use status::Status;
 pub use value::Value;

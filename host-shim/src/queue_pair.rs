@@ -11,16 +11,18 @@ use crate::arena::{self, BufferState};
 use crate::buffer::Buffer;
 use crate::completion::{Completion, CompletionEntry};
 use crate::config::*;
-use crate::descriptor::{ArenaShape, Descriptor, OpCode, Sla};
+use crate::descriptor::{ArenaShape, Descriptor, OpCode};
 use crate::error::ShimError;
 use crate::get_table::{GetBuffer, GetTable};
 use crate::host::Host;
 use crate::layout::header;
 use crate::liveness::{Coarse, Watch};
 use crate::queue::{Completions, FenceReason, QueueWords, Submissions};
+use crate::read_sla::ReadSla;
 use crate::region::Region;
 use crate::request::Request;
 use crate::ring::{Consumer, Producer};
+use crate::signal::CompletionSignal;
 use crate::submitted::Submitted;
 use crate::sys as futex;
 use crate::value::Value;
@@ -154,7 +156,11 @@ impl QueuePair {
     /// # }
     /// ```
     pub fn push(&mut self, req: Request<'_>) -> Result<(), (ShimError, Buffer)> {
-        let Request { op, key, buf, value_len, sla, user_data } = req;
+        let sla = match req.wire_sla() {
+            Ok(sla) => sla,
+            Err(e) => return Err((e, req.into_buffer())),
+        };
+        let Request { op, key, buf, value_len, user_data, .. } = req;
         match op {
             OpCode::Put if value_len > buf.capacity() => {
                 let max = buf.capacity();
@@ -177,7 +183,7 @@ impl QueuePair {
     }
 
     /// Queues a GET, recording its buffer for [`QueuePair::take_value`].
-    fn push_get(&mut self, key: &[u8], buf: Buffer, sla: Sla, user_data: u64) -> Result<(), (ShimError, Buffer)> {
+    fn push_get(&mut self, key: &[u8], buf: Buffer, sla: ReadSla, user_data: u64) -> Result<(), (ShimError, Buffer)> {
         let sq_index = self.sq.tail();
         if !self.gets.can_record(sq_index) {
             return Err((ShimError::RingFull { qp: self.index(), depth: self.host.config().ring_entries }, buf));
@@ -234,7 +240,7 @@ impl QueuePair {
         key: &[u8],
         mut buf: Buffer,
         value_len: u32,
-        sla: Sla,
+        sla: ReadSla,
         user_data: u64,
     ) -> Result<(), (ShimError, Buffer)> {
         if key.is_empty() || key.len() > KEY_BYTES_MAX {
@@ -259,7 +265,6 @@ impl QueuePair {
             value_len,
             buffer_gen,
             user_data,
-            wait_us: 0,
         };
         self.push_checked(&desc);
         Ok(())
@@ -286,20 +291,21 @@ impl QueuePair {
         self.room()?;
         let desc = Descriptor {
             op: OpCode::Nop,
-            sla: Sla::Stale,
+            sla: ReadSla::Stale,
             key_len: 0,
             value_offset: 0,
             value_len: 0,
             buffer_gen: 0,
             user_data,
-            wait_us: 0,
         };
         self.push_checked(&desc);
         Ok(())
     }
 
     /// Pushes raw descriptor bytes, bypassing every host-side check. For fault
-    /// injection: this is how a buggy or hostile host looks to the DPU app.
+    /// injection: this is how a buggy or hostile host looks to the DPU app. Only with
+    /// the `fault-injection` feature.
+    #[cfg(any(test, feature = "fault-injection"))]
     pub fn push_raw(&mut self, bytes: &[u8; DESCRIPTOR_BYTES]) -> Result<(), ShimError> {
         self.room()?;
         let user_data = u64::from_le_bytes(bytes[crate::descriptor::field::USER_DATA].try_into().expect("8 bytes"));
@@ -307,9 +313,24 @@ impl QueuePair {
         Ok(())
     }
 
-    /// The queue pair's shared words, for fault injection and diagnostics.
+    /// The queue pair's shared words, to break the ring protocol on purpose (fault
+    /// injection) and watch what the DPU app does. Only with the `fault-injection`
+    /// feature; a store that wants to sleep on completions in a thread of its own
+    /// uses [`QueuePair::completion_signal`].
+    #[cfg(any(test, feature = "fault-injection"))]
     pub fn words(&self) -> &QueueWords {
         &self.words
+    }
+
+    /// A handle another thread can sleep on until this queue pair has completions to
+    /// reap (see [`CompletionSignal`]); the reaping stays with this queue pair.
+    pub fn completion_signal(&self) -> CompletionSignal {
+        CompletionSignal::new(self.words.clone())
+    }
+
+    /// The region the queue pair lives in.
+    pub(crate) fn region(&self) -> &Arc<crate::region::Region> {
+        self.words.region()
     }
 
     /// Publishes every queued request and wakes the DPU app if it sleeps. Fails if the
@@ -807,7 +828,10 @@ mod tests {
         qp.push(Request::get(b"key-1", buf).user_data(42)).map_err(|(e, _)| e).unwrap();
         qp.flush().unwrap();
         let (sq_index, desc, buffer) = dpu.take();
-        assert_eq!((desc.op, desc.sla, desc.key_len, desc.value_len, buffer), (OpCode::Get, Sla::Fresh, 5, 0, index));
+        assert_eq!(
+            (desc.op, desc.sla, desc.key_len, desc.value_len, buffer),
+            (OpCode::Get, ReadSla::FRESH_NOW, 5, 0, index)
+        );
         let mut key = [0u8; 5];
         f.host.region().read_bytes(f.host.region().layout().buffer(buffer), &mut key);
         assert_eq!(&key, b"key-1", "the buffer carries the key");
@@ -858,11 +882,13 @@ mod tests {
         let mut dpu = FakeDpu::new(&f.host);
         let put = Request::put(b"p", f.host.take_buffer().unwrap(), 3);
         qp.push(put).map_err(|(e, _)| e).unwrap();
-        let stale_put = Request::put(b"q", f.host.take_buffer().unwrap(), 0).sla(Sla::Stale).user_data(7);
-        qp.push(stale_put).map_err(|(e, _)| e).unwrap();
+        qp.push(Request::put(b"q", f.host.take_buffer().unwrap(), 0).user_data(7)).map_err(|(e, _)| e).unwrap();
         qp.push(Request::get(b"g", f.host.take_buffer().unwrap()).user_data(8)).map_err(|(e, _)| e).unwrap();
+        let waiting = ReadSla::Fresh { max_wait: Duration::from_millis(2) };
+        let get = Request::get(b"w", f.host.take_buffer().unwrap()).sla(waiting).user_data(10);
+        qp.push(get).map_err(|(e, _)| e).unwrap();
         qp.submit(Request::delete(b"d", f.host.take_buffer().unwrap()).user_data(9)).map_err(|(e, _)| e).unwrap();
-        let seen: Vec<(OpCode, Sla, u16, u32, u64)> = (0..4)
+        let seen: Vec<(OpCode, ReadSla, u16, u32, u64)> = (0..5)
             .map(|_| {
                 let (_, d, _) = dpu.take();
                 (d.op, d.sla, d.key_len, d.value_len, d.user_data)
@@ -871,13 +897,29 @@ mod tests {
         assert_eq!(
             seen,
             vec![
-                (OpCode::Put, Sla::Fresh, 1, 3, 0),
-                (OpCode::Put, Sla::Stale, 1, 0, 7),
-                (OpCode::Get, Sla::Fresh, 1, 0, 8),
-                (OpCode::Delete, Sla::Stale, 1, 0, 9),
+                (OpCode::Put, ReadSla::Stale, 1, 3, 0),
+                (OpCode::Put, ReadSla::Stale, 1, 0, 7),
+                (OpCode::Get, ReadSla::FRESH_NOW, 1, 0, 8),
+                (OpCode::Get, waiting, 1, 0, 10),
+                (OpCode::Delete, ReadSla::Stale, 1, 0, 9),
             ],
-            "defaults: Fresh PUTs and GETs, Stale DELETEs, user_data 0"
+            "defaults: writes carry no SLA (Stale on the wire), GETs FRESH_NOW, user_data 0"
         );
+    }
+
+    #[test]
+    fn a_write_given_a_read_sla_is_refused_with_its_buffer() {
+        let f = fixture("sla-on-write", 0);
+        let mut qp = f.host.queue_pair(0).unwrap();
+        for req in [
+            Request::put(b"k", f.host.take_buffer().unwrap(), 1).sla(ReadSla::Stale),
+            Request::delete(b"k", f.host.take_buffer().unwrap()).sla(ReadSla::FRESH_NOW),
+        ] {
+            let (err, buf) = qp.push(req).unwrap_err();
+            assert!(matches!(err, ShimError::SlaOnWrite { .. }), "{err}");
+            drop(buf);
+        }
+        assert_eq!(qp.in_flight(), 0);
     }
 
     #[test]
@@ -901,7 +943,7 @@ mod tests {
         let mut qp = f.host.queue_pair(0).unwrap();
         let mut dpu = FakeDpu::new(&f.host);
         let buf = f.host.take_buffer().unwrap();
-        qp.push(Request::put(b"k", buf, 1).sla(Sla::Stale).user_data(1)).map_err(|(e, _)| e).unwrap();
+        qp.push(Request::put(b"k", buf, 1).user_data(1)).map_err(|(e, _)| e).unwrap();
         qp.flush().unwrap();
         let (sq_index, desc, buffer) = dpu.take();
         dpu.serve(&desc, buffer, b"", BufferState::Free);
@@ -910,7 +952,7 @@ mod tests {
         assert!(qp.take_value(&c).is_none(), "a PUT");
         // A completion the host made up names a GET that is still in the DPU app.
         let buf = f.host.take_buffer().unwrap();
-        qp.push(Request::get(b"k", buf).sla(Sla::Stale).user_data(2)).map_err(|(e, _)| e).unwrap();
+        qp.push(Request::get(b"k", buf).sla(ReadSla::Stale).user_data(2)).map_err(|(e, _)| e).unwrap();
         qp.flush().unwrap();
         assert!(qp.take_value(&Completion { sq_index: 1, ..c }).is_none(), "not completed yet");
         assert_eq!(dpu.get(b"v"), 1);
@@ -925,7 +967,7 @@ mod tests {
         let mut dpu = FakeDpu::new(&f.host);
         for tag in 0..2 {
             let buf = f.host.take_buffer().unwrap();
-            qp.push(Request::get(b"k", buf).sla(Sla::Stale).user_data(tag)).map_err(|(e, _)| e).unwrap();
+            qp.push(Request::get(b"k", buf).sla(ReadSla::Stale).user_data(tag)).map_err(|(e, _)| e).unwrap();
         }
         qp.flush().unwrap();
         // Refused before it was accepted: the buffer is still `Submitted`.
@@ -948,7 +990,7 @@ mod tests {
         let mut qp = f.host.queue_pair(0).unwrap();
         let mut dpu = FakeDpu::new(&f.host);
         let buf = f.host.take_buffer().unwrap();
-        qp.push(Request::get(b"slow", buf).sla(Sla::Stale)).map_err(|(e, _)| e).unwrap();
+        qp.push(Request::get(b"slow", buf).sla(ReadSla::Stale)).map_err(|(e, _)| e).unwrap();
         for tag in 1..8 {
             qp.push_nop(tag).unwrap();
         }
@@ -969,12 +1011,12 @@ mod tests {
         assert_eq!(completions(&mut qp).len(), 7);
         // Submission index 8 reuses the GET's table slot: refused, the buffer comes back.
         let buf = f.host.take_buffer().unwrap();
-        let (err, buf) = qp.push(Request::get(b"next", buf).sla(Sla::Stale).user_data(8)).unwrap_err();
+        let (err, buf) = qp.push(Request::get(b"next", buf).sla(ReadSla::Stale).user_data(8)).unwrap_err();
         assert!(matches!(err, ShimError::RingFull { .. }), "{err}");
         dpu.serve(&slow, slow_buf, b"late", BufferState::Host);
         dpu.complete(slow_index, &slow, Status::Ok, 4);
         let c = completions(&mut qp)[0];
-        qp.push(Request::get(b"next", buf).sla(Sla::Stale).user_data(8)).map_err(|(e, _)| e).unwrap();
+        qp.push(Request::get(b"next", buf).sla(ReadSla::Stale).user_data(8)).map_err(|(e, _)| e).unwrap();
         // The slot was reused, so the untaken value's buffer went back to the arena.
         assert!(qp.take_value(&c).is_none());
         assert_eq!(free_buffers(&f.host), 15, "only the new GET's buffer is out");
@@ -988,7 +1030,7 @@ mod tests {
         for round in 0..2u64 {
             for tag in 0..8 {
                 let buf = f.host.take_buffer().unwrap();
-                qp.push(Request::get(b"k", buf).sla(Sla::Stale).user_data(round * 8 + tag))
+                qp.push(Request::get(b"k", buf).sla(ReadSla::Stale).user_data(round * 8 + tag))
                     .map_err(|(e, _)| e)
                     .unwrap();
             }

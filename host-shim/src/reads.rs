@@ -8,9 +8,10 @@ use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::config::*;
-use crate::directory::{self, ReadCheck, ReadGuard, ReadSla, RefillToken, SlotWord};
+use crate::directory::{self, ReadCheck, ReadGuard, RefillToken, SlotWord};
 use crate::host::Host;
 use crate::layout::header;
+use crate::read_sla::ReadSla;
 use crate::sys::monotonic_ns;
 
 /// Reading through the cache directory. The protocol for a KV store that caches
@@ -114,11 +115,10 @@ impl Host {
     pub fn read_guard(&self, key: &[u8], sla: ReadSla) -> ReadGuard {
         let Some((slot, word)) = self.directory_word(key) else { return ReadGuard::Miss { token: None } };
         let first = self.check_slot(slot, word, monotonic_ns());
-        let max_wait = match (sla, first) {
-            (ReadSla::Fresh { max_wait }, ReadCheck::Pending(_)) => max_wait,
+        let wait_ns = match (sla, first) {
+            (ReadSla::Fresh { .. }, ReadCheck::Pending(_)) => sla.max_wait().as_nanos() as u64,
             (_, check) => return ReadGuard::of_check(slot, check),
         };
-        let wait_ns = max_wait.min(Duration::from_micros(READ_WAIT_US_MAX)).as_nanos() as u64;
         let deadline = monotonic_ns().saturating_add(wait_ns);
         let mut spins = 0u32;
         loop {

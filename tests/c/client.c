@@ -65,7 +65,7 @@ int prescient_c_client_run(const char *region_path, const char *ready_path, uint
             char key[32];
             int key_len = snprintf(key, sizeof key, "c-key-%u", submitted);
             int value_len = snprintf((char *)buf.value, buf.capacity, "value %u from C", submitted);
-            rc = prescient_put(qp, (const uint8_t *)key, (size_t)key_len, &buf, (size_t)value_len, 1, submitted);
+            rc = prescient_put(qp, (const uint8_t *)key, (size_t)key_len, &buf, (size_t)value_len, submitted);
             if (rc == PRESCIENT_RC_RING_FULL) {
                 CHECK(prescient_buffer_free(host, &buf) == PRESCIENT_RC_OK);
                 break;
@@ -80,7 +80,7 @@ int prescient_c_client_run(const char *region_path, const char *ready_path, uint
             CHECK(rc == PRESCIENT_RC_OK);
             if (submitted == 0) {
                 /* The same buffer again: the shim refuses it, and refuses to free it. */
-                CHECK(prescient_put(qp, (const uint8_t *)key, (size_t)key_len, &buf, 1, 1, 9999) == PRESCIENT_RC_BUFFER_STATE);
+                CHECK(prescient_put(qp, (const uint8_t *)key, (size_t)key_len, &buf, 1, 9999) == PRESCIENT_RC_BUFFER_STATE);
                 CHECK(prescient_buffer_free(host, &buf) == PRESCIENT_RC_BUFFER_STATE);
             }
             submitted++;
@@ -107,7 +107,7 @@ int prescient_c_client_run(const char *region_path, const char *ready_path, uint
     /* One GET: the buffer carries the key and comes back with the completion. */
     PrescientBuffer get_buf;
     CHECK(prescient_buffer_take(host, &get_buf) == PRESCIENT_RC_OK);
-    CHECK(prescient_get(qp, dkey, 7, &get_buf, 0, 7777) == PRESCIENT_RC_OK);
+    CHECK(prescient_get(qp, dkey, 7, &get_buf, /*stale*/ 0, /*max_wait_us*/ 0, 7777) == PRESCIENT_RC_OK);
     /* No prescient_buffer_free check here: the DPU app may have completed the GET and
      * handed the buffer back (Host) before the next line runs, and then freeing it is
      * allowed; the PUT above checks that a submitted buffer cannot be freed. */
@@ -132,7 +132,7 @@ int prescient_c_client_run(const char *region_path, const char *ready_path, uint
         char key[16];
         int key_len = snprintf(key, sizeof key, "batch-%u", i);
         memcpy(b.value, "batched", 7);
-        CHECK(prescient_push_put(qp, (const uint8_t *)key, (size_t)key_len, &b, 7, 1, 8000 + i) == PRESCIENT_RC_OK);
+        CHECK(prescient_push_put(qp, (const uint8_t *)key, (size_t)key_len, &b, 7, 8000 + i) == PRESCIENT_RC_OK);
     }
     CHECK(prescient_flush(qp) == PRESCIENT_RC_OK);
     for (size_t have = 0; have < BATCH;) {
@@ -150,7 +150,9 @@ int prescient_c_client_run(const char *region_path, const char *ready_path, uint
     CHECK(prescient_wait(qp, 10000, done, 16, &got) == PRESCIENT_RC_OK);
     CHECK(got == 1 && done[0].user_data == 8100 && done[0].op == 2 && done[0].status == 0);
     CHECK(prescient_buffer_take(host, &get_buf) == PRESCIENT_RC_OK);
-    CHECK(prescient_get(qp, (const uint8_t *)"batch-0", 7, &get_buf, 1, 8101) == PRESCIENT_RC_OK);
+    /* A stale read that names a wait is refused, and the buffer stays the caller's. */
+    CHECK(prescient_get(qp, (const uint8_t *)"batch-0", 7, &get_buf, /*stale*/ 0, 5, 8101) == PRESCIENT_RC_INVALID);
+    CHECK(prescient_get(qp, (const uint8_t *)"batch-0", 7, &get_buf, /*fresh*/ 1, /*max_wait_us*/ 2000, 8101) == PRESCIENT_RC_OK);
     CHECK(prescient_wait(qp, 10000, done, 16, &got) == PRESCIENT_RC_OK);
     CHECK(got == 1 && done[0].user_data == 8101 && done[0].status == 11);
     CHECK(prescient_take_value(qp, &done[0], &back) == PRESCIENT_RC_OK);

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use prescient_shim::config::DESCRIPTOR_BYTES;
 use prescient_shim::descriptor::{ArenaShape, Descriptor, OpCode};
 use prescient_shim::layout::{header, qp};
-use prescient_shim::{Host, HostOptions, QueuePair, RegionConfig, Request, Sla, Status};
+use prescient_shim::{Host, HostOptions, QueuePair, ReadSla, RegionConfig, Request, Status};
 
 use super::report::{table, Percentiles, Row};
 use crate::sim::rng::Rng;
@@ -292,13 +292,12 @@ impl Scribbler {
         let buffer = self.rng.below(u64::from(shape.host_buffers) + 2) as u32;
         let d = Descriptor {
             op,
-            sla: Sla::Stale,
+            sla: ReadSla::Stale,
             key_len: if op == OpCode::Nop { 0 } else { 1 + self.rng.below(300) as u16 },
             value_offset: if op == OpCode::Nop { 0 } else { shape.value_offset(buffer) },
             value_len: if op == OpCode::Put { self.rng.below(shape.value_bytes_max() as u64 + 64) as u32 } else { 0 },
             buffer_gen: self.rng.below(4) as u32,
             user_data: u64::from(index),
-            wait_us: 0,
         };
         d.emit(&mut b);
         if kind == 1 {
@@ -383,7 +382,7 @@ fn honest(
             *next_tag += 1;
             buf.value_mut()[..8].copy_from_slice(&tag.to_le_bytes());
             let key = format!("a-{}", tag % 1024);
-            qp.push(Request::put(key.as_bytes(), buf, 8).sla(Sla::Stale).user_data(tag))
+            qp.push(Request::put(key.as_bytes(), buf, 8).user_data(tag))
                 .map_err(|(e, _)| format!("host A: PUT: {e}"))?;
             open.insert(tag, Instant::now());
         }

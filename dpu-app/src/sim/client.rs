@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use prescient_shim::directory::{RefillToken, SlotState, SlotWord};
 use prescient_shim::Request as ShimRequest;
-use prescient_shim::{Completion, Host, QueuePair, ReadCheck, Sla, Status};
+use prescient_shim::{Completion, Host, QueuePair, ReadCheck, ReadSla, Status};
 
 use super::oracle::{value_of, Fate, Oracle};
 
@@ -218,7 +218,7 @@ impl Client {
     fn get(&mut self, key: u32, began_ns: u64, token: Option<RefillToken>, fresh: bool) {
         let Ok(buf) = self.host.take_buffer() else { return };
         let tag = self.tag();
-        let sla = if fresh { Sla::Fresh } else { Sla::Stale };
+        let sla = if fresh { ReadSla::FRESH_NOW } else { ReadSla::Stale };
         if self.qp.push(ShimRequest::get(&key_bytes(key), buf).sla(sla).user_data(tag)).is_ok() {
             self.in_flight.insert(tag, Request::Get { key, began_ns, token, fresh });
             self.stats.gets += 1;

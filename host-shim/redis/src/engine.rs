@@ -96,7 +96,8 @@ impl Engine {
                 .map_err(|e| format!("cannot create region {}: {e}", path.display()))?
         };
         let qp = host.queue_pair(options.queue_pair).map_err(|e| format!("region {}: {e}", path.display()))?;
-        let waker = Waker::start(qp.words().clone()).map_err(|e| format!("cannot start the completion waker: {e}"))?;
+        let waker =
+            Waker::start(qp.completion_signal()).map_err(|e| format!("cannot start the completion waker: {e}"))?;
         let ring = host.config().ring_entries;
         Ok(Self {
             host,

@@ -1,19 +1,19 @@
 //! Wakes Redis's event loop when completions arrive. Redis sleeps in `epoll_wait`; the
 //! DPU app signals completions on a futex word in the region. A thread of this module
-//! sleeps on that word (as `QueuePair::wait` does: set the waiting flag, fence, recheck
-//! the tail) and, when the tail has moved past what it last signalled, writes an
-//! eventfd that the event loop watches; the loop's callback then reaps the completions
-//! on the main thread, which alone touches the queue pair.
+//! sleeps on that word through the queue pair's `CompletionSignal` and, when there are
+//! completions it has not reported, writes an eventfd that the event loop watches; the
+//! loop's callback then reaps the completions on the main thread, which alone touches
+//! the queue pair.
 
 use std::fs::File;
 use std::io::Write as _;
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use prescient_shim::queue::QueueWords;
+use prescient_shim::CompletionSignal;
 
 /// Longest the thread sleeps before it looks again (a lost wake-up costs at most this).
 const NAP: Duration = Duration::from_millis(10);
@@ -27,15 +27,15 @@ pub struct Waker {
 }
 
 impl Waker {
-    /// Starts watching the completion ring of `words`.
-    pub fn start(words: QueueWords) -> std::io::Result<Self> {
+    /// Starts watching the completion ring behind `signal`.
+    pub fn start(signal: CompletionSignal) -> std::io::Result<Self> {
         let fd = crate::api::eventfd()?;
         // The thread writes through a second descriptor of the same eventfd.
         let writer = fd.try_clone()?;
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
             let stop = Arc::clone(&stop);
-            std::thread::Builder::new().name("prescient-waker".into()).spawn(move || run(&words, writer, &stop))?
+            std::thread::Builder::new().name("prescient-waker".into()).spawn(move || run(signal, writer, &stop))?
         };
         Ok(Self { fd, stop, thread: Some(thread) })
     }
@@ -61,21 +61,10 @@ impl Drop for Waker {
     }
 }
 
-fn run(words: &QueueWords, mut fd: File, stop: &AtomicBool) {
-    let mut signalled = words.cq_head().load(Ordering::Acquire);
+fn run(mut signal: CompletionSignal, mut fd: File, stop: &AtomicBool) {
     while !stop.load(Ordering::Acquire) {
-        let seen = words.cq_doorbell().load(Ordering::Acquire);
-        words.host_waiting().store(1, Ordering::Relaxed);
-        // SeqCst: the waiting flag is visible before the tail is read; pairs with the
-        // DPU app's fence between publishing the tail and reading the flag.
-        fence(Ordering::SeqCst);
-        let tail = words.cq_tail().load(Ordering::Acquire);
-        if tail != signalled && tail != words.cq_head().load(Ordering::Acquire) {
-            signalled = tail;
+        if signal.wait(NAP) {
             let _ = fd.write(&1u64.to_ne_bytes());
-            continue;
         }
-        prescient_shim::sys::wait(words.cq_doorbell(), seen, NAP);
     }
-    words.host_waiting().store(0, Ordering::Relaxed);
 }

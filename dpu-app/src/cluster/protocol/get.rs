@@ -20,7 +20,6 @@
 
 use prescient_shim::completion::FLAG_NEWER_PENDING;
 use prescient_shim::config::{KEY_BYTES_MAX, VALUE_OFFSET};
-use prescient_shim::descriptor::Sla;
 use prescient_shim::region::Region;
 use prescient_shim::Status;
 
@@ -107,6 +106,9 @@ pub struct Get {
     gathered_ns: u64,
     deadline_ns: u64,
     fresh: bool,
+    /// A `Fresh` GET gathers again until this (its SLA's `max_wait` from the start)
+    /// while it cannot prove the newest value, beyond its first `GET_ROUNDS_MAX` rounds.
+    wait_until_ns: u64,
 }
 
 impl Get {
@@ -198,6 +200,7 @@ impl Reader {
         let key = key_of(cx.region, &t.accepted, &mut key);
         let key_hash = key_hash(key);
         let (set, spill) = (cx.store.home_of(key_hash), cx.store.spill_of(key_hash));
+        let wait_ns = t.accepted.desc.sla.max_wait().as_nanos() as u64;
         let get = Get {
             state: GetState::Gathering,
             taken: t,
@@ -211,8 +214,10 @@ impl Reader {
             attempts: 0,
             started_ns: now.mono_ns,
             gathered_ns: 0,
-            deadline_ns: now.mono_ns + cx.write_timeout_ns,
-            fresh: t.accepted.desc.sla == Sla::Fresh,
+            // A GET waits at most the longer of the write timeout and its SLA's wait.
+            deadline_ns: now.mono_ns + cx.write_timeout_ns.max(wait_ns),
+            fresh: t.accepted.desc.sla.is_fresh(),
+            wait_until_ns: now.mono_ns + wait_ns,
         };
         let id = self.gets.insert(get).expect("take_requests checked room");
         self.gather(cx, id);
@@ -320,8 +325,10 @@ impl Reader {
         g.set_state(GetState::Decoding { with_spill });
         let outcome = rebuild(cx, g, &self.sets[slot], &mut self.frames[slot], set_bytes);
         // Sets READ at different moments may straddle a commit that dropped the older
-        // version's fragments: gather again, a bounded number of times.
-        if outcome.status == Status::Unavailable && g.attempts < GET_ROUNDS_MAX && now.mono_ns < g.deadline_ns {
+        // version's fragments: gather again, a bounded number of times, and a `Fresh`
+        // GET for as long as its SLA waits (peers may come back, a write resolve).
+        let rounds_left = g.attempts < GET_ROUNDS_MAX || (g.fresh && now.mono_ns < g.wait_until_ns);
+        if outcome.status == Status::Unavailable && rounds_left && now.mono_ns < g.deadline_ns {
             g.set_state(if with_spill { GetState::GatheringWithSpill } else { GetState::Gathering });
             cx.stats.get_retries += 1;
             self.gather(cx, id);
