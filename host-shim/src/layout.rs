@@ -32,8 +32,9 @@ use crate::error::ShimError;
 
 /// Magic at offset 0 of every region: `PRESCNT` and a NUL.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"PRESCNT\0");
-/// Version of this layout. Both sides refuse any other.
-pub const LAYOUT_VERSION: u32 = 3;
+/// Version of this layout. Both sides refuse any other. 4: a write descriptor's `sla`
+/// and `wait_us` must be 0, a GET's `wait_us` is its read SLA's wait.
+pub const LAYOUT_VERSION: u32 = 4;
 /// Feature bits this build understands (none yet).
 pub const FEATURES_KNOWN: u64 = 0;
 
@@ -381,7 +382,7 @@ mod tests {
         let mut bytes = vec![0u8; HEADER_BYTES];
         layout.emit_header(&mut bytes);
         assert_eq!(&bytes[0..8], b"PRESCNT\0");
-        assert_eq!(&bytes[8..12], &[3, 0, 0, 0]);
+        assert_eq!(&bytes[8..12], &[4, 0, 0, 0]);
         // The cluster line is the DPU's to write: a fresh header leaves it zero (no
         // lease, not in a cluster).
         assert!(bytes[header::CLUSTER_LINE..header::CLUSTER_LINE + LINE_BYTES].iter().all(|&b| b == 0));
@@ -400,15 +401,15 @@ mod tests {
         layout.emit_header(&mut bytes);
         let size = layout.region_bytes as u64;
 
-        // 2: the completion entry before runs (a DPU app or host of the previous
-        // release must not read version 3 entries as version 2 ones).
-        for version in [1u8, 2, 4] {
+        // 2: the completion entry before runs; 3: PUTs that carry an SLA (a DPU app or
+        // host of an earlier release must not read this release's rings as its own).
+        for version in [1u8, 2, 3, 5] {
             let mut other = bytes.clone();
             other[header::LAYOUT_VERSION] = version;
             assert!(
                 matches!(
                     Layout::parse_header(&other, size),
-                    Err(ShimError::LayoutVersion { found, expected: 3 }) if found == u32::from(version)
+                    Err(ShimError::LayoutVersion { found, expected: 4 }) if found == u32::from(version)
                 ),
                 "version {version}"
             );
