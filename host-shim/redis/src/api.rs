@@ -348,6 +348,20 @@ pub fn watch_readable(fd: c_int, f: unsafe extern "C" fn(c_int, *mut c_void, c_i
     }
 }
 
+/// A server event's identity, as an event callback receives it.
+pub type RawEvent = raw::RedisModuleEvent;
+/// The event loop's before-sleep subevent.
+pub const BEFORE_SLEEP: u64 = raw::REDISMODULE_SUBEVENT_EVENTLOOP_BEFORE_SLEEP;
+
+/// Calls `f` on the main thread at each of the event loop's sleeps and wake-ups (the
+/// subevent says which); false if this Redis has no such event (before 7.0).
+pub fn on_event_loop(ctx: RawCtx, f: unsafe extern "C" fn(RawCtx, RawEvent, u64, *mut c_void)) -> bool {
+    let event = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_EVENTLOOP, dataver: 1 };
+    // SAFETY: valid context; `f` has the server-event callback signature and keeps
+    // nothing Redis passes it.
+    unsafe { api!(RedisModule_SubscribeToServerEvent)(ctx, event, Some(f)) == OK }
+}
+
 /// Calls `f` once, on the main thread, after `ms` milliseconds.
 pub fn timer(ctx: RawCtx, ms: i64, f: unsafe extern "C" fn(RawCtx, *mut c_void)) {
     // SAFETY: valid context; `f` has the timer signature and ignores its data.

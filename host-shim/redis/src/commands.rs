@@ -67,7 +67,14 @@ pub extern "C" fn free(_ctx: RawCtx, token: *mut c_void) {
 
 /// The eventfd of the waker became readable: completions are ready.
 pub extern "C" fn on_wake(_fd: c_int, _data: *mut c_void, _mask: c_int) {
-    engine::with(engine::Engine::reap);
+    engine::with(engine::Engine::on_wake);
+}
+
+/// Redis's event loop is about to sleep (the before-sleep event).
+pub extern "C" fn before_sleep(_ctx: RawCtx, _event: api::RawEvent, subevent: u64, _data: *mut c_void) {
+    if subevent == api::BEFORE_SLEEP {
+        engine::with(engine::Engine::before_sleep);
+    }
 }
 
 /// The periodic tick; re-arms itself.

@@ -68,6 +68,10 @@ pub struct Engine {
     options: Options,
     /// Whether the DPU app answered at the last look.
     dpu_ok: bool,
+    /// Requests are queued by the commands and published once per event-loop
+    /// iteration, before Redis sleeps ([`Engine::before_sleep`]), instead of one
+    /// publish (and DPU wake-up) per command. False on a Redis without the event.
+    batched: bool,
     stats: Stats,
 }
 
@@ -110,8 +114,30 @@ impl Engine {
             callbacks,
             options,
             dpu_ok: true,
+            batched: false,
             stats: Stats::default(),
         })
+    }
+
+    /// Publishes requests once per event-loop iteration from now on (the module
+    /// subscribed to Redis's before-sleep event).
+    pub fn publish_before_sleep(&mut self) {
+        self.batched = true;
+    }
+
+    /// Queues `req`: published at once, or with the iteration's batch before Redis
+    /// sleeps. Refused at once while the DPU app does not answer.
+    fn queue(&mut self, req: Request<'_>) -> Result<(), (ShimError, prescient_shim::Buffer)> {
+        if !self.batched {
+            return self.qp.submit(req);
+        }
+        if !self.dpu_ok {
+            if let Err(e) = self.qp.flush() {
+                return Err((e, req.into_buffer()));
+            }
+            self.dpu_ok = true;
+        }
+        self.qp.push(req)
     }
 
     /// The eventfd the event loop watches.
@@ -184,7 +210,7 @@ impl Engine {
         let Some(user_data) = self.requests.open(Op::Set, 1) else {
             return self.refuse(call, &errors::requests_full(self.requests.len()));
         };
-        if let Err((e, _buf)) = self.qp.submit(Request::put(call.arg(1), buf, value.len()).user_data(user_data)) {
+        if let Err((e, _buf)) = self.queue(Request::put(call.arg(1), buf, value.len()).user_data(user_data)) {
             self.requests.abandon(user_data);
             return self.refuse(call, &errors::of_shim(&e));
         }
@@ -226,7 +252,7 @@ impl Engine {
         let Some(user_data) = self.requests.open(Op::Get { token }, 1) else {
             return self.refuse(call, &errors::requests_full(self.requests.len()));
         };
-        if let Err((e, _buf)) = self.qp.submit(Request::get(key, buf).user_data(user_data)) {
+        if let Err((e, _buf)) = self.queue(Request::get(key, buf).user_data(user_data)) {
             self.requests.abandon(user_data);
             return self.refuse(call, &errors::of_shim(&e));
         }
@@ -267,8 +293,10 @@ impl Engine {
             }
         }
         let pushed = self.requests.get_mut(user_data).expect("just opened").in_flight;
-        if let Err(e) = self.qp.flush() {
-            failure.get_or_insert(errors::of_shim(&e));
+        if !self.batched || !self.dpu_ok {
+            if let Err(e) = self.qp.flush() {
+                failure.get_or_insert(errors::of_shim(&e));
+            }
         }
         self.stats.deletes += u64::from(pushed);
         if pushed == 0 {
@@ -287,10 +315,23 @@ impl Engine {
         self.requests.get_mut(user_data).expect("open").client = Some(client);
     }
 
-    /// Reaps every completion ready now and unblocks the clients whose commands are
-    /// done (the event loop's callback and the periodic tick).
-    pub fn reap(&mut self) {
+    /// The waker's eventfd is readable: empties it and reaps.
+    pub fn on_wake(&mut self) {
         self.waker.drain();
+        self.reap();
+    }
+
+    /// Before Redis sleeps, every event-loop iteration: reaps what completed (so a
+    /// busy loop needs no wake-up for it) and publishes the iteration's requests with
+    /// one wake-up of the DPU app.
+    pub fn before_sleep(&mut self) {
+        self.reap();
+        self.publish();
+    }
+
+    /// Reaps every completion ready now and unblocks the clients whose commands are
+    /// done.
+    fn reap(&mut self) {
         loop {
             let reaped = &mut self.reaped;
             reaped.clear();
@@ -359,12 +400,18 @@ impl Engine {
         }
     }
 
-    /// Every 100 ms: reaps (in case a wake-up was lost) and checks that the DPU app
-    /// answers; when it stops, every waiting client is answered `UNAVAILABLE` at once
-    /// (the requests stay on the ring for its successor, which completes or fails
-    /// them; their entries wait for that).
+    /// Every 100 ms: reaps (in case a wake-up was lost) and publishes, as before each
+    /// sleep.
     pub fn tick(&mut self) {
         self.reap();
+        self.publish();
+    }
+
+    /// Publishes what is queued and checks that the DPU app answers; when it stops,
+    /// every waiting client is answered `UNAVAILABLE` at once (the requests stay on
+    /// the ring for its successor, which completes or fails them; their entries wait
+    /// for that).
+    fn publish(&mut self) {
         match self.qp.flush() {
             Ok(()) => self.dpu_ok = true,
             Err(e @ ShimError::DpuNotResponding { .. }) => {

@@ -88,6 +88,10 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         api::log(raw, c"warning", "prescient: cannot register the command filter or the completion eventfd");
         return Status::Err;
     }
+    // One publish per event-loop iteration where Redis says when it sleeps.
+    if api::on_event_loop(raw, commands::before_sleep) {
+        engine::with(engine::Engine::publish_before_sleep);
+    }
     commands::start_tick(raw);
     api::log(raw, c"notice", &format!("prescient: serving SET/GET/DEL through region {region}"));
     Status::Ok

@@ -8,6 +8,13 @@
 //! same run, as a ratio. Before the GET cells of a value size every key of the
 //! keyspace is written once, so every GET finds its key (on Prescient, in a `Valid`
 //! directory slot: the cached path).
+//!
+//! A server's CPU per operation depends on its load: every wake-up of its event loop
+//! costs the same however many requests it finds, so a server at 10 000 ops/s pays
+//! several times the CPU per request of one at 150 000. Plain Redis is therefore also
+//! measured with fewer clients ([`LADDER`], a load ladder), and each other cell's CPU
+//! is compared with the ladder point (same test, size and pipelining) whose ops/s is
+//! nearest its own, as well as with plain Redis at full load.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -17,8 +24,11 @@ use std::time::{Duration, Instant};
 use crate::cluster;
 use crate::resp;
 
+/// The client counts of plain Redis's load ladder (those below `--clients`).
+const LADDER: [u32; 5] = [1, 2, 4, 8, 16];
+
 /// Bench arguments.
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Debug, Clone)]
 pub struct Args {
     /// Requests per cell.
     #[arg(long, default_value_t = 100_000)]
@@ -53,6 +63,7 @@ struct Cell {
     test: &'static str,
     size: usize,
     pipeline: u32,
+    clients: u32,
     ops: f64,
     p50_ms: f64,
     p99_ms: f64,
@@ -273,6 +284,7 @@ fn measure(
         test,
         size,
         pipeline,
+        clients: args.clients,
         ops,
         p50_ms,
         p99_ms,
@@ -339,9 +351,22 @@ pub fn run(args: &Args) -> Result<String, String> {
             }
             Ok(())
         };
+    let mut ladder = Vec::new();
     {
         let s = plain(&args.dir)?;
         grid(&s, "plain", &["set", "get"], &mut cells)?;
+        for &clients in LADDER.iter().filter(|&&c| c < args.clients) {
+            let fewer = Args { clients, requests: args.requests.min(LADDER_REQUESTS_MAX), ..args.clone() };
+            for &size in &args.sizes {
+                // The keys exist already (the GET cells' prefill of the largest size
+                // ran last); a GET reads whatever value is there.
+                for &pipeline in &args.pipelines {
+                    for test in ["set", "get"] {
+                        ladder.push(measure(&s, "plain", test, size, pipeline, &fewer)?);
+                    }
+                }
+            }
+        }
     }
     {
         let s = replicated(&args.dir)?;
@@ -356,10 +381,21 @@ pub fn run(args: &Args) -> Result<String, String> {
         result?;
         eprintln!("{stats}");
     }
-    Ok(table(&cells, args))
+    Ok(table(&cells, &ladder, args))
 }
 
-fn table(cells: &[Cell], args: &Args) -> String {
+/// Requests per cell of the load ladder at most (its low-client cells are slow).
+const LADDER_REQUESTS_MAX: u64 = 20_000;
+
+/// The plain cell (full load or a ladder point) of `c`'s test, size and pipelining
+/// whose ops/s is nearest `c`'s, by ratio.
+fn nearest_load<'a>(c: &Cell, plain: impl Iterator<Item = &'a Cell>) -> Option<&'a Cell> {
+    plain
+        .filter(|b| b.test == c.test && b.size == c.size && b.pipeline == c.pipeline && b.ops > 0.0)
+        .min_by(|a, b| (a.ops / c.ops).ln().abs().total_cmp(&(b.ops / c.ops).ln().abs()))
+}
+
+fn table(cells: &[Cell], ladder: &[Cell], args: &Args) -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|t| {
@@ -373,7 +409,9 @@ fn table(cells: &[Cell], args: &Args) -> String {
         out,
         "redis-benchmark, {} requests per cell, {} clients, keyspace {}; {} CPUs ({cpu}); every ratio is against plain \
          Redis's same cell in this run. CPU is per operation: the server the clients talk to, every redis-server of the \
-         setup, and (Prescient) the DPU apps, which run on the DPU's cores in production.",
+         setup, and (Prescient) the DPU apps, which run on the DPU's cores in production. \"at same load\": against \
+         plain Redis driven by fewer clients to the ops/s nearest the cell's own (its clients and ops/s in brackets; \
+         the ladder is below the table).",
         args.requests,
         args.clients,
         args.keyspace,
@@ -381,18 +419,25 @@ fn table(cells: &[Cell], args: &Args) -> String {
     );
     let _ = writeln!(
         out,
-        "\n| setup | test | value | P | ops/s | vs plain | p50 ms | p99 ms | server CPU us/op | vs plain | all redis CPU us/op | DPU apps CPU us/op | errors |"
+        "\n| setup | test | value | P | ops/s | vs plain | p50 ms | p99 ms | server CPU us/op | vs plain | vs plain at same load | all redis CPU us/op | DPU apps CPU us/op | errors |"
     );
-    let _ = writeln!(out, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    let _ = writeln!(out, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     for c in cells {
         let base = cells
             .iter()
             .find(|b| b.setup == "plain" && b.test == c.test && b.size == c.size && b.pipeline == c.pipeline);
         let ratio =
             |a: f64, b: Option<f64>| b.filter(|b| *b > 0.0).map_or("-".to_string(), |b| format!("{:.2}x", a / b));
+        let plain = cells.iter().filter(|b| b.setup == "plain").chain(ladder.iter());
+        let same_load = match nearest_load(c, plain) {
+            Some(b) if c.setup != "plain" && b.primary_ns > 0.0 => {
+                format!("{:.2}x (c={}: {:.0} ops/s)", c.primary_ns / b.primary_ns, b.clients, b.ops)
+            }
+            _ => "-".into(),
+        };
         let _ = writeln!(
             out,
-            "| {} | {} | {} B | {} | {:.0} | {} | {:.3} | {:.3} | {:.2} | {} | {:.2} | {} | {} |",
+            "| {} | {} | {} B | {} | {:.0} | {} | {:.3} | {:.3} | {:.2} | {} | {} | {:.2} | {} | {} |",
             c.setup,
             c.test.to_uppercase(),
             c.size,
@@ -403,10 +448,28 @@ fn table(cells: &[Cell], args: &Args) -> String {
             c.p99_ms,
             c.primary_ns / 1000.0,
             ratio(c.primary_ns, base.map(|b| b.primary_ns)),
+            same_load,
             c.all_ns / 1000.0,
             if c.dpu_ns > 0.0 { format!("{:.2}", c.dpu_ns / 1000.0) } else { "-".into() },
             c.errors
         );
+    }
+    if !ladder.is_empty() {
+        let _ = writeln!(out, "\nPlain Redis by load (fewer clients): ops/s, server CPU us/op.\n");
+        let _ = writeln!(out, "| test | value | P | clients | ops/s | server CPU us/op |");
+        let _ = writeln!(out, "| --- | --- | --- | --- | --- | --- |");
+        for c in ladder {
+            let _ = writeln!(
+                out,
+                "| {} | {} B | {} | {} | {:.0} | {:.2} |",
+                c.test.to_uppercase(),
+                c.size,
+                c.pipeline,
+                c.clients,
+                c.ops,
+                c.primary_ns / 1000.0
+            );
+        }
     }
     out
 }
