@@ -455,20 +455,21 @@ fn table(cells: &[Cell], ladder: &[Cell], args: &Args) -> String {
         );
     }
     if !ladder.is_empty() {
-        let _ = writeln!(out, "\nPlain Redis by load (fewer clients): ops/s, server CPU us/op.\n");
-        let _ = writeln!(out, "| test | value | P | clients | ops/s | server CPU us/op |");
-        let _ = writeln!(out, "| --- | --- | --- | --- | --- | --- |");
-        for c in ladder {
-            let _ = writeln!(
-                out,
-                "| {} | {} B | {} | {} | {:.0} | {:.2} |",
-                c.test.to_uppercase(),
-                c.size,
-                c.pipeline,
-                c.clients,
-                c.ops,
-                c.primary_ns / 1000.0
-            );
+        let mut clients: Vec<u32> = ladder.iter().map(|c| c.clients).collect();
+        clients.dedup();
+        let _ =
+            writeln!(out, "\nPlain Redis by load: ops/s and server CPU us/op with fewer clients than the table's.\n");
+        let head: String = clients.iter().map(|c| format!(" {c} client{} |", if *c == 1 { "" } else { "s" })).collect();
+        let _ = writeln!(out, "| test | value | P |{head}");
+        let _ = writeln!(out, "| --- | --- | --- |{}", " --- |".repeat(clients.len()));
+        let first = clients[0];
+        for c in ladder.iter().filter(|c| c.clients == first) {
+            let points: String = ladder
+                .iter()
+                .filter(|b| b.test == c.test && b.size == c.size && b.pipeline == c.pipeline)
+                .map(|b| format!(" {:.0}: {:.2} |", b.ops, b.primary_ns / 1000.0))
+                .collect();
+            let _ = writeln!(out, "| {} | {} B | {} |{points}", c.test.to_uppercase(), c.size, c.pipeline);
         }
     }
     out
