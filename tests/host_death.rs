@@ -102,3 +102,68 @@ fn a_dead_hosts_buffers_are_reclaimed_and_other_hosts_keep_being_served() {
     let (_, stdout, _) = dpu.stop();
     assert!(stdout.contains("1 host deaths"), "{stdout}");
 }
+
+/// A host whose heartbeat stops while its process lives (stopped with SIGSTOP: how a
+/// host whose heartbeat thread is starved looks) keeps its buffers past the DPU app's
+/// host timeout and is counted as a stall, not a death. The same silence from a host
+/// whose pid the DPU app cannot check (another pid space, as for a host beside a
+/// BlueField, whose pids are another kernel's) is a death: its buffers are reclaimed.
+#[test]
+fn a_silent_host_whose_process_lives_keeps_its_buffers_unless_its_pid_cannot_be_checked() {
+    if let Ok(path) = std::env::var(ROLE) {
+        dying_host(&path);
+        return;
+    }
+    let stalled = TempRegion::new("stalled-host");
+    let child = Killed(
+        Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "a_silent_host_whose_process_lives_keeps_its_buffers_unless_its_pid_cannot_be_checked",
+                "--nocapture",
+            ])
+            .env(ROLE, &stalled.0)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    assert!(wait_until(Duration::from_secs(20), || stalled.0.exists()), "child never created its region");
+    std::thread::sleep(Duration::from_millis(50));
+    let dpu = DpuProcess::serve(&[&stalled.0], &["--host-timeout-ms", "300"]);
+    let region = Region::open(&stalled.0, false).unwrap();
+    let held = |state: BufferState| {
+        (0..16)
+            .filter(|&i| {
+                BufferState::of(region.u32_at(region.layout().buffer_state(i)).load(Ordering::Acquire)) == Some(state)
+            })
+            .count()
+    };
+    assert!(wait_until(Duration::from_secs(20), || held(BufferState::Host) == 10), "child never took its buffers");
+    let pid = child.0.id() as i32;
+    // SAFETY: kill(2) with a pid this test spawned and has not reaped; it only signals.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+
+    // Five host timeouts of silence: the process lives, so nothing is reclaimed.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(held(BufferState::Host), 10, "a stalled host's buffers were reclaimed");
+
+    // The same host as seen from another pid space: its heartbeat is all there is.
+    let foreign = !prescient_shim::liveness::pid_space() | 1;
+    region.u64_at(prescient_shim::layout::header::HOST_PID_SPACE).store(foreign, Ordering::Release);
+    assert!(wait_until(Duration::from_secs(10), || held(BufferState::Free) == 16), "buffers not reclaimed");
+
+    drop(child);
+    let (_, stdout, _) = dpu.stop();
+    assert!(stdout.contains("1 host deaths; 1 host stalls"), "{stdout}");
+}
+
+/// A child process killed (SIGKILL, which also ends a stopped one) and reaped when
+/// dropped: a failed assertion must not leave a stopped host behind.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

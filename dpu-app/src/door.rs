@@ -40,11 +40,13 @@ pub enum Line {
     TakeOver,
     /// The host was found dead.
     HostGone,
+    /// The host's heartbeat stopped while its process lives.
+    HostStalled,
 }
 
 impl Line {
     /// Number of lines.
-    pub const COUNT: usize = 7;
+    pub const COUNT: usize = 8;
 }
 
 /// One region's door.

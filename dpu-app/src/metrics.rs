@@ -123,6 +123,8 @@ pub struct Metrics {
     pub fences: u64,
     /// Hosts seen to die.
     pub host_deaths: u64,
+    /// Times a live host's heartbeat went silent past the timeout (its buffers kept).
+    pub host_stalls: u64,
     /// Buffers reclaimed from dead hosts or a dead predecessor.
     pub buffers_reclaimed: u64,
     /// Requests a predecessor took and this DPU app failed at attach.
@@ -156,6 +158,7 @@ impl Metrics {
         }
         self.fences += other.fences;
         self.host_deaths += other.host_deaths;
+        self.host_stalls += other.host_stalls;
         self.buffers_reclaimed += other.buffers_reclaimed;
         self.restart_failed += other.restart_failed;
         self.sleeps += other.sleeps;
@@ -164,8 +167,8 @@ impl Metrics {
     /// A one-paragraph summary.
     pub fn summary(&self) -> String {
         let mut s = format!(
-            "completed {} requests ({} ok); fenced {} queue pairs; {} host deaths; reclaimed {} buffers; failed {} requests of a dead predecessor; slept {} times",
-            self.completed, self.ok, self.fences, self.host_deaths, self.buffers_reclaimed, self.restart_failed, self.sleeps
+            "completed {} requests ({} ok); fenced {} queue pairs; {} host deaths; {} host stalls; reclaimed {} buffers; failed {} requests of a dead predecessor; slept {} times",
+            self.completed, self.ok, self.fences, self.host_deaths, self.host_stalls, self.buffers_reclaimed, self.restart_failed, self.sleeps
         );
         for (code, &n) in self.errors.iter().enumerate() {
             if n > 0 {

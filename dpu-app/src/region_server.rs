@@ -45,6 +45,9 @@ pub struct RegionServer {
     door: Door,
     host: Watch,
     host_checked: Instant,
+    /// Whether the host's heartbeat is silent past the timeout while its process
+    /// lives (counted once per stall).
+    host_stalled: bool,
     /// When the last new host generation was taken over (`None`: never).
     taken_over: Option<Instant>,
     /// The host generation being served; `None` while the host is dead.
@@ -98,6 +101,7 @@ impl RegionServer {
             door: Door::new(&config),
             host: Watch::new(region.u64_at(header::HOST_HEARTBEAT), host_timeout, now),
             host_checked: now,
+            host_stalled: false,
             taken_over: None,
             serving: None,
             served,
@@ -373,7 +377,29 @@ impl RegionServer {
         }
         let pid = self.region.u32_at(header::HOST_PID).load(Ordering::Acquire);
         let silent = self.host.check(self.region.u64_at(header::HOST_HEARTBEAT), now);
-        let dead = pid == 0 || !process_alive(pid) || silent.is_err();
+        // The host's pid says whether it lives only if it is a pid of our kernel and
+        // namespace (the emulation; not a host beside a BlueField): then a silent
+        // heartbeat with a live process is a stall - its buffers and requests stay
+        // its own - and an exited process is gone at once. Elsewhere the heartbeat
+        // decides.
+        let space = self.region.u64_at(header::HOST_PID_SPACE).load(Ordering::Acquire);
+        let pid_visible = space != 0 && space == prescient_shim::liveness::pid_space();
+        let dead = pid == 0 || if pid_visible { !process_alive(pid) } else { silent.is_err() };
+        let stalled = !dead && silent.is_err();
+        if stalled && !self.host_stalled {
+            metrics.host_stalls += 1;
+            if let Some(left_out) = self.door.log(Line::HostStalled) {
+                let silent_ms = silent.err().map_or(0, |d| d.as_millis() as u64);
+                tracing::warn!(
+                    region = %self.region.path().display(),
+                    pid,
+                    silent_ms,
+                    left_out,
+                    "host heartbeat silent past the timeout but its process lives (a starved or stopped host); keeping its buffers"
+                );
+            }
+        }
+        self.host_stalled = stalled;
         if dead {
             let freed = self.reclaim(&[BufferState::Host, BufferState::Submitted]);
             metrics.host_deaths += 1;

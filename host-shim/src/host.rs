@@ -111,6 +111,7 @@ impl Host {
 
     /// Records this process as the region's host; returns the new host generation.
     fn claim(region: &Region) -> u32 {
+        region.u64_at(header::HOST_PID_SPACE).store(crate::liveness::pid_space(), Ordering::Release);
         region.u32_at(header::HOST_PID).store(std::process::id(), Ordering::Release);
         region.u32_at(header::HOST_GENERATION).fetch_add(1, Ordering::AcqRel).wrapping_add(1)
     }

@@ -33,7 +33,8 @@ use crate::error::ShimError;
 /// Magic at offset 0 of every region: `PRESCNT` and a NUL.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"PRESCNT\0");
 /// Version of this layout. Both sides refuse any other. 4: a write descriptor's `sla`
-/// and `wait_us` must be 0, a GET's `wait_us` is its read SLA's wait.
+/// and `wait_us` must be 0, a GET's `wait_us` is its read SLA's wait; the host line
+/// carries the host's pid space.
 pub const LAYOUT_VERSION: u32 = 4;
 /// Feature bits this build understands (none yet).
 pub const FEATURES_KNOWN: u64 = 0;
@@ -74,7 +75,7 @@ pub mod header {
     pub const FIXED_END: usize = 88;
 
     /// Host-written line: `u64` heartbeat counter, `u32` pid, `u32` generation
-    /// (bumped by every host that attaches).
+    /// (bumped by every host that attaches), `u64` pid space (layout version 4).
     pub const HOST_LINE: usize = 128;
     /// `u64` host heartbeat.
     pub const HOST_HEARTBEAT: usize = HOST_LINE;
@@ -82,6 +83,9 @@ pub mod header {
     pub const HOST_PID: usize = HOST_LINE + 8;
     /// `u32` host generation.
     pub const HOST_GENERATION: usize = HOST_LINE + 12;
+    /// `u64` the host's [`crate::liveness::pid_space`]: the DPU app checks the host's
+    /// pid only if its own is the same (0: unknown, never checked).
+    pub const HOST_PID_SPACE: usize = HOST_LINE + 16;
 
     /// DPU-written line: `u64` heartbeat, `u32` pid, `u32` epoch (bumped by every
     /// DPU app that attaches), `u32` host generation the DPU serves.

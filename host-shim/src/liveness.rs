@@ -2,9 +2,16 @@
 //! notes when it last saw the counter change and declares the peer dead after a
 //! timeout. Counters, not timestamps, so the two sides need no common clock (the host
 //! and the BlueField Arm have none).
+//!
+//! A pid says more than a heartbeat where it can be checked: an exited process is
+//! gone at once, and a live one whose heartbeat thread is starved (a loaded machine)
+//! is not dead. A pid can be checked only by a process of the same kernel and pid
+//! namespace, which [`pid_space`] names; on a BlueField the host's pids are another
+//! kernel's, and the heartbeat is all there is.
 
+use std::os::unix::fs::MetadataExt as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 /// A point in time a [`Watch`] measures silence with.
@@ -76,6 +83,28 @@ impl<T: Moment> Watch<T> {
     }
 }
 
+/// This process's pid space: which boot of which kernel, and which pid namespace, its
+/// pids belong to, as one nonzero word (0 if `/proc` cannot tell). A pid written by a
+/// process with the same word may be checked with [`crate::host::process_alive`]; any
+/// other may name a different process, or none.
+pub fn pid_space() -> u64 {
+    static SPACE: OnceLock<u64> = OnceLock::new();
+    *SPACE.get_or_init(|| {
+        let boot = std::fs::read("/proc/sys/kernel/random/boot_id");
+        let namespace = std::fs::metadata("/proc/self/ns/pid").map(|m| m.ino());
+        match (boot, namespace) {
+            (Ok(boot), Ok(ino)) => {
+                // FNV-1a over the boot id, then the namespace's inode mixed in.
+                let h = boot
+                    .iter()
+                    .fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+                (h ^ ino.wrapping_mul(0x9e37_79b9_7f4a_7c15)) | 1
+            }
+            _ => 0,
+        }
+    })
+}
+
 /// A thread that bumps a heartbeat counter every `period` until dropped.
 #[derive(Debug)]
 pub struct Beater {
@@ -126,6 +155,16 @@ mod tests {
         counter.fetch_add(1, Ordering::Relaxed);
         assert!(watch.check(&counter, t0 + Duration::from_millis(200)).is_ok());
         assert!(watch.check(&counter, t0 + Duration::from_millis(250)).is_ok());
+    }
+
+    #[test]
+    fn the_pid_space_is_known_here_and_stable() {
+        let space = pid_space();
+        assert_ne!(space, 0, "this test host has /proc");
+        assert_eq!(pid_space(), space);
+        // A child of this process shares the kernel and the pid namespace.
+        let out = std::process::Command::new("cat").arg("/proc/sys/kernel/random/boot_id").output().unwrap();
+        assert!(out.status.success() && !out.stdout.is_empty());
     }
 
     #[test]

@@ -80,9 +80,10 @@ const NODE_COUNTERS: [NodeCounter; 26] = [
 /// The serving counters on the page: (name, help, how to read them).
 type HostCounter = (&'static str, &'static str, fn(&Metrics) -> u64);
 
-const HOST_COUNTERS: [HostCounter; 4] = [
+const HOST_COUNTERS: [HostCounter; 5] = [
     ("prescient_queue_pairs_fenced_total", "Queue pairs fenced off for a host's ring violation.", |m| m.fences),
     ("prescient_host_deaths_total", "Hosts seen to die.", |m| m.host_deaths),
+    ("prescient_host_stalls_total", "Times a live host's heartbeat went silent past the timeout.", |m| m.host_stalls),
     ("prescient_buffers_reclaimed_total", "Buffers reclaimed from dead hosts or a dead predecessor.", |m| {
         m.buffers_reclaimed
     }),
