@@ -268,6 +268,11 @@ impl Writer {
         self.writes.capacity()
     }
 
+    /// Whether write slot `slot` holds a write (one [`Writer::advance`] may move).
+    pub fn occupied(&self, slot: u32) -> bool {
+        self.writes.current(slot).is_some()
+    }
+
     /// Writes in flight, held ones included.
     pub fn in_flight(&self) -> usize {
         self.writes.in_use() + self.held.len()

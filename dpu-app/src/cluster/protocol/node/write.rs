@@ -212,8 +212,14 @@ impl<F: Fabric> Node<F> {
     /// Moves every write forward.
     pub(in crate::cluster::protocol) fn advance_writes(&mut self, now: Now) -> bool {
         let mut busy = false;
+        if self.writer.in_flight() == 0 {
+            return false;
+        }
         for slot in 0..self.writer.capacity() {
-            busy |= self.with_writer(now, |w, cx| w.advance(cx, slot, now));
+            // An empty slot costs a look, not a write context and an effect dispatch.
+            if self.writer.occupied(slot) {
+                busy |= self.with_writer(now, |w, cx| w.advance(cx, slot, now));
+            }
         }
         busy
     }
