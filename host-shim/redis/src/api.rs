@@ -89,6 +89,12 @@ impl Call {
         string_bytes(self.raw_arg(i))
     }
 
+    /// The database the client has selected.
+    pub fn db(&self) -> c_int {
+        // SAFETY: valid context for this callback.
+        unsafe { api!(RedisModule_GetSelectedDb)(self.ctx) }
+    }
+
     /// Whether the client may not be blocked now (inside MULTI/EXEC, a script, or a
     /// context that denies blocking).
     pub fn cannot_block(&self) -> bool {
@@ -357,6 +363,42 @@ pub const BEFORE_SLEEP: u64 = raw::REDISMODULE_SUBEVENT_EVENTLOOP_BEFORE_SLEEP;
 /// subevent says which); false if this Redis has no such event (before 7.0).
 pub fn on_event_loop(ctx: RawCtx, f: unsafe extern "C" fn(RawCtx, RawEvent, u64, *mut c_void)) -> bool {
     let event = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_EVENTLOOP, dataver: 1 };
+    // SAFETY: valid context; `f` has the server-event callback signature and keeps
+    // nothing Redis passes it.
+    unsafe { api!(RedisModule_SubscribeToServerEvent)(ctx, event, Some(f)) == OK }
+}
+
+/// A Redis string, as a callback receives it.
+pub type RawString = raw::RedisModuleString;
+/// The flush event's subevent at its end.
+pub const FLUSH_END: u64 = raw::REDISMODULE_SUBEVENT_FLUSHDB_END;
+
+/// Calls `f` on the main thread for the keyspace events that drop a key's copy
+/// (expired, evicted, and the generic class, whose `del` is one).
+pub fn on_keyspace_drops(
+    ctx: RawCtx,
+    f: unsafe extern "C" fn(RawCtx, c_int, *const c_char, *mut RawString) -> c_int,
+) -> bool {
+    let types = raw::REDISMODULE_NOTIFY_GENERIC | raw::REDISMODULE_NOTIFY_EXPIRED | raw::REDISMODULE_NOTIFY_EVICTED;
+    // SAFETY: valid context; `f` has the notification signature and keeps nothing
+    // Redis passes it beyond the call.
+    unsafe { api!(RedisModule_SubscribeToKeyspaceEvents)(ctx, types as c_int, Some(f)) == OK }
+}
+
+/// Whether keyspace event `event` (a NUL-terminated name Redis passes) removed the key.
+pub fn is_drop_event(event: *const c_char) -> bool {
+    if event.is_null() {
+        return false;
+    }
+    // SAFETY: Redis passes a NUL-terminated static event name, valid for the callback.
+    let name = unsafe { CStr::from_ptr(event) }.to_bytes();
+    matches!(name, b"del" | b"expired" | b"evicted")
+}
+
+/// Calls `f` on the main thread at the start and end of every flush (`FLUSHDB`,
+/// `FLUSHALL`).
+pub fn on_flush(ctx: RawCtx, f: unsafe extern "C" fn(RawCtx, RawEvent, u64, *mut c_void)) -> bool {
+    let event = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_FLUSHDB, dataver: 1 };
     // SAFETY: valid context; `f` has the server-event callback signature and keeps
     // nothing Redis passes it.
     unsafe { api!(RedisModule_SubscribeToServerEvent)(ctx, event, Some(f)) == OK }

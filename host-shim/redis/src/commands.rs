@@ -70,6 +70,27 @@ pub extern "C" fn on_wake(_fd: c_int, _data: *mut c_void, _mask: c_int) {
     engine::with(engine::Engine::on_wake);
 }
 
+/// A keyspace notification: Redis dropped its copy of a key (expired, evicted,
+/// deleted).
+pub extern "C" fn on_key_dropped(
+    _ctx: RawCtx,
+    _type: c_int,
+    event: *const std::ffi::c_char,
+    key: *mut api::RawString,
+) -> c_int {
+    if api::is_drop_event(event) {
+        crate::forget::key(api::string_bytes(key));
+    }
+    OK
+}
+
+/// A flush event: at its end, every tag goes.
+pub extern "C" fn on_flush(_ctx: RawCtx, _event: api::RawEvent, subevent: u64, _data: *mut c_void) {
+    if subevent == api::FLUSH_END {
+        crate::forget::all();
+    }
+}
+
 /// Redis's event loop is about to sleep (the before-sleep event).
 pub extern "C" fn before_sleep(_ctx: RawCtx, _event: api::RawEvent, subevent: u64, _data: *mut c_void) {
     if subevent == api::BEFORE_SLEEP {

@@ -32,6 +32,9 @@ use crate::requests::{Op, Outcome, Requests};
 use crate::stats::Stats;
 use crate::waker::Waker;
 
+/// Tag-table capacity kept after a flush emptied it (the rest is given back).
+const TAGS_KEPT_AFTER_FLUSH: usize = 1024;
+
 thread_local! {
     static ENGINE: RefCell<Option<Engine>> = const { RefCell::new(None) };
 }
@@ -179,6 +182,9 @@ impl Engine {
 
     /// `PRESCIENT.SET key value` (what `SET key value` becomes).
     pub fn set(&mut self, call: &Call) {
+        if call.db() != 0 {
+            return self.refuse(call, errors::OTHER_DB);
+        }
         match call.argc() {
             3 => {}
             n if n > 3 => return self.refuse(call, errors::SET_OPTIONS),
@@ -220,6 +226,9 @@ impl Engine {
 
     /// `PRESCIENT.GET key`.
     pub fn get(&mut self, call: &Call) {
+        if call.db() != 0 {
+            return self.refuse(call, errors::OTHER_DB);
+        }
         if call.argc() != 2 {
             return call.wrong_arity();
         }
@@ -262,6 +271,9 @@ impl Engine {
 
     /// `PRESCIENT.DEL key [key ...]` (what `DEL` and `UNLINK` become).
     pub fn del(&mut self, call: &Call) {
+        if call.db() != 0 {
+            return self.refuse(call, errors::OTHER_DB);
+        }
         if call.argc() < 2 {
             return call.wrong_arity();
         }
@@ -327,6 +339,22 @@ impl Engine {
     pub fn before_sleep(&mut self) {
         self.reap();
         self.publish();
+        self.forget_dropped();
+    }
+
+    /// Drops the tags of keys whose copy Redis removed on its own (see
+    /// [`crate::forget`]).
+    fn forget_dropped(&mut self) {
+        crate::forget::drain(|f| {
+            if f.all {
+                self.tags.clear();
+                self.tags.shrink_to(TAGS_KEPT_AFTER_FLUSH);
+            } else {
+                for key in &f.keys {
+                    self.tags.remove(key);
+                }
+            }
+        });
     }
 
     /// Reaps every completion ready now and unblocks the clients whose commands are
@@ -405,6 +433,7 @@ impl Engine {
     pub fn tick(&mut self) {
         self.reap();
         self.publish();
+        self.forget_dropped();
     }
 
     /// Publishes what is queued and checks that the DPU app answers; when it stops,
@@ -532,7 +561,8 @@ impl Engine {
     /// `PRESCIENT.STATS`.
     pub fn stats(&self, call: &Call) {
         let lease = self.host.lease_valid(prescient_shim::sys::monotonic_ns());
-        let text = self.stats.render(self.requests.len(), self.dpu_ok, self.host.cluster_peers_up(), lease);
+        let text =
+            self.stats.render(self.requests.len(), self.tags.len(), self.dpu_ok, self.host.cluster_peers_up(), lease);
         call.reply_bulk(text.as_bytes());
     }
 }

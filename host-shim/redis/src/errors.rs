@@ -72,12 +72,19 @@ pub const SET_OPTIONS: &str = "ERR prescient: SET with options (NX, XX, EX, PX, 
                                use SET key value";
 /// A write command the module does not replicate.
 pub fn not_replicated(command: &[u8]) -> String {
+    if command.eq_ignore_ascii_case(b"swapdb") {
+        return "ERR prescient: SWAPDB would swap this node's copies under the cluster's keys; only database 0 is \
+                replicated"
+            .into();
+    }
     format!(
         "ERR prescient: {} is not replicated through Prescient (SET, GET, DEL and UNLINK are); use SET with the new \
          value",
         String::from_utf8_lossy(command).to_uppercase()
     )
 }
+/// A replicated command in a database other than 0.
+pub const OTHER_DB: &str = "ERR prescient: only database 0 is replicated (the cluster has one keyspace); SELECT 0";
 /// A command that would block inside MULTI/EXEC or a script.
 pub const CANNOT_BLOCK: &str = "ERR prescient: replicated SET, DEL and GET cannot run inside MULTI/EXEC or a script \
                                 (they wait for the cluster); send them on their own";

@@ -7,8 +7,9 @@ use std::cell::OnceCell;
 
 use crate::api::{Filtered, KeptString, RawFilterCtx};
 
-/// Writes to string keys that would change only this Redis's copy.
-const NOT_REPLICATED: [&[u8]; 20] = [
+/// Writes to string keys that would change only this Redis's copy (and SWAPDB, which
+/// would swap database 0's copies for another database's).
+const NOT_REPLICATED: [&[u8]; 21] = [
     b"append",
     b"incr",
     b"incrby",
@@ -29,6 +30,7 @@ const NOT_REPLICATED: [&[u8]; 20] = [
     b"copy",
     b"move",
     b"restore",
+    b"swapdb",
 ];
 
 struct Names {

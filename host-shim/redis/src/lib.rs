@@ -25,6 +25,7 @@ mod commands;
 mod engine;
 mod errors;
 mod filter;
+mod forget;
 mod options;
 mod requests;
 mod stats;
@@ -91,6 +92,10 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     // One publish per event-loop iteration where Redis says when it sleeps.
     if api::on_event_loop(raw, commands::before_sleep) {
         engine::with(engine::Engine::publish_before_sleep);
+    }
+    if !api::on_keyspace_drops(raw, commands::on_key_dropped) || !api::on_flush(raw, commands::on_flush) {
+        api::log(raw, c"warning", "prescient: cannot subscribe to key expiry, eviction and flush events");
+        return Status::Err;
     }
     commands::start_tick(raw);
     api::log(raw, c"notice", &format!("prescient: serving SET/GET/DEL through region {region}"));

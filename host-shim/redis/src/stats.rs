@@ -38,9 +38,10 @@ pub struct Stats {
 }
 
 impl Stats {
-    /// `name:value` lines, with the commands waiting now, whether the DPU app answers,
+    /// `name:value` lines, with the commands waiting now, the keys whose Redis copy is
+    /// tagged (servable while their slot holds the tag), whether the DPU app answers,
     /// the cluster nodes it reaches (a bit mask) and whether the directory lease holds.
-    pub fn render(&self, waiting: usize, dpu_ok: bool, peers_up: u32, lease_valid: bool) -> String {
+    pub fn render(&self, waiting: usize, tags: usize, dpu_ok: bool, peers_up: u32, lease_valid: bool) -> String {
         let mut out = String::new();
         let fields: [(&str, u64); 14] = [
             ("sets", self.sets),
@@ -62,6 +63,7 @@ impl Stats {
             let _ = writeln!(out, "{name}:{value}");
         }
         let _ = writeln!(out, "waiting:{waiting}");
+        let _ = writeln!(out, "tags:{tags}");
         let _ = writeln!(out, "dpu_responding:{}", u8::from(dpu_ok));
         let _ = writeln!(out, "peers_up:{peers_up}");
         let _ = writeln!(out, "lease_valid:{}", u8::from(lease_valid));

@@ -278,3 +278,47 @@ fn the_module_refuses_bad_arguments_at_load_with_what_to_do() {
     let _ = std::fs::remove_file(&log);
     assert!(text.contains("unknown argument 'ring'") && text.contains("region=PATH"), "{text}");
 }
+
+/// Redis's copy is a cache of the cluster's value: when Redis drops it on its own (a
+/// TTL runs out, a flush) the module forgets its tag (the tag table does not grow with
+/// dropped keys) and the next GET fetches the value from the cluster. What would
+/// change only this node's copies is refused: replicated commands in another database,
+/// SWAPDB.
+#[test]
+fn keys_redis_drops_on_its_own_leave_no_tags_and_other_databases_are_refused() {
+    let c = Cluster::start("forget", 3);
+    let mut con = c.conn(0);
+    for k in 0..50 {
+        let ok: String = redis::cmd("SET").arg(format!("key-{k}")).arg(format!("v-{k}")).query(&mut con).expect("SET");
+        assert_eq!(ok, "OK");
+    }
+    let tagged = c.stat(0, "tags");
+    assert!(tagged >= 40, "most of 50 committed SETs leave a servable, tagged copy: {tagged}");
+
+    let set: i64 = redis::cmd("PEXPIRE").arg("key-0").arg(50).query(&mut con).expect("PEXPIRE");
+    assert_eq!(set, 1);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while c.stat(0, "tags") >= tagged {
+        assert!(std::time::Instant::now() < deadline, "the expired key's tag stayed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(get(&mut con, "key-0").as_deref(), Some("v-0"), "fetched from the cluster again");
+
+    let ok: String = redis::cmd("FLUSHALL").query(&mut con).expect("FLUSHALL");
+    assert_eq!(ok, "OK");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while c.stat(0, "tags") != 0 {
+        assert!(std::time::Instant::now() < deadline, "tags stayed after FLUSHALL");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(get(&mut con, "key-7").as_deref(), Some("v-7"), "fetched from the cluster after the flush");
+
+    let err = redis::cmd("SWAPDB").arg(0).arg(1).query::<String>(&mut con).expect_err("SWAPDB is refused");
+    assert!(err.to_string().contains("SWAPDB"), "{err}");
+    let ok: String = redis::cmd("SELECT").arg(1).query(&mut con).expect("SELECT");
+    assert_eq!(ok, "OK");
+    let err = redis::cmd("SET").arg("key-1").arg("x").query::<String>(&mut con).expect_err("SET in database 1");
+    assert!(err.to_string().contains("only database 0"), "{err}");
+    let err = redis::cmd("GET").arg("key-1").query::<Option<String>>(&mut con).expect_err("GET in database 1");
+    assert!(err.to_string().contains("only database 0"), "{err}");
+}
