@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use prescient_bindings::sideway::ibverbs::address::{AddressHandleAttribute, Gid, GidType};
 use prescient_bindings::sideway::ibverbs::completion::{GenericCompletionQueue, PollCompletionQueueError};
 use prescient_bindings::sideway::ibverbs::device::{DeviceInfo, DeviceList};
-use prescient_bindings::sideway::ibverbs::device_context::{DeviceContext, Mtu};
+use prescient_bindings::sideway::ibverbs::device_context::{DeviceContext, Mtu, PortState};
 use prescient_bindings::sideway::ibverbs::protection_domain::ProtectionDomain;
 use prescient_bindings::sideway::ibverbs::queue_pair::{
     GenericQueuePair, PostSendGuard, QueuePair as _, QueuePairAttribute, QueuePairState, SendOperationFlags,
@@ -29,7 +29,6 @@ use super::{
 };
 use crate::limits::{CQ_DEPTH_MAX, QPS_PER_CQ_MAX, WAIT_SPINS};
 
-const PORT: u8 = 1;
 const TOKEN_MASK: u64 = (1 << 48) - 1;
 const RECV_TAG: u64 = 1;
 
@@ -44,6 +43,7 @@ pub struct VerbsNode {
     gid: Gid,
     gid_index: u8,
     lid: u16,
+    port: u8,
     name: String,
 }
 
@@ -57,6 +57,15 @@ impl VerbsNode {
     /// Opens device `name` (or the first device) on port 1, choosing a RoCEv2 GID with an
     /// IPv4 address where there is one.
     pub fn open(name: Option<&str>) -> Result<Self> {
+        Self::open_port(name, 1, None)
+    }
+
+    /// Opens device `name` (or the first device) on `port` with GID table entry
+    /// `gid_index` (`None`: the first RoCEv2 GID with an IPv4 address, else the first
+    /// non-zero one). Every refusal names the device and says what to do: a device not
+    /// found lists those `ibv_get_device_list` found, a port or GID index not there says
+    /// which there are.
+    pub fn open_port(name: Option<&str>, port: u8, gid_index: Option<u8>) -> Result<Self> {
         let list = DeviceList::new().map_err(|e| {
             let os = std::error::Error::source(&e).map(|s| s.to_string()).unwrap_or_default();
             FabricError::Device(format!(
@@ -66,25 +75,76 @@ impl VerbsNode {
             ))
         })?;
         let device = list.iter().find(|d| name.is_none_or(|n| d.name() == n)).ok_or_else(|| {
+            let found: Vec<String> = list.iter().map(|d| d.name()).collect();
+            let found = if found.is_empty() { "none".to_owned() } else { found.join(", ") };
             FabricError::Device(format!(
-                "no RDMA device {} among {} found; create one (`rdma link add rxe0 type rxe netdev IF`) or use emu",
+                "no RDMA device {} (ibv_get_device_list found: {found}); name one of those, or create one \
+                 (`rdma link add rxe0 type rxe netdev IF` for Soft-RoCE), or use the emu fabric",
                 name.unwrap_or("(any)"),
-                list.len()
             ))
         })?;
         let device_name = device.name();
         let ctx = device.open().map_err(|e| FabricError::Device(format!("opening {device_name} failed: {e}")))?;
+        let ports = ctx.query_device().map_err(|e| verbs_err("ibv_query_device_ex")(e.to_string()))?.phys_port_cnt();
+        if port == 0 || port > ports {
+            return Err(FabricError::Device(format!(
+                "{device_name} has no port {port}: its ports are 1 to {ports} (ibv_devinfo {device_name}); fix the \
+                 node's device_port"
+            )));
+        }
+        let attr = ctx.query_port(port).map_err(|e| verbs_err("ibv_query_port")(e.to_string()))?;
+        if attr.port_state() != PortState::Active {
+            return Err(FabricError::Device(format!(
+                "{device_name} port {port} is {:?}, not active: bring its link up (ibv_devinfo {device_name} shows \
+                 the state; for Soft-RoCE, `ip link set IF up` on its netdev)",
+                attr.port_state()
+            )));
+        }
+        let gids: Vec<_> = ctx
+            .query_gid_table()
+            .map_err(|e| verbs_err("ibv_query_gid_table")(e.to_string()))?
+            .into_iter()
+            .filter(|g| g.port_num() == u32::from(port))
+            .collect();
+        let pick = match gid_index {
+            Some(i) => gids.iter().find(|g| g.gid_index() == u32::from(i) && !g.gid().is_zero()).ok_or_else(|| {
+                let valid: Vec<String> = gids.iter().filter(|g| !g.gid().is_zero()).map(|g| g.gid_index().to_string()).collect();
+                FabricError::Device(format!(
+                    "{device_name} port {port} has no GID at index {i} (entries with a GID: {}); pick one of those \
+                     for the node's gid_index (show_gids lists them), or leave gid_index out to choose a RoCEv2 IPv4 one",
+                    if valid.is_empty() { "none".to_owned() } else { valid.join(", ") }
+                ))
+            })?,
+            None => gids
+                .iter()
+                .find(|g| {
+                    g.gid_type() == GidType::RoceV2 && std::net::Ipv6Addr::from(g.gid()).to_ipv4_mapped().is_some()
+                })
+                .or_else(|| gids.iter().find(|g| !g.gid().is_zero()))
+                .ok_or_else(|| {
+                    FabricError::Device(format!("{device_name} port {port} has no usable GID; give its netdev an address"))
+                })?,
+        };
         let pd = ctx.alloc_pd().map_err(|e| verbs_err("ibv_alloc_pd")(e.to_string()))?;
-        let port = ctx.query_port(PORT).map_err(|e| verbs_err("ibv_query_port")(e.to_string()))?;
-        let gids = ctx.query_gid_table().map_err(|e| verbs_err("ibv_query_gid_table")(e.to_string()))?;
-        let pick = gids
-            .iter()
-            .find(|g| g.gid_type() == GidType::RoceV2 && std::net::Ipv6Addr::from(g.gid()).to_ipv4_mapped().is_some())
-            .or_else(|| gids.iter().find(|g| !g.gid().is_zero()))
-            .ok_or_else(|| {
-                FabricError::Device(format!("{device_name} has no usable GID; give its netdev an address"))
-            })?;
-        Ok(Self { gid: pick.gid(), gid_index: pick.gid_index() as u8, lid: port.lid(), pd, ctx, name: device_name })
+        Ok(Self {
+            gid: pick.gid(),
+            gid_index: pick.gid_index() as u8,
+            lid: attr.lid(),
+            port,
+            pd,
+            ctx,
+            name: device_name,
+        })
+    }
+
+    /// The device's name.
+    pub fn device_name(&self) -> &str {
+        &self.name
+    }
+
+    /// The GID table entry its queue pairs use.
+    pub fn gid_index(&self) -> u8 {
+        self.gid_index
     }
 }
 
@@ -254,6 +314,7 @@ pub struct VerbsQp {
     gid: Gid,
     gid_index: u8,
     lid: u16,
+    port: u8,
     psn: u32,
 }
 
@@ -341,6 +402,7 @@ impl Fabric for VerbsNode {
             gid: self.gid,
             gid_index: self.gid_index,
             lid: self.lid,
+            port: self.port,
             psn: qpn.wrapping_mul(0x9E37_79B9) & 0x00FF_FFFF,
         }))
     }
@@ -382,7 +444,7 @@ impl RawQp for VerbsQp {
 
     fn modify_to_init(&mut self) -> Result<()> {
         let mut attr = QueuePairAttribute::new();
-        attr.setup_state(QueuePairState::Init).setup_pkey_index(0).setup_port(PORT).setup_access_flags(ALL_REMOTE);
+        attr.setup_state(QueuePairState::Init).setup_pkey_index(0).setup_port(self.port).setup_access_flags(ALL_REMOTE);
         self.modify(&attr, "ibv_modify_qp(INIT)")
     }
 
@@ -396,7 +458,7 @@ impl RawQp for VerbsQp {
             .setup_min_rnr_timer(rnr_code(self.options.rnr_timer_us));
         let mut ah = AddressHandleAttribute::new();
         ah.setup_dest_lid(remote.lid)
-            .setup_port(PORT)
+            .setup_port(self.port)
             .setup_service_level(0)
             .setup_grh_src_gid_index(self.gid_index)
             .setup_grh_dest_gid(&Gid { raw: remote.gid })

@@ -273,7 +273,8 @@ impl<F: Fabric> Node<F> {
             recv_depth,
             timeout_us,
             rnr_timer_us: (timeout_us / 2).max(20),
-            ..QpOptions::default()
+            retry_count: config.retry_count,
+            rnr_retry_count: config.rnr_retry_count,
         };
         let fab = |e| Error::Fabric(e);
         let send_cq = fabric.create_cq(crate::limits::CQ_DEPTH_MAX).map_err(fab)?;
