@@ -217,6 +217,43 @@ impl VerbsCq {
         Ok(slot as u64)
     }
 
+    /// The completion of the request whose NIC wr_id is `wr_id`, its buffer taken back
+    /// from its queue pair's in-flight table; `None` for a queue pair since destroyed or
+    /// a request its table no longer holds (drained at a reset).
+    fn complete(
+        &self,
+        wr_id: u64,
+        raw_status: u32,
+        raw_opcode: u32,
+        byte_len: u32,
+        imm_data: u32,
+    ) -> Option<Completion> {
+        let tag = wr_id >> 48;
+        let token = wr_id & TOKEN_MASK;
+        let is_recv = tag & 1 == RECV_TAG;
+        let t = self.inner.tables.lock().expect("cq tables lock").get((tag >> 1) as usize).cloned().flatten()?;
+        let entry = if is_recv { t.recv.lock() } else { t.send.lock() }.expect("in-flight lock").remove(token)?;
+        let status = status_of(raw_status);
+        if status != WcStatus::Success {
+            t.failed.store(true, Ordering::Release);
+        }
+        let opcode = match (is_recv, raw_opcode) {
+            (true, 129) => WcOpcode::RecvWithImm,
+            (true, _) => WcOpcode::Recv,
+            (false, _) => entry.opcode,
+        };
+        let ok = status == WcStatus::Success;
+        Some(Completion {
+            wr_id: entry.wr_id,
+            status,
+            opcode,
+            byte_len: if ok { byte_len } else { 0 },
+            imm: (ok && opcode == WcOpcode::RecvWithImm).then_some(imm_data),
+            qp_num: t.qpn,
+            buf: Some(entry.buf),
+        })
+    }
+
     fn detach(&self, slot: u64) {
         if let Some(s) = self.inner.tables.lock().expect("cq tables lock").get_mut(slot as usize) {
             *s = None;
@@ -241,44 +278,28 @@ fn status_of(raw: u32) -> WcStatus {
 
 impl CompletionQueue for VerbsCq {
     fn poll(&self, out: &mut Vec<Completion>, max: usize) -> Result<usize> {
-        let mut poller = match self.inner.cq.start_poll() {
-            Ok(p) => p,
-            Err(PollCompletionQueueError::CompletionQueueEmpty) => return Ok(0),
-            Err(e) => return Err(verbs_err("ibv_start_poll")(e.to_string())),
-        };
+        // One completion per ibv_start_poll / ibv_end_poll, never ibv_next_poll: rxe's
+        // next_poll, on finding the queue empty, already stores the consumer index and
+        // unlocks the CQ, and the end_poll that sideway's poller always runs on drop then
+        // advances past (loses) the next completion to arrive and unlocks again. Every
+        // provider handles start + end without next; a clustered node lost heartbeat
+        // READ completions within milliseconds before this (the conformance suite,
+        // polling one completion at a time, never called next_poll).
         let mut n = 0;
         while n < max {
+            let mut poller = match self.inner.cq.start_poll() {
+                Ok(p) => p,
+                Err(PollCompletionQueueError::CompletionQueueEmpty) => break,
+                Err(e) => return Err(verbs_err("ibv_start_poll")(e.to_string())),
+            };
             let Some(wc) = poller.next() else { break };
-            let tag = wc.wr_id() >> 48;
-            let token = wc.wr_id() & TOKEN_MASK;
-            let is_recv = tag & 1 == RECV_TAG;
-            let tables = self.inner.tables.lock().expect("cq tables lock");
-            let Some(Some(t)) = tables.get((tag >> 1) as usize).cloned() else {
-                continue;
-            };
-            drop(tables);
-            let entry = if is_recv { t.recv.lock() } else { t.send.lock() }.expect("in-flight lock").remove(token);
-            let Some(entry) = entry else { continue };
-            let status = status_of(wc.status());
-            if status != WcStatus::Success {
-                t.failed.store(true, Ordering::Release);
+            let (wr_id, raw_status, raw_opcode, byte_len) = (wc.wr_id(), wc.status(), wc.opcode(), wc.byte_len());
+            let imm_data = if raw_status == 0 && raw_opcode == 129 { wc.imm_data() } else { 0 };
+            drop(poller);
+            if let Some(c) = self.complete(wr_id, raw_status, raw_opcode, byte_len, imm_data) {
+                out.push(c);
+                n += 1;
             }
-            let opcode = match (is_recv, wc.opcode()) {
-                (true, 129) => WcOpcode::RecvWithImm,
-                (true, _) => WcOpcode::Recv,
-                (false, _) => entry.opcode,
-            };
-            let ok = status == WcStatus::Success;
-            out.push(Completion {
-                wr_id: entry.wr_id,
-                status,
-                opcode,
-                byte_len: if ok { wc.byte_len() } else { 0 },
-                imm: (ok && opcode == WcOpcode::RecvWithImm).then(|| wc.imm_data()),
-                qp_num: t.qpn,
-                buf: Some(entry.buf),
-            });
-            n += 1;
         }
         Ok(n)
     }
