@@ -7,9 +7,10 @@
 # `--features verbs`, boots the VM (TCG), creates rxe0 on lo and runs there every
 # conformance check with RDMA_TEST_DEVICE=rxe0, then the cluster fault tests with
 # PRESCIENT_TEST_FABRIC=verbs: five `prescient-dpu serve --config` processes whose
-# cluster file says fabric = "verbs", device = "rxe0". Exit code: 0 if both passed.
-#   ci/softroce.sh                       (both)
-#   SOFTROCE_TESTS=cluster ci/softroce.sh  (one of them: conformance or cluster)
+# cluster file says fabric = "verbs", device = "rxe0"; then a 10 s `prescient-dpu soak
+# --fabric verbs` (kills, and every acknowledged write checked). Exit code: 0 if all passed.
+#   ci/softroce.sh                       (all three)
+#   SOFTROCE_TESTS=cluster ci/softroce.sh  (some of them: conformance, cluster, soak)
 #   SOFTROCE_CLUSTER_FILTER=rejoin ci/softroce.sh  (cluster tests whose name has it)
 #   SOFTROCE_RUST_LOG=info ci/softroce.sh  (what the nodes log, default warn)
 set -euo pipefail
@@ -43,7 +44,7 @@ for l in sys.stdin:
 }
 SHARE=$(mktemp -d /tmp/prescient-softroce-XXXXXX)
 trap 'rm -rf "$SHARE"' EXIT
-tests=${SOFTROCE_TESTS:-conformance cluster}
+tests=${SOFTROCE_TESTS:-conformance cluster soak}
 if [[ " $tests " == *" conformance "* ]]; then
   exe=$(artifact fabric_verbs cargo test -p prescient-dpu --features verbs --test fabric_verbs --no-run)
   [ -n "$exe" ] || { echo "softroce: building the fabric_verbs test binary failed"; exit 1; }
@@ -56,10 +57,14 @@ if [[ " $tests " == *" cluster "* ]]; then
   [ -n "$exe" ] || { echo "softroce: building the cluster_faults test binary failed"; exit 1; }
   mkdir -p "$SHARE/deps"
   cp "$exe" "$SHARE/deps/cluster_faults"
+fi
+if [[ " $tests " == *" cluster "* || " $tests " == *" soak "* ]]; then
   dpu=$(artifact prescient-dpu cargo build -p prescient-dpu --features verbs --bin prescient-dpu)
   [ -n "$dpu" ] || { echo "softroce: building prescient-dpu with --features verbs failed"; exit 1; }
   cp "$dpu" "$SHARE/prescient-dpu"
 fi
+soak=""
+[[ " $tests " == *" soak "* ]] && soak=yes
 t3=$(t)
 cat > "$SHARE/run.sh" <<RUN
 #!/bin/bash
@@ -76,7 +81,14 @@ fi
 if [ -x ./deps/cluster_faults ]; then
   # Five prescient-dpu serve --config processes over rxe0 (GID 1: ::ffff:127.0.0.1 on lo).
   PRESCIENT_TEST_FABRIC=verbs RDMA_TEST_GID_INDEX=1 ./deps/cluster_faults --test-threads=1 ${SOFTROCE_CLUSTER_FILTER:-} || rc=1
-  echo "softroce-vm: cluster fault tests \$(( \$(date +%s) - s )) s"
+  echo "softroce-vm: cluster fault tests \$(( \$(date +%s) - s )) s"; s=\$(date +%s)
+fi
+if [ -n "$soak" ]; then
+  # A short kill -9 soak over rxe0: writers on every host, a node SIGKILLed every ~2.5 s,
+  # then every key read back with all nodes up and with two stopped, each read checked
+  # against the writes acknowledged. Cut for TCG: 10 s of load, 300 keys per writer.
+  ./prescient-dpu soak --seconds 10 --keys 300 --settle 60 --fabric verbs --device rxe0 --gid-index 1 || rc=1
+  echo "softroce-vm: soak \$(( \$(date +%s) - s )) s"
 fi
 exit \$rc
 RUN
