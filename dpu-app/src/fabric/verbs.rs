@@ -19,7 +19,7 @@ use prescient_bindings::sideway::ibverbs::device_context::{DeviceContext, Mtu, P
 use prescient_bindings::sideway::ibverbs::protection_domain::ProtectionDomain;
 use prescient_bindings::sideway::ibverbs::queue_pair::{
     GenericQueuePair, PostSendGuard, QueuePair as _, QueuePairAttribute, QueuePairState, SendOperationFlags,
-    SetScatterGatherEntry, WorkRequestFlags,
+    SetInlineData, SetScatterGatherEntry, WorkRequestFlags,
 };
 use prescient_bindings::sideway::ibverbs::AccessFlags;
 
@@ -30,6 +30,11 @@ use super::{
 use crate::limits::{CQ_DEPTH_MAX, QPS_PER_CQ_MAX, WAIT_SPINS};
 
 const TOKEN_MASK: u64 = (1 << 48) - 1;
+/// Bytes of a WRITE or SEND carried inline in the work request (the NIC copies them at
+/// post time, so it needs no DMA read of the buffer): a log entry's header with its
+/// fragment header, an outcome notice, a small fragment. A device that refuses inline
+/// data gets queue pairs without it.
+pub const INLINE_BYTES: u32 = 256;
 const RECV_TAG: u64 = 1;
 
 fn verbs_err(call: &'static str) -> impl Fn(String) -> FabricError {
@@ -336,6 +341,8 @@ pub struct VerbsQp {
     gid_index: u8,
     lid: u16,
     port: u8,
+    /// Largest WRITE or SEND posted inline (0: none).
+    inline_max: u32,
     psn: u32,
 }
 
@@ -391,7 +398,7 @@ impl Fabric for VerbsNode {
             .setup_max_recv_wr(options.recv_depth as u32)
             .setup_max_send_sge(1)
             .setup_max_recv_sge(1)
-            .setup_max_inline_data(0)
+            .setup_max_inline_data(INLINE_BYTES)
             .setup_send_cq(send_cq.inner.cq.clone())
             .setup_recv_cq(recv_cq.inner.cq.clone())
             .setup_send_ops_flags(
@@ -402,7 +409,15 @@ impl Fabric for VerbsNode {
                     | SendOperationFlags::AtomicCompareAndSwap
                     | SendOperationFlags::AtomicFetchAndAdd,
             );
-        let qp: GenericQueuePair = b.build_ex().map_err(|e| verbs_err("ibv_create_qp_ex")(e.to_string()))?.into();
+        let (qp, inline_max) = match b.build_ex() {
+            Ok(qp) => (qp, INLINE_BYTES),
+            Err(e) => {
+                tracing::debug!(device = %self.name, error = %e, "no queue pair with inline data; trying without");
+                b.setup_max_inline_data(0);
+                (b.build_ex().map_err(|e| verbs_err("ibv_create_qp_ex")(e.to_string()))?, 0)
+            }
+        };
+        let qp: GenericQueuePair = qp.into();
         let qpn = qp.qp_number();
         let tables = Arc::new(Tables {
             qpn,
@@ -424,6 +439,7 @@ impl Fabric for VerbsNode {
             gid_index: self.gid_index,
             lid: self.lid,
             port: self.port,
+            inline_max,
             psn: qpn.wrapping_mul(0x9E37_79B9) & 0x00FF_FFFF,
         }))
     }
@@ -523,6 +539,15 @@ impl RawQp for VerbsQp {
             });
         }
         let (lkey, addr) = (request.buf.region().lkey(), request.buf.addr());
+        // A small WRITE or SEND goes inline: its bytes copied into the request here.
+        let mut inline = [0u8; INLINE_BYTES as usize];
+        let inline_len = match request.op {
+            Op::Write { .. } | Op::Send if len > 0 && len <= self.inline_max as usize => {
+                request.buf.read(&mut inline[..len]).map(|()| len).unwrap_or(0)
+            }
+            _ => 0,
+        };
+        let inline = &inline[..inline_len];
         let mut qp = self.qp.lock().expect("qp lock");
         let WorkRequest { wr_id, op, buf } = request;
         let token = match self.tables.send.lock().expect("in-flight lock").insert(InFlightEntry {
@@ -540,12 +565,28 @@ impl RawQp for VerbsQp {
             }
         };
         let mut guard = qp.start_post_send();
-        let wr = guard.construct_wr((self.send_tag << 48) | token, WorkRequestFlags::Signaled);
+        // rxe takes an inline request's bytes only with IBV_SEND_INLINE in its flags
+        // (without it, a local QP operation error); every provider accepts the flag.
+        let flags = if inline.is_empty() {
+            WorkRequestFlags::Signaled
+        } else {
+            WorkRequestFlags::Signaled | WorkRequestFlags::Inline
+        };
+        let wr = guard.construct_wr((self.send_tag << 48) | token, flags);
         // SAFETY: the buffer lies inside a region registered on this PD (lkey), and the
         // in-flight table owns it (and through it the region and mapping) until the
         // completion for this token is polled, so the NIC never sees freed memory.
+        // (An inline request's bytes are copied by setup_inline_data; the table still
+        // holds its buffer until the completion, as for every other request.)
         unsafe {
             match op {
+                Op::Write { remote, imm: None } if !inline.is_empty() => {
+                    wr.setup_write(remote.rkey, remote.addr).setup_inline_data(inline)
+                }
+                Op::Write { remote, imm: Some(imm) } if !inline.is_empty() => {
+                    wr.setup_write_imm(remote.rkey, remote.addr, imm).setup_inline_data(inline)
+                }
+                Op::Send if !inline.is_empty() => wr.setup_send().setup_inline_data(inline),
                 Op::Write { remote, imm: None } => {
                     wr.setup_write(remote.rkey, remote.addr).setup_sge(lkey, addr, len as u32)
                 }
