@@ -615,7 +615,7 @@ impl RawQp for VerbsQp {
 
     fn post_recv(&self, wr_id: u64, buf: LocalBuf) -> Result<(), PostError<LocalBuf>> {
         let (lkey, addr, len) = (buf.region().lkey(), buf.addr(), buf.len() as u32);
-        let mut qp = self.qp.lock().expect("qp lock");
+        let qp = self.qp.lock().expect("qp lock");
         let token = match self.tables.recv.lock().expect("in-flight lock").insert(InFlightEntry {
             wr_id,
             opcode: WcOpcode::Recv,
@@ -630,11 +630,13 @@ impl RawQp for VerbsQp {
                 });
             }
         };
-        let mut guard = qp.start_post_recv();
-        let wr = guard.construct_wr((self.recv_tag << 48) | token);
-        // SAFETY: as for sends: registered buffer, owned by the in-flight table until polled.
-        unsafe { wr.setup_sge(lkey, addr, len) };
-        if let Err(e) = guard.post() {
+        // SAFETY: as for sends: the buffer lies in a region registered with LOCAL_WRITE
+        // on this PD (lkey; emu and verbs refuse a receive buffer without it), and the
+        // in-flight table owns it (and through it the region and mapping) until the
+        // completion for this token is polled or a reset drains the table.
+        let posted =
+            unsafe { prescient_bindings::verbs::post_recv(&qp, (self.recv_tag << 48) | token, lkey, addr, len) };
+        if let Err(e) = posted {
             let entry = self.tables.recv.lock().expect("in-flight lock").remove(token).expect("just inserted");
             return Err(PostError { error: verbs_err("ibv_post_recv")(e.to_string()), request: entry.buf });
         }
