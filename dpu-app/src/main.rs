@@ -185,6 +185,16 @@ enum Command {
         /// Seconds the final reads with m nodes down may wait for repair to settle.
         #[arg(long, default_value_t = 60.0)]
         settle: f64,
+        /// The nodes' fabric: emu (the emulated NIC over TCP) or verbs (the RDMA device
+        /// `--device`; this binary must be built with `--features verbs`).
+        #[arg(long, default_value = "emu", value_parser = ["emu", "verbs"])]
+        fabric: String,
+        /// With `--fabric verbs`: the RDMA device every node opens (as ibv_devices names it).
+        #[arg(long)]
+        device: Option<String>,
+        /// With `--fabric verbs`: the GID index (default: a RoCEv2 GID with an IPv4 address).
+        #[arg(long)]
+        gid_index: Option<u8>,
     },
     /// Fills one node's fragment store toward `--keys` keys (each key's fragment of a
     /// real stripe, inserted then committed, as a holder does) and reports the write
@@ -409,7 +419,19 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 keep,
             })?)
         }
-        Command::Soak { seconds, kill_every, down_for, keys, depth, seed, settle } => {
+        Command::Soak { seconds, kill_every, down_for, keys, depth, seed, settle, fabric, device, gid_index } => {
+            let verbs = match (fabric.as_str(), device) {
+                ("verbs", Some(name)) => Some(prescient_dpu::cluster::config::VerbsDevice { name, port: 1, gid_index }),
+                ("verbs", None) => {
+                    return Err(
+                        "soak --fabric verbs needs --device NAME, the RDMA device the nodes open (see ibv_devices)"
+                            .into(),
+                    )
+                }
+                _ if gid_index.is_some() => return Err("soak --gid-index is for --fabric verbs".into()),
+                (_, Some(_)) => return Err("soak --device is for --fabric verbs".into()),
+                _ => None,
+            };
             let secs = |option: &'static str, v: f64| {
                 if v.is_finite() && v > 0.0 && v <= 3600.0 {
                     Ok(std::time::Duration::from_secs_f64(v))
@@ -428,6 +450,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 seed,
                 dpu_binary: self_binary()?,
                 settle: secs("--settle", settle)?,
+                verbs,
             };
             let report = prescient_dpu::soak::run(&opts)?;
             print!("{}", report.render(&opts));

@@ -38,3 +38,23 @@ fn opening_reports_a_missing_device_clearly() {
         }
     }
 }
+
+/// What a node's cluster file may get wrong about its device is named at start with
+/// what there is: the devices found, the ports, the GID indexes with a GID.
+#[test]
+fn a_wrong_device_port_or_gid_index_is_named_with_what_there_is() {
+    let absent = VerbsNode::open_port(Some("prescient-absent0"), 1, None).unwrap_err().to_string();
+    assert!(absent.contains("ibv_get_device_list"), "{absent}");
+    let Some(name) = device() else {
+        return;
+    };
+    assert!(absent.contains("prescient-absent0") && absent.contains(&format!("found: {name}")), "{absent}");
+    let port = VerbsNode::open_port(Some(&name), 9, None).unwrap_err().to_string();
+    assert!(port.contains(&format!("{name} has no port 9")) && port.contains("ports are 1 to"), "{port}");
+    let gid = VerbsNode::open_port(Some(&name), 1, Some(250)).unwrap_err().to_string();
+    assert!(gid.contains("no GID at index 250") && gid.contains("entries with a GID: "), "{gid}");
+    // The GID chosen without an index is the one asked for by its index.
+    let chosen = VerbsNode::open_port(Some(&name), 1, None).unwrap().gid_index();
+    let node = VerbsNode::open_port(Some(&name), 1, Some(chosen)).unwrap();
+    assert_eq!((node.device_name(), node.gid_index()), (name.as_str(), chosen));
+}

@@ -239,6 +239,60 @@ pub fn cluster_region_config() -> prescient_shim::RegionConfig {
     }
 }
 
+/// The fabric the cluster tests run their nodes on: `PRESCIENT_TEST_FABRIC=emu` (the
+/// default: the emulated NIC over loopback TCP) or `verbs` (every node on the RDMA
+/// device `RDMA_TEST_DEVICE`, default `rxe0`, with GID index `RDMA_TEST_GID_INDEX` if
+/// set; `prescient-dpu` must then be a build with `--features verbs`, as
+/// `ci/softroce.sh` runs them inside its Soft-RoCE VM).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TestFabric {
+    /// The emulated NIC over loopback TCP.
+    Emu,
+    /// An RDMA device: its name and GID index.
+    Verbs {
+        /// The device, as `ibv_devices` lists it.
+        device: String,
+        /// Its GID table entry (`None`: prescient-dpu picks a RoCEv2 IPv4 one).
+        gid_index: Option<u8>,
+    },
+}
+
+impl TestFabric {
+    /// What the environment asks for.
+    ///
+    /// # Panics
+    /// On a value these variables cannot have, saying which.
+    pub fn from_env() -> Self {
+        match std::env::var("PRESCIENT_TEST_FABRIC").as_deref() {
+            Err(_) | Ok("emu") | Ok("") => TestFabric::Emu,
+            Ok("verbs") => TestFabric::Verbs {
+                device: std::env::var("RDMA_TEST_DEVICE").unwrap_or_else(|_| "rxe0".to_owned()),
+                gid_index: std::env::var("RDMA_TEST_GID_INDEX").ok().map(|g| {
+                    g.parse().unwrap_or_else(|_| panic!("RDMA_TEST_GID_INDEX={g:?} is not a GID index (0-255)"))
+                }),
+            },
+            Ok(other) => panic!("PRESCIENT_TEST_FABRIC={other:?}: set it to \"emu\" or \"verbs\", or leave it unset"),
+        }
+    }
+
+    /// The `[cluster]` line choosing this fabric.
+    fn cluster_line(&self) -> &'static str {
+        match self {
+            TestFabric::Emu => "fabric = \"emu\"\n",
+            TestFabric::Verbs { .. } => "fabric = \"verbs\"\n",
+        }
+    }
+
+    /// A `[[node]]`'s fabric lines: its listener on `port` (emu) or its device (verbs).
+    fn node_lines(&self, port: u16) -> String {
+        match self {
+            TestFabric::Emu => format!("fabric = \"127.0.0.1:{port}\"\n"),
+            TestFabric::Verbs { device, gid_index: None } => format!("device = \"{device}\"\n"),
+            TestFabric::Verbs { device, gid_index: Some(g) } => format!("device = \"{device}\"\ngid_index = {g}\n"),
+        }
+    }
+}
+
 fn free_ports(count: usize) -> Vec<u16> {
     let listeners: Vec<_> =
         (0..count).map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port")).collect();
@@ -267,10 +321,12 @@ impl ClusterProcs {
              log_slots = 128\noutcome_entries = 8192\nheartbeat_us = 1000\nlease_us = 20000\n\
              dead_after_us = 500000\nwrite_timeout_us = 3000000\ntransport_timeout_us = 50000\n"
         );
+        let fabric = TestFabric::from_env();
+        toml.push_str(fabric.cluster_line());
         for i in 0..nodes {
             toml.push_str(&format!(
-                "\n[[node]]\nid = {i}\nfabric = \"127.0.0.1:{}\"\ncontrol = \"127.0.0.1:{}\"\ndata_dir = \"node{i}\"\n",
-                ports[2 * i],
+                "\n[[node]]\nid = {i}\n{}control = \"127.0.0.1:{}\"\ndata_dir = \"node{i}\"\n",
+                fabric.node_lines(ports[2 * i]),
                 ports[2 * i + 1]
             ));
         }

@@ -27,6 +27,11 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+mod fabric;
+pub use fabric::{
+    FabricKind, NodeFabric, VerbsDevice, DEFAULT_DEVICE_PORT, DEFAULT_RETRY_COUNT, DEFAULT_RNR_RETRY_COUNT,
+};
+
 use crate::limits::{
     FRAGMENTS_MAX, HEARTBEAT_US_MIN, LEASE_HEARTBEATS_MIN, LOG_SLOTS_MAX, LOG_SLOTS_MIN, NAME_BYTES_MAX, NODES_MAX,
     NODES_MIN, OUTCOME_ENTRIES_MAX, OUTCOME_ENTRIES_MIN, STORE_BYTES_LIMIT, STORE_BYTES_MIN, TIMING_US_MAX,
@@ -160,8 +165,9 @@ impl Durability {
 pub struct NodeConfig {
     /// The node id: its writer id in slot words and its node in stamps (0..n-1).
     pub id: u8,
-    /// Listener of the emulated fabric (emu over TCP).
-    pub fabric: SocketAddr,
+    /// How it reaches the fabric: its emulated NIC's listener (emu over TCP) or its
+    /// RDMA device (verbs); the kind is the cluster's [`ClusterConfig::fabric`].
+    pub fabric: NodeFabric,
     /// Rendezvous listener (queue pair and region exchange).
     pub control: SocketAddr,
     /// Folder of the fragment logs, the store, the outcome table and the epoch files.
@@ -229,6 +235,12 @@ pub struct ClusterConfig {
     pub transport_timeout_us: u64,
     /// Permits `invalidation = "none"`.
     pub allow_unsafe_no_invalidation: bool,
+    /// The fabric every node runs on (`emu`, the default, or `verbs`).
+    pub fabric: FabricKind,
+    /// Transport retries of a queue pair before a request fails and its link is lost.
+    pub retry_count: u8,
+    /// Receiver-not-ready retries of a queue pair (at most 6: 7 is "forever" on hardware).
+    pub rnr_retry_count: u8,
     /// The nodes (in id order once loaded).
     pub nodes: Vec<NodeConfig>,
 }
@@ -264,13 +276,19 @@ struct RawCluster {
     write_timeout_us: Option<i64>,
     transport_timeout_us: Option<i64>,
     allow_unsafe_no_invalidation: Option<bool>,
+    fabric: Option<String>,
+    retry_count: Option<i64>,
+    rnr_retry_count: Option<i64>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawNode {
     id: i64,
-    fabric: String,
+    fabric: Option<String>,
+    device: Option<String>,
+    device_port: Option<i64>,
+    gid_index: Option<i64>,
     control: String,
     data_dir: String,
 }
@@ -336,6 +354,14 @@ impl ClusterConfig {
                 ));
             }
         };
+        let kind = fabric::parse_kind(c.fabric.as_deref())
+            .map_err(|(value, allowed)| invalid(o, "cluster.fabric", value, allowed))?;
+        let retry = |field: &str, v: Option<i64>, default: u8, (max, what): (u8, &str)| {
+            fabric::retry(v, default, max, what).map_err(|(value, allowed)| invalid(o, field, value, allowed))
+        };
+        let retry_count = retry("cluster.retry_count", c.retry_count, DEFAULT_RETRY_COUNT, fabric::RETRY_COUNT_RULE)?;
+        let rnr_retry_count =
+            retry("cluster.rnr_retry_count", c.rnr_retry_count, DEFAULT_RNR_RETRY_COUNT, fabric::RNR_RETRY_COUNT_RULE)?;
         let mut nodes = Vec::with_capacity(raw.node.len());
         for (position, n) in raw.node.iter().enumerate() {
             let field = |name: &str| format!("[[node]] #{} {name}", position + 1);
@@ -357,9 +383,19 @@ impl ClusterConfig {
                     )
                 })
             };
+            let node_fabric = fabric::node_fabric(
+                kind,
+                &fabric::RawNodeFabric {
+                    fabric: n.fabric.as_deref(),
+                    device: n.device.as_deref(),
+                    device_port: n.device_port,
+                    gid_index: n.gid_index,
+                },
+            )
+            .map_err(|(name, value, allowed)| invalid(o, format!("[[node]] id = {id}: {name}"), value, allowed))?;
             nodes.push(NodeConfig {
                 id,
-                fabric: address("fabric", &n.fabric)?,
+                fabric: node_fabric,
                 control: address("control", &n.control)?,
                 data_dir: resolve(base_dir, &n.data_dir),
             });
@@ -385,6 +421,9 @@ impl ClusterConfig {
             write_timeout_us: micros("cluster.write_timeout_us", c.write_timeout_us, DEFAULT_WRITE_TIMEOUT_US)?,
             transport_timeout_us: micros("cluster.transport_timeout_us", c.transport_timeout_us, 0)?,
             allow_unsafe_no_invalidation: c.allow_unsafe_no_invalidation.unwrap_or(false),
+            fabric: kind,
+            retry_count,
+            rnr_retry_count,
             nodes,
         })
     }
@@ -418,10 +457,13 @@ impl ClusterConfig {
             write_timeout_us: DEFAULT_WRITE_TIMEOUT_US,
             transport_timeout_us: 0,
             allow_unsafe_no_invalidation: false,
+            fabric: FabricKind::Emu,
+            retry_count: DEFAULT_RETRY_COUNT,
+            rnr_retry_count: DEFAULT_RNR_RETRY_COUNT,
             nodes: (0..nodes)
                 .map(|i| NodeConfig {
                     id: u8::try_from(i).unwrap_or(u8::MAX),
-                    fabric: SocketAddr::from(([127, 0, 0, 1], port(7100, i))),
+                    fabric: NodeFabric::Emu(SocketAddr::from(([127, 0, 0, 1], port(7100, i)))),
                     control: SocketAddr::from(([127, 0, 0, 1], port(7200, i))),
                     data_dir: base_dir.join(format!("node{i}")),
                 })
@@ -554,14 +596,30 @@ impl ClusterConfig {
                 ));
             }
         }
+        for node in &self.nodes {
+            if node.fabric.kind() != self.fabric {
+                return Err(self.invalid(
+                    format!("[[node]] id = {}: fabric", node.id),
+                    format!("{}", node.fabric),
+                    format!(
+                        "is not on cluster.fabric = {:?}: every node of a cluster runs on the same fabric",
+                        self.fabric.name()
+                    ),
+                ));
+            }
+        }
+        if self.retry_count > crate::limits::RETRY_COUNT_MAX {
+            return Err(self.invalid("cluster.retry_count", self.retry_count, fabric::RETRY_COUNT_RULE.1));
+        }
+        if self.rnr_retry_count > crate::limits::RNR_RETRY_COUNT_MAX {
+            return Err(self.invalid("cluster.rnr_retry_count", self.rnr_retry_count, fabric::RNR_RETRY_COUNT_RULE.1));
+        }
         let addresses: Vec<(String, SocketAddr)> = self
             .nodes
             .iter()
             .flat_map(|node| {
-                [
-                    (format!("[[node]] id = {}: fabric", node.id), node.fabric),
-                    (format!("[[node]] id = {}: control", node.id), node.control),
-                ]
+                let listener = node.fabric.emu_listener().map(|a| (format!("[[node]] id = {}: fabric", node.id), a));
+                listener.into_iter().chain([(format!("[[node]] id = {}: control", node.id), node.control)])
             })
             .collect();
         for (i, (field, address)) in addresses.iter().enumerate() {
@@ -759,12 +817,14 @@ impl ClusterConfig {
     /// of SHA-256 over a canonical encoding of the name, k, m, quorum, every node's id
     /// and addresses (in id order), value_bytes_max, store_bytes, log_slots,
     /// invalidation and the four timings. Folders, the model and per-node choices
-    /// (predictive, durability, outcome_entries) are left out: they may differ between
-    /// nodes of one cluster.
+    /// (predictive, durability, outcome_entries, a verbs node's device, port and GID
+    /// index, the retry counts) are left out: they may differ between nodes of one
+    /// cluster.
     ///
     /// The encoding: `b"prescient-cluster-v2"`, then the name as u32 LE length and
-    /// bytes, k, m, quorum and the node count as u32 LE, per node its id (u8) and
-    /// fabric and control addresses (family byte 4 or 6, the address octets, the port
+    /// bytes, k, m, quorum and the node count as u32 LE, per node its id (u8), its
+    /// fabric (on emu its listener's address, on verbs the byte 0x52) and its control
+    /// address (an address is its family byte 4 or 6, the octets, the port
     /// as u16 LE, for IPv6 the scope id as u32 LE), then value_bytes_max, store_bytes,
     /// log_slots as u64 LE, the invalidation code (u8: 1 speculative, 2 after-commit,
     /// 3 none), and heartbeat_us, lease_us, dead_after_us, write_timeout_us as u64 LE.
@@ -781,7 +841,14 @@ impl ClusterConfig {
         order.sort_by_key(|n| n.id);
         for node in order {
             ctx.update(&[node.id]);
-            for address in [node.fabric, node.control] {
+            let fabric = match &node.fabric {
+                NodeFabric::Emu(a) => Some(*a),
+                NodeFabric::Verbs(_) => {
+                    ctx.update(&[HASH_VERBS_NODE]);
+                    None
+                }
+            };
+            for address in fabric.into_iter().chain([node.control]) {
                 match address {
                     SocketAddr::V4(a) => {
                         ctx.update(&[4]);
@@ -805,6 +872,11 @@ impl ClusterConfig {
         u64::from_le_bytes(first)
     }
 }
+
+/// Stands for a verbs node's fabric in the cluster hash, where an emu node has its
+/// listener's address (whose family byte is 4 or 6): an emu and a verbs cluster that
+/// agree on everything else still refuse each other.
+const HASH_VERBS_NODE: u8 = 0x52;
 
 fn hash_v6(ctx: &mut aws_lc_rs::digest::Context, a: &SocketAddrV6) {
     ctx.update(&[6]);
@@ -903,7 +975,7 @@ mod tests {
         assert_eq!(c.nodes.len(), 5);
         for (i, node) in c.nodes.iter().enumerate() {
             assert_eq!(usize::from(node.id), i);
-            assert_eq!(node.fabric, format!("127.0.0.1:{}", 7100 + i).parse().unwrap());
+            assert_eq!(node.fabric, NodeFabric::Emu(format!("127.0.0.1:{}", 7100 + i).parse().unwrap()));
             assert_eq!(node.control, format!("127.0.0.1:{}", 7200 + i).parse().unwrap());
             assert_eq!(node.data_dir, fx.conf.join(format!("data/node{i}")));
         }
@@ -1141,7 +1213,7 @@ mod tests {
     fn an_unknown_node_lists_the_ids_there_are() {
         let fx = Fixture::new("node");
         let c = fx.parse(EXAMPLE).unwrap();
-        assert_eq!(c.node(3).unwrap().fabric, "127.0.0.1:7103".parse().unwrap());
+        assert_eq!(c.node(3).unwrap().fabric, NodeFabric::Emu("127.0.0.1:7103".parse().unwrap()));
         let err = c.node(5).unwrap_err().to_string();
         assert_names(&err, &["--node 5", "\"demo\"", "0, 1, 2, 3, 4"]);
         assert!(c.node(u32::MAX).is_err());
@@ -1192,7 +1264,7 @@ mod tests {
             f(&mut c);
             c.cluster_hash()
         };
-        let same: [&dyn Fn(&mut ClusterConfig); 7] = [
+        let same: [&dyn Fn(&mut ClusterConfig); 9] = [
             &|c| c.origin = "elsewhere".into(),
             &|c| c.key_dir = "/other/keys".into(),
             &|c| c.model = None,
@@ -1200,6 +1272,8 @@ mod tests {
             &|c| c.predictive = false,
             &|c| c.durability = Durability::Sync,
             &|c| c.outcome_entries = 1024,
+            &|c| c.retry_count = 7,
+            &|c| c.rnr_retry_count = 0,
         ];
         for change in same {
             assert_eq!(hash(change), base.cluster_hash());
@@ -1209,7 +1283,7 @@ mod tests {
             &|c| c.k = 2,
             &|c| c.m = 3,
             &|c| c.quorum = 5,
-            &|c| c.nodes[4].fabric = "127.0.0.1:7999".parse().unwrap(),
+            &|c| c.nodes[4].fabric = NodeFabric::Emu("127.0.0.1:7999".parse().unwrap()),
             &|c| c.nodes[0].control = "[::1]:7200".parse().unwrap(),
             &|c| c.nodes.truncate(4),
             &|c| c.value_bytes_max = 4096,
@@ -1230,11 +1304,104 @@ mod tests {
         // Swapping two nodes' addresses is a different cluster.
         assert_ne!(
             hash(&|c| {
-                let fabric = c.nodes[0].fabric;
-                c.nodes[0].fabric = c.nodes[1].fabric;
+                let fabric = c.nodes[0].fabric.clone();
+                c.nodes[0].fabric = c.nodes[1].fabric.clone();
                 c.nodes[1].fabric = fabric;
             }),
             base.cluster_hash()
         );
+    }
+
+    /// The example turned into a verbs cluster: each node's listener replaced by `device`.
+    fn verbs_example(device: impl Fn(usize) -> String) -> String {
+        let mut text = EXAMPLE.replacen("fabric = \"emu\"", "fabric = \"verbs\"", 1);
+        for i in 0..5 {
+            let line = format!("fabric = \"127.0.0.1:{}\"", 7100 + i);
+            let start = text.find(&line).unwrap();
+            let end = start + text[start..].find('\n').unwrap();
+            text.replace_range(start..end, &device(i));
+        }
+        text
+    }
+
+    #[test]
+    fn a_verbs_cluster_names_each_nodes_device() {
+        let fx = Fixture::new("verbs");
+        let c = fx.parse(&verbs_example(|i| format!("device = \"mlx5_{i}\"\ndevice_port = 1\ngid_index = 3"))).unwrap();
+        assert_eq!(c.fabric, FabricKind::Verbs);
+        for (i, node) in c.nodes.iter().enumerate() {
+            let device = VerbsDevice { name: format!("mlx5_{i}"), port: 1, gid_index: Some(3) };
+            assert_eq!(node.fabric, NodeFabric::Verbs(device));
+        }
+        // Port and GID index may be left out: port 1, a RoCEv2 IPv4 GID chosen at start.
+        let c = fx.parse(&verbs_example(|_| "device = \"rxe0\"".to_owned())).unwrap();
+        let device = VerbsDevice { name: "rxe0".to_owned(), port: DEFAULT_DEVICE_PORT, gid_index: None };
+        assert_eq!(c.nodes[2].fabric, NodeFabric::Verbs(device));
+        // The default is emu, and the example says nothing else.
+        assert_eq!(fx.parse(EXAMPLE).unwrap().fabric, FabricKind::Emu);
+        // Everything else equal, an emu and a verbs cluster refuse each other; the
+        // device names are each node's own.
+        let other = fx.parse(&verbs_example(|_| "device = \"rxe1\"".to_owned())).unwrap();
+        assert_eq!(c.cluster_hash(), other.cluster_hash());
+        assert_ne!(c.cluster_hash(), fx.parse(EXAMPLE).unwrap().cluster_hash());
+    }
+
+    #[test]
+    fn the_fabric_fields_are_checked_against_the_kind() {
+        let fx = Fixture::new("verbs-errors");
+        let err = fx.error_with("fabric = \"emu\"", "fabric = \"ib\"");
+        assert_names(&err, &["cluster.fabric = \"ib\"", "\"emu\"", "\"verbs\""]);
+        // An emu node with a device, or without a listener.
+        let err = fx.error_with("data_dir = \"data/node1\"", "data_dir = \"data/node1\"\ndevice = \"rxe0\"");
+        assert_names(&err, &["[[node]] id = 1: device", "fabric = \"verbs\""]);
+        let err = fx.error_with("fabric = \"127.0.0.1:7102\"", "");
+        assert_names(&err, &["[[node]] id = 2: fabric = (missing)", "listener"]);
+        // A verbs node without a device, or with a listener.
+        let text = verbs_example(|i| if i == 3 { String::new() } else { "device = \"rxe0\"".to_owned() });
+        assert_names(
+            &fx.parse(&text).unwrap_err().to_string(),
+            &["[[node]] id = 3: device = (missing)", "ibv_devices"],
+        );
+        let text = verbs_example(|i| {
+            if i == 4 {
+                "device = \"rxe0\"\nfabric = \"127.0.0.1:7104\"".to_owned()
+            } else {
+                "device = \"rxe0\"".to_owned()
+            }
+        });
+        assert_names(
+            &fx.parse(&text).unwrap_err().to_string(),
+            &["[[node]] id = 4: fabric = \"127.0.0.1:7104\"", "remove it"],
+        );
+        let text = verbs_example(|i| format!("device = \"rxe0\"\ndevice_port = {}", if i == 0 { 0 } else { 1 }));
+        assert_names(&fx.parse(&text).unwrap_err().to_string(), &["[[node]] id = 0: device_port = 0", "from 1"]);
+        let text = verbs_example(|i| format!("device = \"rxe0\"\ngid_index = {}", if i == 1 { 300 } else { 1 }));
+        assert_names(&fx.parse(&text).unwrap_err().to_string(), &["[[node]] id = 1: gid_index = 300", "GID table"]);
+        let text = verbs_example(|i| if i == 2 { "device = \"\"".to_owned() } else { "device = \"rxe0\"".to_owned() });
+        assert_names(&fx.parse(&text).unwrap_err().to_string(), &["[[node]] id = 2: device = \"\""]);
+        // A configuration built in code whose nodes are not on the cluster's fabric.
+        let mut c = fx.parse(EXAMPLE).unwrap();
+        c.fabric = FabricKind::Verbs;
+        assert_names(&c.validate().unwrap_err().to_string(), &["[[node]] id = 0: fabric", "same fabric"]);
+    }
+
+    #[test]
+    fn retry_counts_default_and_are_bounded() {
+        let fx = Fixture::new("retries");
+        let c = fx.parse(EXAMPLE).unwrap();
+        assert_eq!((c.retry_count, c.rnr_retry_count), (DEFAULT_RETRY_COUNT, DEFAULT_RNR_RETRY_COUNT));
+        let text = EXAMPLE.replacen("retry_count = 2 ", "retry_count = 7 ", 1).replacen(
+            "rnr_retry_count = 3",
+            "rnr_retry_count = 6",
+            1,
+        );
+        let c = fx.parse(&text).unwrap();
+        assert_eq!((c.retry_count, c.rnr_retry_count), (7, 6));
+        let err = fx.error_with("retry_count = 2 ", "retry_count = 8 ");
+        assert_names(&err, &["cluster.retry_count = 8", "0 to 7"]);
+        let err = fx.error_with("rnr_retry_count = 3", "rnr_retry_count = 7");
+        assert_names(&err, &["cluster.rnr_retry_count = 7", "0 to 6", "forever"]);
+        let err = fx.error_with("rnr_retry_count = 3", "rnr_retry_count = -1");
+        assert_names(&err, &["cluster.rnr_retry_count = -1"]);
     }
 }

@@ -15,11 +15,11 @@ use std::time::{Duration, Instant};
 use prescient_bindings::sideway::ibverbs::address::{AddressHandleAttribute, Gid, GidType};
 use prescient_bindings::sideway::ibverbs::completion::{GenericCompletionQueue, PollCompletionQueueError};
 use prescient_bindings::sideway::ibverbs::device::{DeviceInfo, DeviceList};
-use prescient_bindings::sideway::ibverbs::device_context::{DeviceContext, Mtu};
+use prescient_bindings::sideway::ibverbs::device_context::{DeviceContext, Mtu, PortState};
 use prescient_bindings::sideway::ibverbs::protection_domain::ProtectionDomain;
 use prescient_bindings::sideway::ibverbs::queue_pair::{
     GenericQueuePair, PostSendGuard, QueuePair as _, QueuePairAttribute, QueuePairState, SendOperationFlags,
-    SetScatterGatherEntry, WorkRequestFlags,
+    SetInlineData, SetScatterGatherEntry, WorkRequestFlags,
 };
 use prescient_bindings::sideway::ibverbs::AccessFlags;
 
@@ -29,8 +29,12 @@ use super::{
 };
 use crate::limits::{CQ_DEPTH_MAX, QPS_PER_CQ_MAX, WAIT_SPINS};
 
-const PORT: u8 = 1;
 const TOKEN_MASK: u64 = (1 << 48) - 1;
+/// Bytes of a WRITE or SEND carried inline in the work request (the NIC copies them at
+/// post time, so it needs no DMA read of the buffer): a log entry's header with its
+/// fragment header, an outcome notice, a small fragment. A device that refuses inline
+/// data gets queue pairs without it.
+pub const INLINE_BYTES: u32 = 256;
 const RECV_TAG: u64 = 1;
 
 fn verbs_err(call: &'static str) -> impl Fn(String) -> FabricError {
@@ -44,6 +48,7 @@ pub struct VerbsNode {
     gid: Gid,
     gid_index: u8,
     lid: u16,
+    port: u8,
     name: String,
 }
 
@@ -57,6 +62,15 @@ impl VerbsNode {
     /// Opens device `name` (or the first device) on port 1, choosing a RoCEv2 GID with an
     /// IPv4 address where there is one.
     pub fn open(name: Option<&str>) -> Result<Self> {
+        Self::open_port(name, 1, None)
+    }
+
+    /// Opens device `name` (or the first device) on `port` with GID table entry
+    /// `gid_index` (`None`: the first RoCEv2 GID with an IPv4 address, else the first
+    /// non-zero one). Every refusal names the device and says what to do: a device not
+    /// found lists those `ibv_get_device_list` found, a port or GID index not there says
+    /// which there are.
+    pub fn open_port(name: Option<&str>, port: u8, gid_index: Option<u8>) -> Result<Self> {
         let list = DeviceList::new().map_err(|e| {
             let os = std::error::Error::source(&e).map(|s| s.to_string()).unwrap_or_default();
             FabricError::Device(format!(
@@ -66,25 +80,76 @@ impl VerbsNode {
             ))
         })?;
         let device = list.iter().find(|d| name.is_none_or(|n| d.name() == n)).ok_or_else(|| {
+            let found: Vec<String> = list.iter().map(|d| d.name()).collect();
+            let found = if found.is_empty() { "none".to_owned() } else { found.join(", ") };
             FabricError::Device(format!(
-                "no RDMA device {} among {} found; create one (`rdma link add rxe0 type rxe netdev IF`) or use emu",
+                "no RDMA device {} (ibv_get_device_list found: {found}); name one of those, or create one \
+                 (`rdma link add rxe0 type rxe netdev IF` for Soft-RoCE), or use the emu fabric",
                 name.unwrap_or("(any)"),
-                list.len()
             ))
         })?;
         let device_name = device.name();
         let ctx = device.open().map_err(|e| FabricError::Device(format!("opening {device_name} failed: {e}")))?;
+        let ports = ctx.query_device().map_err(|e| verbs_err("ibv_query_device_ex")(e.to_string()))?.phys_port_cnt();
+        if port == 0 || port > ports {
+            return Err(FabricError::Device(format!(
+                "{device_name} has no port {port}: its ports are 1 to {ports} (ibv_devinfo {device_name}); fix the \
+                 node's device_port"
+            )));
+        }
+        let attr = ctx.query_port(port).map_err(|e| verbs_err("ibv_query_port")(e.to_string()))?;
+        if attr.port_state() != PortState::Active {
+            return Err(FabricError::Device(format!(
+                "{device_name} port {port} is {:?}, not active: bring its link up (ibv_devinfo {device_name} shows \
+                 the state; for Soft-RoCE, `ip link set IF up` on its netdev)",
+                attr.port_state()
+            )));
+        }
+        let gids: Vec<_> = ctx
+            .query_gid_table()
+            .map_err(|e| verbs_err("ibv_query_gid_table")(e.to_string()))?
+            .into_iter()
+            .filter(|g| g.port_num() == u32::from(port))
+            .collect();
+        let pick = match gid_index {
+            Some(i) => gids.iter().find(|g| g.gid_index() == u32::from(i) && !g.gid().is_zero()).ok_or_else(|| {
+                let valid: Vec<String> = gids.iter().filter(|g| !g.gid().is_zero()).map(|g| g.gid_index().to_string()).collect();
+                FabricError::Device(format!(
+                    "{device_name} port {port} has no GID at index {i} (entries with a GID: {}); pick one of those \
+                     for the node's gid_index (show_gids lists them), or leave gid_index out to choose a RoCEv2 IPv4 one",
+                    if valid.is_empty() { "none".to_owned() } else { valid.join(", ") }
+                ))
+            })?,
+            None => gids
+                .iter()
+                .find(|g| {
+                    g.gid_type() == GidType::RoceV2 && std::net::Ipv6Addr::from(g.gid()).to_ipv4_mapped().is_some()
+                })
+                .or_else(|| gids.iter().find(|g| !g.gid().is_zero()))
+                .ok_or_else(|| {
+                    FabricError::Device(format!("{device_name} port {port} has no usable GID; give its netdev an address"))
+                })?,
+        };
         let pd = ctx.alloc_pd().map_err(|e| verbs_err("ibv_alloc_pd")(e.to_string()))?;
-        let port = ctx.query_port(PORT).map_err(|e| verbs_err("ibv_query_port")(e.to_string()))?;
-        let gids = ctx.query_gid_table().map_err(|e| verbs_err("ibv_query_gid_table")(e.to_string()))?;
-        let pick = gids
-            .iter()
-            .find(|g| g.gid_type() == GidType::RoceV2 && std::net::Ipv6Addr::from(g.gid()).to_ipv4_mapped().is_some())
-            .or_else(|| gids.iter().find(|g| !g.gid().is_zero()))
-            .ok_or_else(|| {
-                FabricError::Device(format!("{device_name} has no usable GID; give its netdev an address"))
-            })?;
-        Ok(Self { gid: pick.gid(), gid_index: pick.gid_index() as u8, lid: port.lid(), pd, ctx, name: device_name })
+        Ok(Self {
+            gid: pick.gid(),
+            gid_index: pick.gid_index() as u8,
+            lid: attr.lid(),
+            port,
+            pd,
+            ctx,
+            name: device_name,
+        })
+    }
+
+    /// The device's name.
+    pub fn device_name(&self) -> &str {
+        &self.name
+    }
+
+    /// The GID table entry its queue pairs use.
+    pub fn gid_index(&self) -> u8 {
+        self.gid_index
     }
 }
 
@@ -157,6 +222,43 @@ impl VerbsCq {
         Ok(slot as u64)
     }
 
+    /// The completion of the request whose NIC wr_id is `wr_id`, its buffer taken back
+    /// from its queue pair's in-flight table; `None` for a queue pair since destroyed or
+    /// a request its table no longer holds (drained at a reset).
+    fn complete(
+        &self,
+        wr_id: u64,
+        raw_status: u32,
+        raw_opcode: u32,
+        byte_len: u32,
+        imm_data: u32,
+    ) -> Option<Completion> {
+        let tag = wr_id >> 48;
+        let token = wr_id & TOKEN_MASK;
+        let is_recv = tag & 1 == RECV_TAG;
+        let t = self.inner.tables.lock().expect("cq tables lock").get((tag >> 1) as usize).cloned().flatten()?;
+        let entry = if is_recv { t.recv.lock() } else { t.send.lock() }.expect("in-flight lock").remove(token)?;
+        let status = status_of(raw_status);
+        if status != WcStatus::Success {
+            t.failed.store(true, Ordering::Release);
+        }
+        let opcode = match (is_recv, raw_opcode) {
+            (true, 129) => WcOpcode::RecvWithImm,
+            (true, _) => WcOpcode::Recv,
+            (false, _) => entry.opcode,
+        };
+        let ok = status == WcStatus::Success;
+        Some(Completion {
+            wr_id: entry.wr_id,
+            status,
+            opcode,
+            byte_len: if ok { byte_len } else { 0 },
+            imm: (ok && opcode == WcOpcode::RecvWithImm).then_some(imm_data),
+            qp_num: t.qpn,
+            buf: Some(entry.buf),
+        })
+    }
+
     fn detach(&self, slot: u64) {
         if let Some(s) = self.inner.tables.lock().expect("cq tables lock").get_mut(slot as usize) {
             *s = None;
@@ -181,44 +283,28 @@ fn status_of(raw: u32) -> WcStatus {
 
 impl CompletionQueue for VerbsCq {
     fn poll(&self, out: &mut Vec<Completion>, max: usize) -> Result<usize> {
-        let mut poller = match self.inner.cq.start_poll() {
-            Ok(p) => p,
-            Err(PollCompletionQueueError::CompletionQueueEmpty) => return Ok(0),
-            Err(e) => return Err(verbs_err("ibv_start_poll")(e.to_string())),
-        };
+        // One completion per ibv_start_poll / ibv_end_poll, never ibv_next_poll: rxe's
+        // next_poll, on finding the queue empty, already stores the consumer index and
+        // unlocks the CQ, and the end_poll that sideway's poller always runs on drop then
+        // advances past (loses) the next completion to arrive and unlocks again. Every
+        // provider handles start + end without next; a clustered node lost heartbeat
+        // READ completions within milliseconds before this (the conformance suite,
+        // polling one completion at a time, never called next_poll).
         let mut n = 0;
         while n < max {
+            let mut poller = match self.inner.cq.start_poll() {
+                Ok(p) => p,
+                Err(PollCompletionQueueError::CompletionQueueEmpty) => break,
+                Err(e) => return Err(verbs_err("ibv_start_poll")(e.to_string())),
+            };
             let Some(wc) = poller.next() else { break };
-            let tag = wc.wr_id() >> 48;
-            let token = wc.wr_id() & TOKEN_MASK;
-            let is_recv = tag & 1 == RECV_TAG;
-            let tables = self.inner.tables.lock().expect("cq tables lock");
-            let Some(Some(t)) = tables.get((tag >> 1) as usize).cloned() else {
-                continue;
-            };
-            drop(tables);
-            let entry = if is_recv { t.recv.lock() } else { t.send.lock() }.expect("in-flight lock").remove(token);
-            let Some(entry) = entry else { continue };
-            let status = status_of(wc.status());
-            if status != WcStatus::Success {
-                t.failed.store(true, Ordering::Release);
+            let (wr_id, raw_status, raw_opcode, byte_len) = (wc.wr_id(), wc.status(), wc.opcode(), wc.byte_len());
+            let imm_data = if raw_status == 0 && raw_opcode == 129 { wc.imm_data() } else { 0 };
+            drop(poller);
+            if let Some(c) = self.complete(wr_id, raw_status, raw_opcode, byte_len, imm_data) {
+                out.push(c);
+                n += 1;
             }
-            let opcode = match (is_recv, wc.opcode()) {
-                (true, 129) => WcOpcode::RecvWithImm,
-                (true, _) => WcOpcode::Recv,
-                (false, _) => entry.opcode,
-            };
-            let ok = status == WcStatus::Success;
-            out.push(Completion {
-                wr_id: entry.wr_id,
-                status,
-                opcode,
-                byte_len: if ok { wc.byte_len() } else { 0 },
-                imm: (ok && opcode == WcOpcode::RecvWithImm).then(|| wc.imm_data()),
-                qp_num: t.qpn,
-                buf: Some(entry.buf),
-            });
-            n += 1;
         }
         Ok(n)
     }
@@ -254,6 +340,9 @@ pub struct VerbsQp {
     gid: Gid,
     gid_index: u8,
     lid: u16,
+    port: u8,
+    /// Largest WRITE or SEND posted inline (0: none).
+    inline_max: u32,
     psn: u32,
 }
 
@@ -309,7 +398,7 @@ impl Fabric for VerbsNode {
             .setup_max_recv_wr(options.recv_depth as u32)
             .setup_max_send_sge(1)
             .setup_max_recv_sge(1)
-            .setup_max_inline_data(0)
+            .setup_max_inline_data(INLINE_BYTES)
             .setup_send_cq(send_cq.inner.cq.clone())
             .setup_recv_cq(recv_cq.inner.cq.clone())
             .setup_send_ops_flags(
@@ -320,7 +409,15 @@ impl Fabric for VerbsNode {
                     | SendOperationFlags::AtomicCompareAndSwap
                     | SendOperationFlags::AtomicFetchAndAdd,
             );
-        let qp: GenericQueuePair = b.build_ex().map_err(|e| verbs_err("ibv_create_qp_ex")(e.to_string()))?.into();
+        let (qp, inline_max) = match b.build_ex() {
+            Ok(qp) => (qp, INLINE_BYTES),
+            Err(e) => {
+                tracing::debug!(device = %self.name, error = %e, "no queue pair with inline data; trying without");
+                b.setup_max_inline_data(0);
+                (b.build_ex().map_err(|e| verbs_err("ibv_create_qp_ex")(e.to_string()))?, 0)
+            }
+        };
+        let qp: GenericQueuePair = qp.into();
         let qpn = qp.qp_number();
         let tables = Arc::new(Tables {
             qpn,
@@ -341,6 +438,8 @@ impl Fabric for VerbsNode {
             gid: self.gid,
             gid_index: self.gid_index,
             lid: self.lid,
+            port: self.port,
+            inline_max,
             psn: qpn.wrapping_mul(0x9E37_79B9) & 0x00FF_FFFF,
         }))
     }
@@ -382,7 +481,7 @@ impl RawQp for VerbsQp {
 
     fn modify_to_init(&mut self) -> Result<()> {
         let mut attr = QueuePairAttribute::new();
-        attr.setup_state(QueuePairState::Init).setup_pkey_index(0).setup_port(PORT).setup_access_flags(ALL_REMOTE);
+        attr.setup_state(QueuePairState::Init).setup_pkey_index(0).setup_port(self.port).setup_access_flags(ALL_REMOTE);
         self.modify(&attr, "ibv_modify_qp(INIT)")
     }
 
@@ -396,7 +495,7 @@ impl RawQp for VerbsQp {
             .setup_min_rnr_timer(rnr_code(self.options.rnr_timer_us));
         let mut ah = AddressHandleAttribute::new();
         ah.setup_dest_lid(remote.lid)
-            .setup_port(PORT)
+            .setup_port(self.port)
             .setup_service_level(0)
             .setup_grh_src_gid_index(self.gid_index)
             .setup_grh_dest_gid(&Gid { raw: remote.gid })
@@ -440,6 +539,15 @@ impl RawQp for VerbsQp {
             });
         }
         let (lkey, addr) = (request.buf.region().lkey(), request.buf.addr());
+        // A small WRITE or SEND goes inline: its bytes copied into the request here.
+        let mut inline = [0u8; INLINE_BYTES as usize];
+        let inline_len = match request.op {
+            Op::Write { .. } | Op::Send if len > 0 && len <= self.inline_max as usize => {
+                request.buf.read(&mut inline[..len]).map(|()| len).unwrap_or(0)
+            }
+            _ => 0,
+        };
+        let inline = &inline[..inline_len];
         let mut qp = self.qp.lock().expect("qp lock");
         let WorkRequest { wr_id, op, buf } = request;
         let token = match self.tables.send.lock().expect("in-flight lock").insert(InFlightEntry {
@@ -457,12 +565,28 @@ impl RawQp for VerbsQp {
             }
         };
         let mut guard = qp.start_post_send();
-        let wr = guard.construct_wr((self.send_tag << 48) | token, WorkRequestFlags::Signaled);
+        // rxe takes an inline request's bytes only with IBV_SEND_INLINE in its flags
+        // (without it, a local QP operation error); every provider accepts the flag.
+        let flags = if inline.is_empty() {
+            WorkRequestFlags::Signaled
+        } else {
+            WorkRequestFlags::Signaled | WorkRequestFlags::Inline
+        };
+        let wr = guard.construct_wr((self.send_tag << 48) | token, flags);
         // SAFETY: the buffer lies inside a region registered on this PD (lkey), and the
         // in-flight table owns it (and through it the region and mapping) until the
         // completion for this token is polled, so the NIC never sees freed memory.
+        // (An inline request's bytes are copied by setup_inline_data; the table still
+        // holds its buffer until the completion, as for every other request.)
         unsafe {
             match op {
+                Op::Write { remote, imm: None } if !inline.is_empty() => {
+                    wr.setup_write(remote.rkey, remote.addr).setup_inline_data(inline)
+                }
+                Op::Write { remote, imm: Some(imm) } if !inline.is_empty() => {
+                    wr.setup_write_imm(remote.rkey, remote.addr, imm).setup_inline_data(inline)
+                }
+                Op::Send if !inline.is_empty() => wr.setup_send().setup_inline_data(inline),
                 Op::Write { remote, imm: None } => {
                     wr.setup_write(remote.rkey, remote.addr).setup_sge(lkey, addr, len as u32)
                 }
@@ -491,7 +615,7 @@ impl RawQp for VerbsQp {
 
     fn post_recv(&self, wr_id: u64, buf: LocalBuf) -> Result<(), PostError<LocalBuf>> {
         let (lkey, addr, len) = (buf.region().lkey(), buf.addr(), buf.len() as u32);
-        let mut qp = self.qp.lock().expect("qp lock");
+        let qp = self.qp.lock().expect("qp lock");
         let token = match self.tables.recv.lock().expect("in-flight lock").insert(InFlightEntry {
             wr_id,
             opcode: WcOpcode::Recv,
@@ -506,11 +630,13 @@ impl RawQp for VerbsQp {
                 });
             }
         };
-        let mut guard = qp.start_post_recv();
-        let wr = guard.construct_wr((self.recv_tag << 48) | token);
-        // SAFETY: as for sends: registered buffer, owned by the in-flight table until polled.
-        unsafe { wr.setup_sge(lkey, addr, len) };
-        if let Err(e) = guard.post() {
+        // SAFETY: as for sends: the buffer lies in a region registered with LOCAL_WRITE
+        // on this PD (lkey; emu and verbs refuse a receive buffer without it), and the
+        // in-flight table owns it (and through it the region and mapping) until the
+        // completion for this token is polled or a reset drains the table.
+        let posted =
+            unsafe { prescient_bindings::verbs::post_recv(&qp, (self.recv_tag << 48) | token, lkey, addr, len) };
+        if let Err(e) = posted {
             let entry = self.tables.recv.lock().expect("in-flight lock").remove(token).expect("just inserted");
             return Err(PostError { error: verbs_err("ibv_post_recv")(e.to_string()), request: entry.buf });
         }

@@ -2,7 +2,7 @@
 //! every acknowledged write.
 //!
 //! Five `prescient-dpu serve --config` processes (this binary, one per node, on the
-//! emulated fabric over TCP) each serve a host region this process creates. Every host
+//! emulated fabric over TCP, or with `--fabric verbs` on an RDMA device) each serve a host region this process creates. Every host
 //! has a writer thread that keeps PUTs in flight on its own keys; meanwhile a random
 //! node is killed with SIGKILL every `kill_every` (never more than `m` down at once)
 //! and restarted from its files after `down_for`. At the end every node is restarted,
@@ -55,6 +55,9 @@ pub struct SoakOptions {
     pub dpu_binary: PathBuf,
     /// How long the final reads may wait for repair to settle.
     pub settle: Duration,
+    /// The RDMA device every node runs on (`fabric = "verbs"`; `dpu_binary` must be a
+    /// build with `--features verbs`); `None`: the emulated fabric over TCP.
+    pub verbs: Option<crate::cluster::config::VerbsDevice>,
 }
 
 /// Counts shared between the writers and the main thread.
@@ -107,8 +110,9 @@ impl SoakReport {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "soak: {} nodes, RS({}, {}), {:.0} s of PUTs with a SIGKILL every ~{:.1} s (at most {} down, each for ~{:.1} s)",
+            "soak: {} nodes on {}, RS({}, {}), {:.0} s of PUTs with a SIGKILL every ~{:.1} s (at most {} down, each for ~{:.1} s)",
             opts.nodes,
+            opts.verbs.as_ref().map_or_else(|| "emu".to_owned(), |d| format!("verbs {}", d.name)),
             opts.nodes - opts.m,
             opts.m,
             opts.seconds,

@@ -80,10 +80,20 @@ impl ProcessCluster {
             m = opts.m,
             q = n - opts.m as usize + 1,
         );
+        if opts.verbs.is_some() {
+            toml.push_str("fabric = \"verbs\"\n");
+        }
         for (i, p) in ports.chunks(2).enumerate() {
+            let fabric = match &opts.verbs {
+                None => format!("fabric = \"127.0.0.1:{}\"\n", p[0]),
+                Some(d) => {
+                    let gid = d.gid_index.map(|g| format!("gid_index = {g}\n")).unwrap_or_default();
+                    format!("device = \"{}\"\ndevice_port = {}\n{gid}", d.name, d.port)
+                }
+            };
             toml.push_str(&format!(
-                "\n[[node]]\nid = {i}\nfabric = \"127.0.0.1:{}\"\ncontrol = \"127.0.0.1:{}\"\ndata_dir = \"node{i}\"\n",
-                p[0], p[1]
+                "\n[[node]]\nid = {i}\n{fabric}control = \"127.0.0.1:{}\"\ndata_dir = \"node{i}\"\n",
+                p[1]
             ));
         }
         let config = dir.join("cluster.toml");

@@ -90,7 +90,8 @@ impl ControlBlock {
             memory.write(suspect_at(j), &first)?;
             memory.write(readmitted_at(j), &first)?;
         }
-        let mr = fabric.register(memory, Access::LOCAL_WRITE | Access::REMOTE_READ)?;
+        // Peers READ it; this node writes it with the CPU, never through the NIC.
+        let mr = fabric.register(memory, Access::REMOTE_READ)?;
         Ok(Self { mr })
     }
 

@@ -273,15 +273,19 @@ impl<F: Fabric> Node<F> {
             recv_depth,
             timeout_us,
             rnr_timer_us: (timeout_us / 2).max(20),
-            ..QpOptions::default()
+            retry_count: config.retry_count,
+            rnr_retry_count: config.rnr_retry_count,
         };
         let fab = |e| Error::Fabric(e);
         let send_cq = fabric.create_cq(crate::limits::CQ_DEPTH_MAX).map_err(fab)?;
         let recv_cq = fabric.create_cq(crate::limits::CQ_DEPTH_MAX).map_err(fab)?;
 
-        let arena_mr = fabric
-            .register(Arc::new(super::host_memory::arena(&region).map_err(fab)?), Access::LOCAL_WRITE)
-            .map_err(fab)?;
+        // What each region lets the NIC do, and no more: the arena is only ever the source
+        // of fragment WRITEs (values are sealed, striped and rebuilt in it by the CPU); peers
+        // CAS the directory's slot words (remote atomics need local write), READ the store
+        // and the control block, and WRITE the logs.
+        let arena_mr =
+            fabric.register(Arc::new(super::host_memory::arena(&region).map_err(fab)?), Access::NONE).map_err(fab)?;
         let directory_mr = match super::host_memory::directory(&region).map_err(fab)? {
             Some(mem) => {
                 Some(fabric.register(Arc::new(mem), Access::LOCAL_WRITE | Access::REMOTE_ATOMIC).map_err(fab)?)
@@ -335,14 +339,20 @@ impl<F: Fabric> Node<F> {
         let gets_max = GETS_MAX;
         let jobs_max = (writes_max as usize + LEASES_MAX) * n * 2;
         let pools = Pools {
-            header: Pool::new(&*fabric, writes_max * (k + m) as u32 + REPAIRS_MAX, FRAGMENT_HEAD_BYTES).map_err(fab)?,
-            cas: Pool::new(&*fabric, 2 * jobs_max as u32, 8).map_err(fab)?,
-            control: Pool::new(&*fabric, n as u32, CONTROL_BYTES).map_err(fab)?,
-            zero: Pool::new(&*fabric, 1, 8).map_err(fab)?,
+            // Sources of entry-header WRITEs only.
+            header: Pool::new(&*fabric, writes_max * (k + m) as u32 + REPAIRS_MAX, FRAGMENT_HEAD_BYTES, Access::NONE)
+                .map_err(fab)?,
+            // CAS results and heartbeat READs land here.
+            cas: Pool::new(&*fabric, 2 * jobs_max as u32, 8, Access::LOCAL_WRITE).map_err(fab)?,
+            control: Pool::new(&*fabric, n as u32, CONTROL_BYTES, Access::LOCAL_WRITE).map_err(fab)?,
+            // The empty buffer of every receive (which needs local write) and acknowledgement.
+            zero: Pool::new(&*fabric, 1, 8, Access::LOCAL_WRITE).map_err(fab)?,
             // Per GET or repair and peer, a home set (the pool's first half) and a spill set
             // (its second half).
-            sets: Pool::new(&*fabric, 2 * (gets_max + REPAIRS_MAX) * n as u32, store.set_bytes()).map_err(fab)?,
-            notices: Pool::new(&*fabric, NOTICES_MAX * n as u32, ENTRY_HEADER_LEN + NOTICE_PAYLOAD_BYTES)
+            sets: Pool::new(&*fabric, 2 * (gets_max + REPAIRS_MAX) * n as u32, store.set_bytes(), Access::LOCAL_WRITE)
+                .map_err(fab)?,
+            // Sources of outcome-notice WRITEs only.
+            notices: Pool::new(&*fabric, NOTICES_MAX * n as u32, ENTRY_HEADER_LEN + NOTICE_PAYLOAD_BYTES, Access::NONE)
                 .map_err(fab)?,
         };
         let mut peers = Vec::with_capacity(n);

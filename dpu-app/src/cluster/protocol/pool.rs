@@ -17,12 +17,14 @@ pub struct Pool {
 }
 
 impl Pool {
-    /// Registers `slots * slot_bytes` bytes of anonymous memory on `fabric`
-    /// (local write: the NIC fills READ and atomic results in).
-    pub fn new<F: Fabric>(fabric: &F, slots: u32, slot_bytes: usize) -> Result<Self, FabricError> {
+    /// Registers `slots * slot_bytes` bytes of anonymous memory on `fabric` with
+    /// `access`: [`Access::LOCAL_WRITE`] for slots the NIC fills (READ and atomic
+    /// results, receives), [`Access::NONE`] for slots it only sends from (a peer never
+    /// reaches a pool: no remote right).
+    pub fn new<F: Fabric>(fabric: &F, slots: u32, slot_bytes: usize, access: Access) -> Result<Self, FabricError> {
         let slot_bytes = slot_bytes.next_multiple_of(8).max(8);
         let memory = Arc::new(Memory::anonymous(slots as usize * slot_bytes)?);
-        let mr = fabric.register(memory, Access::LOCAL_WRITE)?;
+        let mr = fabric.register(memory, access)?;
         Ok(Self { mr, slot_bytes, free: (0..slots).rev().collect(), slots })
     }
 
