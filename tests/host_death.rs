@@ -43,6 +43,27 @@ fn dying_host(path: &str) {
     std::thread::sleep(Duration::from_secs(60));
 }
 
+/// Runs test `test` of this binary as the dying host of the region at `path` (it
+/// creates the region and takes 10 buffers), until the guard drops.
+fn spawn_host(test: &str, path: &std::path::Path) -> Killed {
+    let child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--nocapture"])
+        .env(ROLE, path)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    Killed(child)
+}
+
+/// How many of the region's 16 buffers are in `state`.
+fn buffers_in(region: &Region, state: BufferState) -> usize {
+    (0..16)
+        .filter(|&i| {
+            BufferState::of(region.u32_at(region.layout().buffer_state(i)).load(Ordering::Acquire)) == Some(state)
+        })
+        .count()
+}
+
 #[test]
 fn a_dead_hosts_buffers_are_reclaimed_and_other_hosts_keep_being_served() {
     if let Ok(path) = std::env::var(ROLE) {
@@ -52,12 +73,7 @@ fn a_dead_hosts_buffers_are_reclaimed_and_other_hosts_keep_being_served() {
     let dying = TempRegion::new("dying-host");
     let other = TempRegion::new("other-host");
     let other_host = Host::create(&other.0, config(), host_options()).unwrap();
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "a_dead_hosts_buffers_are_reclaimed_and_other_hosts_keep_being_served", "--nocapture"])
-        .env(ROLE, &dying.0)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawn_host("a_dead_hosts_buffers_are_reclaimed_and_other_hosts_keep_being_served", &dying.0);
     assert!(wait_until(Duration::from_secs(20), || dying.0.exists()), "child never created its region");
     std::thread::sleep(Duration::from_millis(50));
     let dpu = DpuProcess::serve(&[&dying.0, &other.0], &["--host-timeout-ms", "300"]);
@@ -65,16 +81,9 @@ fn a_dead_hosts_buffers_are_reclaimed_and_other_hosts_keep_being_served() {
 
     // Wait until the child holds its buffers, then kill it (no clean detach).
     let region = Region::open(&dying.0, false).unwrap();
-    let held = |state: BufferState| {
-        (0..16)
-            .filter(|&i| {
-                BufferState::of(region.u32_at(region.layout().buffer_state(i)).load(Ordering::Acquire)) == Some(state)
-            })
-            .count()
-    };
+    let held = |state| buffers_in(&region, state);
     assert!(wait_until(Duration::from_secs(20), || held(BufferState::Host) == 10), "child never took its buffers");
-    child.kill().unwrap();
-    child.wait().unwrap();
+    drop(child);
 
     // The DPU app notices and reclaims all ten.
     assert!(wait_until(Duration::from_secs(10), || held(BufferState::Free) == 16), "buffers not reclaimed");
@@ -115,29 +124,13 @@ fn a_silent_host_whose_process_lives_keeps_its_buffers_unless_its_pid_cannot_be_
         return;
     }
     let stalled = TempRegion::new("stalled-host");
-    let child = Killed(
-        Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "a_silent_host_whose_process_lives_keeps_its_buffers_unless_its_pid_cannot_be_checked",
-                "--nocapture",
-            ])
-            .env(ROLE, &stalled.0)
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
+    let child =
+        spawn_host("a_silent_host_whose_process_lives_keeps_its_buffers_unless_its_pid_cannot_be_checked", &stalled.0);
     assert!(wait_until(Duration::from_secs(20), || stalled.0.exists()), "child never created its region");
     std::thread::sleep(Duration::from_millis(50));
     let dpu = DpuProcess::serve(&[&stalled.0], &["--host-timeout-ms", "300"]);
     let region = Region::open(&stalled.0, false).unwrap();
-    let held = |state: BufferState| {
-        (0..16)
-            .filter(|&i| {
-                BufferState::of(region.u32_at(region.layout().buffer_state(i)).load(Ordering::Acquire)) == Some(state)
-            })
-            .count()
-    };
+    let held = |state| buffers_in(&region, state);
     assert!(wait_until(Duration::from_secs(20), || held(BufferState::Host) == 10), "child never took its buffers");
     let pid = child.0.id() as i32;
     // SAFETY: kill(2) with a pid this test spawned and has not reaped; it only signals.
