@@ -92,6 +92,45 @@ pub struct QueueServer {
     /// The completion doorbell's value as this server last bumped it: the word is the
     /// host's to scribble, so it is only ever stored, never read back.
     doorbell: u32,
+    /// A take's private copies of the descriptors it looks at.
+    copies: Box<[[u8; DESCRIPTOR_BYTES]; BATCH_MAX as usize]>,
+}
+
+/// How many requests the caller can start now, by kind and in all: a take stops
+/// before the first write or GET that has no room left (NOPs, and descriptors refused
+/// at once, need none). A descriptor is counted before it is checked, so a malformed
+/// PUT uses a write's room for the take it arrives in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Room {
+    /// PUTs and DELETEs.
+    pub writes: u32,
+    /// GETs.
+    pub gets: u32,
+    /// Requests of either kind (what the caller's list of taken requests holds).
+    pub requests: u32,
+}
+
+impl Room {
+    /// Room for `requests` requests of any kind.
+    pub fn any(requests: u32) -> Room {
+        Room { writes: requests, gets: requests, requests }
+    }
+
+    /// Debits the room of a descriptor whose op byte is `op`, if it has one; false if
+    /// it has none.
+    fn admit(&mut self, op: u8) -> bool {
+        let left = match op {
+            x if x == OpCode::Put as u8 || x == OpCode::Delete as u8 => &mut self.writes,
+            x if x == OpCode::Get as u8 => &mut self.gets,
+            _ => return true,
+        };
+        if *left == 0 || self.requests == 0 {
+            return false;
+        }
+        *left -= 1;
+        self.requests -= 1;
+        true
+    }
 }
 
 impl QueueServer {
@@ -131,6 +170,7 @@ impl QueueServer {
             outstanding: 0,
             posted: 0,
             run: None,
+            copies: Box::new([[0; DESCRIPTOR_BYTES]; BATCH_MAX as usize]),
         }
     }
 
@@ -238,15 +278,18 @@ impl QueueServer {
         sys::wake_all(self.words.cq_doorbell());
     }
 
-    /// Takes up to `max` ready descriptors. Refused descriptors and NOPs complete at
-    /// once; every other request is accepted into `out` (whose capacity the caller
-    /// reserved) and must be completed with [`QueueServer::complete`]. Returns the
-    /// number of descriptors taken.
+    /// Takes up to `max` ready descriptors, stopping before the first write or GET
+    /// that `room` (which it debits) has no place for, so a queue pair's requests
+    /// still start in the order they were submitted.
+    /// Refused descriptors and NOPs complete at once and need no room; every other
+    /// request is accepted into `out` and must be completed with
+    /// [`QueueServer::complete`]. Returns the number of descriptors taken.
     pub fn take(
         &mut self,
         region: &Region,
         door: &mut Door,
         max: u32,
+        room: &mut Room,
         out: &mut Vec<Accepted>,
         metrics: &mut Metrics,
     ) -> u32 {
@@ -260,7 +303,7 @@ impl QueueServer {
                 return 0;
             }
         };
-        let want = ready.min(BATCH_MAX).min(max).min((out.capacity() - out.len()) as u32);
+        let want = ready.min(BATCH_MAX).min(max);
         if want == 0 {
             return 0;
         }
@@ -268,28 +311,40 @@ impl QueueServer {
         // it is a line the host writes, so every read may be a cache miss. Every
         // accepted request keeps a completion slot reserved until it completes.
         let free = |q: &Self| q.cq.free().saturating_sub(q.outstanding + u32::from(q.run.is_some()));
-        let room = if free(self) >= want {
+        let completion_room = if free(self) >= want {
             free(self)
         } else {
             self.completion_room(door, metrics);
             free(self)
         };
-        let batch = want.min(room);
+        let peeked = want.min(completion_room);
+        if peeked == 0 {
+            return 0;
+        }
+        // Copy the candidates out first, then decide and check on the copies: the
+        // copies are independent loads of lines the host just wrote, so they miss in
+        // parallel instead of one per turn of the checking loop. The copies live in
+        // this server (a batch of them on the stack would be zeroed on every take).
+        let mut batch = 0;
+        for (i, copy) in self.copies[..peeked as usize].iter_mut().enumerate() {
+            *copy = self.sq.peek(i as u32).expect("peeked <= ready");
+            if !room.admit(copy[0]) {
+                break;
+            }
+            batch += 1;
+        }
         if batch == 0 {
             return 0;
         }
         // Journal first: a successor that finds these taken but not completed fails them.
         self.words.sq_taken().store(self.sq.head().wrapping_add(batch), Ordering::Release);
         let qp = self.words.index();
-        // Copy the whole batch out first, then check each copy: the copies are
-        // independent loads of lines the host just wrote, so they miss in parallel
-        // instead of one per turn of the checking loop.
         let first = self.sq.head();
-        let mut copies = [[0u8; DESCRIPTOR_BYTES]; BATCH_MAX as usize];
-        for copy in &mut copies[..batch as usize] {
-            *copy = self.sq.pop().expect("batch <= ready").1;
-        }
-        for (i, bytes) in copies[..batch as usize].iter().enumerate() {
+        self.sq.advance(batch);
+        for i in 0..batch as usize {
+            // A copy of the copy: `post` below borrows the server.
+            let copy = self.copies[i];
+            let bytes = &copy;
             let sq_index = first.wrapping_add(i as u32);
             match door.accept(region, qp, sq_index, bytes) {
                 Ok(Some((desc, buffer))) => {
@@ -413,7 +468,7 @@ mod tests {
         let mut door = Door::new(&config);
         let mut metrics = Metrics::default();
         let mut out = Vec::with_capacity(BATCH_MAX as usize);
-        assert_eq!(server.take(&region, &mut door, BATCH_MAX, &mut out, &mut metrics), 17);
+        assert_eq!(server.take(&region, &mut door, BATCH_MAX, &mut Room::any(BATCH_MAX), &mut out, &mut metrics), 17);
         assert!(out.is_empty(), "NOPs and refusals complete at once");
         assert_eq!(server.words().cq_tail().load(Ordering::Acquire), 3, "one entry per run");
         let mut got = Vec::new();
@@ -423,6 +478,60 @@ mod tests {
             .collect();
         assert_eq!(got, expected);
         assert_eq!(qp.in_flight(), 0);
+        drop(qp);
+        drop(host);
+        let _ = std::fs::remove_file(&path);
+    }
+
+    /// A take stops before the first write or GET its room has no place for (NOPs
+    /// need none, so a full writer does not stop them), keeping the ring's order; the
+    /// next take with room goes on from there.
+    #[test]
+    fn a_take_stops_at_the_first_request_without_room_and_nops_need_none() {
+        let path = std::env::temp_dir().join(format!("prescient-queue-room-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let config = RegionConfig {
+            queue_pairs: 1,
+            ring_entries: 64,
+            host_buffers: 8,
+            dpu_buffers: 0,
+            buffer_bytes: 4096,
+            directory_slots: 0,
+        };
+        let host = Host::create(&path, config, HostOptions { pin: false, ..HostOptions::default() }).unwrap();
+        let mut qp = host.queue_pair(0).unwrap();
+        qp.push_nop(0).unwrap();
+        qp.push(prescient_shim::Request::put(b"a", host.take_buffer().unwrap(), 3).user_data(1))
+            .map_err(|e| e.0)
+            .unwrap();
+        qp.push(prescient_shim::Request::get(b"b", host.take_buffer().unwrap()).user_data(2)).map_err(|e| e.0).unwrap();
+        qp.push(prescient_shim::Request::put(b"c", host.take_buffer().unwrap(), 3).user_data(3))
+            .map_err(|e| e.0)
+            .unwrap();
+        qp.push_nop(4).unwrap();
+        qp.push_nop(5).unwrap();
+        qp.flush().unwrap();
+        let region = Arc::clone(host.region());
+        let mut server = QueueServer::new(QueueWords::new(region.clone(), 0));
+        let mut door = Door::new(&config);
+        let mut metrics = Metrics::default();
+        let mut out = Vec::with_capacity(BATCH_MAX as usize);
+        let mut room = Room { writes: 1, gets: 1, requests: 8 };
+        assert_eq!(server.take(&region, &mut door, BATCH_MAX, &mut room, &mut out, &mut metrics), 3);
+        assert_eq!(out.iter().map(|a| a.sq_index).collect::<Vec<_>>(), [1, 2]);
+        assert_eq!(room, Room { writes: 0, gets: 0, requests: 6 });
+        // The second PUT waits at the head: nothing behind it is taken either.
+        let mut none = Room { writes: 0, gets: 5, requests: 8 };
+        assert_eq!(server.take(&region, &mut door, BATCH_MAX, &mut none, &mut out, &mut metrics), 0);
+        // Room for requests in all bounds too, whatever the kinds have.
+        let mut full_list = Room { writes: 5, gets: 5, requests: 0 };
+        assert_eq!(server.take(&region, &mut door, BATCH_MAX, &mut full_list, &mut out, &mut metrics), 0);
+        assert_eq!(server.take(&region, &mut door, BATCH_MAX, &mut Room::any(8), &mut out, &mut metrics), 3);
+        assert_eq!(out.iter().map(|a| a.sq_index).collect::<Vec<_>>(), [1, 2, 3]);
+        // The NOPs completed at once; the host sees them and nothing else yet.
+        let mut got = Vec::new();
+        qp.poll(|c| got.push(c.user_data)).unwrap();
+        assert_eq!(got, [0, 4, 5]);
         drop(qp);
         drop(host);
         let _ = std::fs::remove_file(&path);

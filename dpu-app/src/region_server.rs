@@ -29,7 +29,7 @@ use prescient_shim::Status;
 use crate::door::{Door, Line};
 use crate::limits::{HOST_CHECK_PERIOD_MS, REGION_TURN_DESCRIPTORS, TAKE_OVER_INTERVAL_MS};
 use crate::metrics::{Metrics, OpKind};
-use crate::queue::{Accepted, Outcome, QueueServer};
+use crate::queue::{Accepted, Outcome, QueueServer, Room};
 use crate::Error;
 
 const HOST_CHECK_PERIOD: Duration = Duration::from_millis(HOST_CHECK_PERIOD_MS);
@@ -311,25 +311,27 @@ impl RegionServer {
         self.serving.is_some() && self.queues.iter().any(QueueServer::has_work)
     }
 
-    /// Takes up to `max` requests from the queue pairs, round robin, into `out` (whose
-    /// capacity the caller reserved); each must be completed with
+    /// Takes the requests `room` has room for from the queue pairs, round robin, into
+    /// `out` (never past the capacity the caller reserved); each must be completed with
     /// [`RegionServer::complete`]. Refused descriptors and NOPs complete at once.
     /// Returns the descriptors taken: at most [`REGION_TURN_DESCRIPTORS`] a call, from
     /// the queue pair after the one the last call started at, so a region whose every
     /// queue pair is full costs the other regions one bounded turn per round.
-    pub fn take(&mut self, max: u32, out: &mut Vec<Taken>, metrics: &mut Metrics) -> u32 {
+    pub fn take(&mut self, room: Room, out: &mut Vec<Taken>, metrics: &mut Metrics) -> u32 {
         let Some(generation) = self.serving else { return 0 };
-        let max = max.min(REGION_TURN_DESCRIPTORS);
+        // The batch of one queue pair holds at most BATCH_MAX, and `out` what the
+        // caller reserved: neither grows.
+        let mut room = Room { requests: room.requests.min((out.capacity() - out.len()) as u32), ..room };
         let queues = self.queues.len();
         let mut taken = 0;
         for i in 0..queues {
-            let want = max.saturating_sub(taken).min((out.capacity() - out.len()) as u32);
+            let want = REGION_TURN_DESCRIPTORS.saturating_sub(taken);
             if want == 0 {
                 break;
             }
             let q = (self.next_queue + i) % queues;
             self.batch.clear();
-            taken += self.queues[q].take(&self.region, &mut self.door, want, &mut self.batch, metrics);
+            taken += self.queues[q].take(&self.region, &mut self.door, want, &mut room, &mut self.batch, metrics);
             out.extend(self.batch.drain(..).map(|accepted| Taken { accepted, generation }));
         }
         self.next_queue = (self.next_queue + 1) % queues.max(1);
@@ -467,7 +469,7 @@ mod tests {
         let mut served = 0;
         let mut turns = 0;
         while served < total {
-            let done = server.take(u32::MAX, &mut out, &mut metrics);
+            let done = server.take(Room::any(u32::MAX), &mut out, &mut metrics);
             assert!(out.is_empty(), "NOPs complete at the door");
             assert!(done > 0 && done <= REGION_TURN_DESCRIPTORS, "turn {turns} took {done}");
             served += done;

@@ -243,13 +243,28 @@ impl<M: RingMemory> Consumer<M> {
 
     /// Copies out the next entry and its index, if one is ready as last seen.
     pub fn pop(&mut self) -> Option<(u32, M::Slot)> {
-        if self.ready() == 0 {
+        let bytes = self.peek(0)?;
+        let index = self.head;
+        self.advance(1);
+        Some((index, bytes))
+    }
+
+    /// Copies out the entry `i` places past our head, if it is ready as last seen,
+    /// without taking it: a consumer that decides from the copies how many to take
+    /// then [`Self::advance`]s over them.
+    pub fn peek(&self, i: u32) -> Option<M::Slot> {
+        if i >= self.ready() {
             return None;
         }
-        let index = self.head;
-        let bytes = self.mem.read_slot(index & (self.mem.entries() - 1));
-        self.head = self.head.wrapping_add(1);
-        Some((index, bytes))
+        Some(self.mem.read_slot(self.head.wrapping_add(i) & (self.mem.entries() - 1)))
+    }
+
+    /// Takes the next `n` entries (peeked already) without copying them again.
+    ///
+    /// Panics (programmer error) if fewer than `n` are ready as last seen.
+    pub fn advance(&mut self, n: u32) {
+        assert!(n <= self.ready(), "advance({n}) past the {} entries ready", self.ready());
+        self.head = self.head.wrapping_add(n);
     }
 
     /// Hands popped slots back to the producer up to `index` (at most our head): a
@@ -336,6 +351,36 @@ mod tests {
             c.release();
             assert_eq!(p.refresh(), Ok(4));
         }
+    }
+
+    /// Peeking copies without taking; advancing takes what was peeked, across the
+    /// wrap, and never past what is ready.
+    #[test]
+    fn peek_then_advance_takes_what_was_peeked() {
+        let mem = Mem::default();
+        let mut p = Producer::new(&mem);
+        let mut c = Consumer::new(&mem);
+        for round in 0u64..6 {
+            for i in 0..3u64 {
+                assert!(p.push(&(round * 3 + i).to_le_bytes()));
+            }
+            p.publish();
+            assert_eq!(c.refresh(), Ok(3));
+            assert_eq!(c.peek(3), None, "only what is ready");
+            for i in 0..3u32 {
+                assert_eq!(c.peek(i).map(u64::from_le_bytes), Some(round * 3 + u64::from(i)));
+            }
+            assert_eq!(c.ready(), 3, "peeking takes nothing");
+            c.advance(2);
+            assert_eq!(
+                c.pop().map(|(at, b)| (at, u64::from_le_bytes(b))),
+                Some(((round * 3 + 2) as u32, round * 3 + 2))
+            );
+            c.release();
+            assert_eq!(p.refresh(), Ok(4));
+        }
+        let taken = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| c.advance(1)));
+        assert!(taken.is_err(), "advancing past what is ready is a programmer error");
     }
 
     #[test]

@@ -31,7 +31,7 @@ use crate::cluster::protocol::wr::WrId;
 use crate::cluster::protocol::write::Mark;
 use crate::fabric::Fabric;
 use crate::limits::RESYNC_CHUNK;
-use crate::queue::{key_of, Outcome};
+use crate::queue::{key_of, Outcome, Room};
 use crate::seal::key_hash;
 
 impl<F: Fabric> Node<F> {
@@ -96,10 +96,12 @@ impl<F: Fabric> Node<F> {
         if !self.ready_to_serve(now) {
             return false;
         }
-        let room = self.writer.room().min(self.reader.available()) as u32;
-        if room == 0 {
-            return false;
-        }
+        // Writes need a write slot and GETs a GET slot; NOPs need neither.
+        let room = Room {
+            writes: self.writer.room() as u32,
+            gets: self.reader.available() as u32,
+            requests: self.taken.capacity() as u32,
+        };
         let mut taken = std::mem::take(&mut self.taken);
         taken.clear();
         let count = self.host.take(room, &mut taken, &mut self.metrics);
