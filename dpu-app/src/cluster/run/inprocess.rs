@@ -6,7 +6,7 @@
 //! cut and healed.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -44,6 +44,34 @@ pub enum ClusterClock {
     },
 }
 
+/// How often the real clock's wall time is read from the system; in between it is
+/// the monotonic clock plus the offset last read, so a serving loop reads one clock a
+/// round instead of two. Both clocks run at the same rate, so the estimate is off only
+/// by what NTP slews or steps in a millisecond, which the HLC tolerates as it does any
+/// clock error.
+const WALL_RESAMPLE_NS: u64 = 1_000_000;
+
+/// The monotonic time of the last wall-clock read (0: never) and the wall clock's
+/// lead over the monotonic clock then, in microseconds. Process-wide: one machine has
+/// one pair of clocks, whatever number of nodes it runs.
+static WALL_SAMPLED_NS: AtomicU64 = AtomicU64::new(0);
+static WALL_LEAD_US: AtomicU64 = AtomicU64::new(0);
+
+/// The wall clock in microseconds since the epoch at monotonic time `mono_ns`.
+fn wall_us_at(mono_ns: u64) -> u64 {
+    // Acquire: pairs with the Release below, so the lead read after it is at least
+    // the one stored with this sample (never the 0 of a process that has none yet).
+    let sampled = WALL_SAMPLED_NS.load(Ordering::Acquire);
+    if sampled == 0 || mono_ns.wrapping_sub(sampled) >= WALL_RESAMPLE_NS {
+        let wall_us =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64);
+        WALL_LEAD_US.store(wall_us.wrapping_sub(mono_ns / 1_000), Ordering::Relaxed);
+        WALL_SAMPLED_NS.store(mono_ns.max(1), Ordering::Release);
+        return wall_us;
+    }
+    (mono_ns / 1_000).wrapping_add(WALL_LEAD_US.load(Ordering::Relaxed))
+}
+
 impl ClusterClock {
     /// A manual clock starting at `start_ns` (so timers that wait for "some time
     /// since 0" behave like a fresh boot would).
@@ -64,12 +92,10 @@ impl ClusterClock {
     /// The time now.
     pub fn now(&self) -> Now {
         match self {
-            Self::Real => Now {
-                mono_ns: prescient_shim::sys::monotonic_ns(),
-                wall_us: std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_micros() as u64),
-            },
+            Self::Real => {
+                let mono_ns = prescient_shim::sys::monotonic_ns();
+                Now { mono_ns, wall_us: wall_us_at(mono_ns) }
+            }
             Self::Manual { clock, base_us } => {
                 let ns = clock.now_ns();
                 Now { mono_ns: ns, wall_us: base_us + ns / 1_000 }

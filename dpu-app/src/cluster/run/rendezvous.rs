@@ -19,7 +19,7 @@
 use std::collections::VecDeque;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -143,6 +143,9 @@ fn outgoing(me: u8, to: u8, hello: &HelloRepr) -> Result<[u8; HELLO_BYTES], Rend
 #[derive(Debug)]
 pub struct LocalBoard {
     queues: Vec<Mutex<VecDeque<HelloRepr>>>,
+    /// Each queue's length as of its last change: an empty mailbox, which a serving
+    /// loop looks at every round, is seen without taking its lock.
+    lengths: Vec<AtomicUsize>,
 }
 
 impl LocalBoard {
@@ -155,6 +158,7 @@ impl LocalBoard {
         assert!(nodes <= NODES_MAX, "a cluster has at most {NODES_MAX} nodes, not {nodes}");
         let board = Arc::new(LocalBoard {
             queues: (0..nodes).map(|_| Mutex::new(VecDeque::with_capacity(LOCAL_QUEUE_HELLOS))).collect(),
+            lengths: (0..nodes).map(|_| AtomicUsize::new(0)).collect(),
         });
         (0..nodes).map(|me| LocalMailbox { me: me as u8, board: Arc::clone(&board), dropped: 0 }).collect()
     }
@@ -194,11 +198,19 @@ impl Mailbox for LocalMailbox {
             return Ok(());
         }
         queue.push_back(*hello);
+        self.board.lengths[usize::from(to)].store(queue.len(), Ordering::Release);
         Ok(())
     }
 
     fn try_recv(&mut self) -> Option<HelloRepr> {
-        self.board.queue(self.me).expect("a mailbox's own queue exists").pop_front()
+        // Acquire: pairs with the sender's store, made under the queue's lock after its push.
+        if self.board.lengths[usize::from(self.me)].load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let mut queue = self.board.queue(self.me).expect("a mailbox's own queue exists");
+        let hello = queue.pop_front();
+        self.board.lengths[usize::from(self.me)].store(queue.len(), Ordering::Release);
+        hello
     }
 }
 

@@ -13,7 +13,7 @@
 //! sweeping its whole depth.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -49,6 +49,10 @@ pub(crate) struct CqInner {
     /// of this queue.
     attached: SpinLock<Vec<Arc<QpInner>>>,
     any_pending: AtomicBool,
+    /// The queue's length as of its last change (nonzero after an overrun too), so a
+    /// poll of an empty queue - most polls of an idle node - reads one shared line and
+    /// takes no lock.
+    queued: AtomicUsize,
 }
 
 /// A completion queue of the emulated NIC.
@@ -77,6 +81,7 @@ impl EmuCq {
                 clock,
                 attached: SpinLock::new(Vec::with_capacity(QPS_PER_CQ_MAX)),
                 any_pending: AtomicBool::new(false),
+                queued: AtomicUsize::new(0),
             }),
         })
     }
@@ -114,11 +119,14 @@ impl CqInner {
             // Hardware reports a CQ overrun as an asynchronous error; so do we, on the next
             // poll. The completion (and the buffer it hands back) drops after the unlock.
             e.overrun = true;
+            self.queued.store(e.queue.len(), Ordering::Release);
             drop(e);
             drop(c);
             return;
         }
         e.queue.push_back((ready_ns, c));
+        // Release: a poll that sees the new length finds the entry under the lock.
+        self.queued.store(e.queue.len(), Ordering::Release);
         let waiters = e.waiters;
         drop(e);
         if waiters > 0 {
@@ -142,6 +150,10 @@ impl CqInner {
 
     fn take(&self, out: &mut Vec<Completion>, max: usize) -> Result<usize> {
         self.drive_pending();
+        // A push racing this look is found by the next poll, as on hardware.
+        if self.queued.load(Ordering::Acquire) == 0 {
+            return Ok(0);
+        }
         let mut e = self.entries.lock();
         if e.overrun {
             return Err(FabricError::Limit { what: "completion queue depth (overrun)", limit: self.depth });
@@ -163,6 +175,7 @@ impl CqInner {
             // Back to the start of the buffer (no element moves: the queue is empty).
             e.queue.clear();
         }
+        self.queued.store(e.queue.len(), Ordering::Release);
         Ok(n)
     }
 }
