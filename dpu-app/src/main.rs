@@ -162,12 +162,14 @@ enum Command {
     /// process per node): writers keep PUTs in flight on every host while a random
     /// node is killed every ~`--kill-every` s (at most m down) and restarted from its
     /// files; at the end every acknowledged write is read back, with every node up and
-    /// with m nodes stopped. Exits non-zero if any acknowledged write was lost.
+    /// with m nodes stopped. Exits non-zero if any acknowledged write was lost. With
+    /// `--config`, runs only `--nodes-here` of that cluster file, as one site of a
+    /// cluster spread over machines (see `ci/softroce-2vm.sh`).
     Soak {
         /// Seconds of load with kills.
         #[arg(long, default_value_t = 60.0)]
         seconds: f64,
-        /// Mean seconds between kills.
+        /// Mean seconds between kills (0: none).
         #[arg(long, default_value_t = 2.5)]
         kill_every: f64,
         /// Mean seconds a killed node stays down.
@@ -195,6 +197,23 @@ enum Command {
         /// With `--fabric verbs`: the GID index (default: a RoCEv2 GID with an IPv4 address).
         #[arg(long)]
         gid_index: Option<u8>,
+        /// Run as one site of a cluster spread over machines: this cluster file (every
+        /// site runs the same one; its fabric and devices are used, not `--fabric`).
+        #[arg(long, requires_all = ["nodes_here", "share"])]
+        config: Option<PathBuf>,
+        /// With `--config`: the nodes this site runs, comma-separated (e.g. 0,1,2).
+        #[arg(long, value_delimiter = ',')]
+        nodes_here: Vec<u8>,
+        /// With `--config`: a folder every site reads and writes, empty at the start.
+        #[arg(long)]
+        share: Option<PathBuf>,
+        /// With `--config`: how many sites run the cluster.
+        #[arg(long, default_value_t = 2)]
+        sites: u32,
+        /// With `--config`: seconds a site waits for the others to connect and at each
+        /// meeting point.
+        #[arg(long, default_value_t = 300.0)]
+        meet_within: f64,
     },
     /// Fills one node's fragment store toward `--keys` keys (each key's fragment of a
     /// real stripe, inserted then committed, as a holder does) and reports the write
@@ -419,7 +438,23 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 keep,
             })?)
         }
-        Command::Soak { seconds, kill_every, down_for, keys, depth, seed, settle, fabric, device, gid_index } => {
+        Command::Soak {
+            seconds,
+            kill_every,
+            down_for,
+            keys,
+            depth,
+            seed,
+            settle,
+            fabric,
+            device,
+            gid_index,
+            config,
+            nodes_here,
+            share,
+            sites,
+            meet_within,
+        } => {
             let verbs = match (fabric.as_str(), device) {
                 ("verbs", Some(name)) => Some(prescient_dpu::cluster::config::VerbsDevice { name, port: 1, gid_index }),
                 ("verbs", None) => {
@@ -439,11 +474,41 @@ fn run(cli: Cli) -> Result<(), Failure> {
                     Err(format!("soak {option} = {v} is out of range: more than 0, at most 3600 seconds"))
                 }
             };
+            let (mut nodes, mut m) = (5, 2);
+            let site = match (config, share) {
+                (Some(config), Some(share)) => {
+                    let cluster = prescient_dpu::cluster::config::ClusterConfig::load(&config)
+                        .map_err(|e| format!("soak --config {}: {e}", config.display()))?;
+                    nodes = cluster.nodes.len() as u8;
+                    m = cluster.m as u8;
+                    if let Some(bad) = nodes_here.iter().find(|&&id| cluster.nodes.iter().all(|n| n.id != id)) {
+                        return Err(format!("soak --nodes-here: {} has no node {bad}", config.display()).into());
+                    }
+                    if nodes_here.is_empty() || !(2..=32).contains(&sites) {
+                        return Err(
+                            "soak --config needs --nodes-here with at least one node and --sites from 2 to 32".into()
+                        );
+                    }
+                    Some(prescient_dpu::soak::Site {
+                        config,
+                        here: nodes_here,
+                        share,
+                        sites,
+                        meet_within: secs("--meet-within", meet_within)?,
+                    })
+                }
+                _ => None,
+            };
             let opts = prescient_dpu::soak::SoakOptions {
                 seconds,
-                nodes: 5,
-                m: 2,
-                kill_every: secs("--kill-every", kill_every)?,
+                nodes,
+                m,
+                // 0: no kills.
+                kill_every: if kill_every == 0.0 {
+                    std::time::Duration::ZERO
+                } else {
+                    secs("--kill-every", kill_every)?
+                },
                 down_for: secs("--down-for", down_for)?,
                 keys: keys.clamp(1, 100_000),
                 depth: depth.clamp(1, 64),
@@ -451,11 +516,19 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 dpu_binary: self_binary()?,
                 settle: secs("--settle", settle)?,
                 verbs,
+                site,
             };
             let report = prescient_dpu::soak::run(&opts)?;
             print!("{}", report.render(&opts));
             if report.lost() > 0 {
                 return Err(format!("{} acknowledged writes were lost", report.lost()).into());
+            }
+            if opts.site.is_some() && report.all_up.2 > 0 {
+                return Err(format!(
+                    "{} keys could not be read back with every node up, so their writes are unchecked",
+                    report.all_up.2
+                )
+                .into());
             }
             Ok(())
         }

@@ -10,6 +10,7 @@
 #![forbid(unsafe_code)]
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use prescient_shim::{Host, QueuePair, Request, ShimError, Status};
@@ -96,6 +97,50 @@ impl Checker {
         if let Some(f) = self.keys.get_mut(&key).and_then(|h| h.writes.get_mut(&seq)) {
             *f = fate;
         }
+    }
+
+    /// Writes every key's history to `path` as text (a line a write: key, writer,
+    /// sequence, fate, version), through a temporary file renamed into place, so a
+    /// site that reads it (`soak --nodes-here`) never sees half of it.
+    pub fn save(&self, path: &Path) -> std::io::Result<()> {
+        let mut text = String::new();
+        for (key, h) in &self.keys {
+            for (seq, fate) in &h.writes {
+                let (name, version) = match fate {
+                    Fate::InFlight => ("in-flight", 0),
+                    Fate::Acked(v) => ("acked", *v),
+                    Fate::Failed => ("failed", 0),
+                    Fate::Unknown => ("unknown", 0),
+                };
+                text.push_str(&format!("{key} {} {seq} {name} {version}\n", h.writer));
+            }
+        }
+        let partial = path.with_extension("partial");
+        std::fs::write(&partial, text)?;
+        std::fs::rename(&partial, path)
+    }
+
+    /// Adds the histories [`Checker::save`] wrote to `path` (another site's keys).
+    pub fn load_into(&mut self, path: &Path) -> Result<(), String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        for (n, line) in text.lines().enumerate() {
+            let bad = || format!("{} line {}: not `key writer seq fate version`: {line:?}", path.display(), n + 1);
+            let f: Vec<&str> = line.split(' ').collect();
+            let [key, writer, seq, fate, version] = f[..] else { return Err(bad()) };
+            let (key, writer, seq, version) = (key.parse(), writer.parse(), seq.parse(), version.parse());
+            let (Ok(key), Ok(writer), Ok(seq), Ok(version)) = (key, writer, seq, version) else { return Err(bad()) };
+            let fate = match fate {
+                "in-flight" => Fate::InFlight,
+                "acked" => Fate::Acked(version),
+                "failed" => Fate::Failed,
+                "unknown" => Fate::Unknown,
+                _ => return Err(bad()),
+            };
+            let h = self.keys.entry(key).or_default();
+            h.writer = writer;
+            h.writes.insert(seq, fate);
+        }
+        Ok(())
     }
 
     /// Keys written.
@@ -219,6 +264,28 @@ mod tests {
         forged[500] ^= 1;
         assert!(lost(c.judge(7, Status::Ok, 0x300, &forged)), "a flipped byte");
         assert!(lost(c.judge(7, Status::Ok, 0x300, &value_of(8, 3, 900))), "another key's value");
+    }
+
+    /// What one site saves another loads to the same verdicts; a damaged file is
+    /// refused naming its line.
+    #[test]
+    fn a_saved_checker_loads_to_the_same_judgements() {
+        let dir = std::env::temp_dir().join(format!("prescient-checker-save-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("site0.txt");
+        checker().save(&path).unwrap();
+        let mut loaded = Checker::default();
+        loaded.load_into(&path).unwrap();
+        assert_eq!(loaded.keys(), 1);
+        assert_eq!(loaded.writer_of(7), 2);
+        assert_eq!(loaded.judge(7, Status::Ok, 0x300, &value_of(7, 3, 900)), ReadVerdict::Ok);
+        assert!(matches!(loaded.judge(7, Status::Ok, 0x100, &value_of(7, 1, 900)), ReadVerdict::Lost(_)));
+        assert!(matches!(loaded.judge(7, Status::Ok, 0x200, &value_of(7, 2, 900)), ReadVerdict::Lost(_)));
+        assert_eq!(loaded.judge(7, Status::Ok, 0x400, &value_of(7, 4, 100)), ReadVerdict::Ok);
+        std::fs::write(&path, "7 2 1 acked 256\n7 2 x failed 0\n").unwrap();
+        let err = Checker::default().load_into(&path).unwrap_err();
+        assert!(err.contains("line 2"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -58,6 +58,69 @@ pub struct SoakOptions {
     /// The RDMA device every node runs on (`fabric = "verbs"`; `dpu_binary` must be a
     /// build with `--features verbs`); `None`: the emulated fabric over TCP.
     pub verbs: Option<crate::cluster::config::VerbsDevice>,
+    /// Run as one site of a cluster whose nodes are spread over machines (`None`: every
+    /// node here, on a cluster file this writes).
+    pub site: Option<Site>,
+}
+
+/// One site of a cluster spread over machines (the two-VM run of `ci/softroce-2vm.sh`):
+/// this process runs the nodes `here` of the cluster file `config`, with a writer on
+/// each of their hosts; at the end every site saves its checker into `share`, waits for
+/// the others', and reads back every site's keys through its own hosts, then waits for
+/// every site to have read before it stops its nodes (a site that stopped early would
+/// take its nodes' fragments away from the others' reads). Files in the share:
+/// `loading-SITE` once its cluster is connected and its load starts (a script may time
+/// a link cut from it), `checker-SITE.txt`, `read-SITE`.
+#[derive(Clone, Debug)]
+pub struct Site {
+    /// The cluster file every site runs (fabric, control addresses, data folders).
+    pub config: PathBuf,
+    /// The nodes this site runs.
+    pub here: Vec<u8>,
+    /// A folder every site reads and writes (empty at the start).
+    pub share: PathBuf,
+    /// How many sites run the cluster.
+    pub sites: u32,
+    /// How long a site waits for the others at each meeting point.
+    pub meet_within: Duration,
+}
+
+impl Site {
+    /// This site's name: its lowest node.
+    fn name(&self) -> String {
+        format!("site{}", self.here.iter().min().copied().unwrap_or(0))
+    }
+
+    /// Waits until `sites` files whose name starts with `prefix` are in the share;
+    /// returns their paths.
+    fn meet(&self, prefix: &str) -> Result<Vec<PathBuf>, Error> {
+        let deadline = Instant::now() + self.meet_within;
+        loop {
+            let mut found: Vec<PathBuf> = std::fs::read_dir(&self.share)
+                .map_err(|e| Error::soak(format!("cannot list the share {}: {e}", self.share.display())))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| {
+                    let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+                    name.starts_with(prefix) && !name.ends_with(".partial")
+                })
+                .collect();
+            if found.len() >= self.sites as usize {
+                found.sort();
+                return Ok(found);
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::soak(format!(
+                    "only {} of {} sites left a {prefix}* file in {} within {:.0} s: is every site's soak running, \
+                     with the same --sites and a share that was empty at the start?",
+                    found.len(),
+                    self.sites,
+                    self.share.display(),
+                    self.meet_within.as_secs_f64()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
 }
 
 /// Counts shared between the writers and the main thread.
@@ -89,8 +152,11 @@ pub struct SoakReport {
     pub keys: u64,
     /// Final reads with every node up: (ok, lost, unavailable).
     pub all_up: (u64, u64, u64),
-    /// Final reads with m nodes down: (ok, lost, unavailable).
+    /// Final reads with m nodes down: (ok, lost, unavailable); not done by a site of a
+    /// spread cluster.
     pub m_down: (u64, u64, u64),
+    /// Of the keys read, those another site's writers wrote (a site of a spread cluster).
+    pub other_sites_keys: u64,
     /// How long the reads with m down took, retries included.
     pub settled_after: Duration,
     /// Reads with m down asked again (Unavailable while repair settled).
@@ -108,7 +174,21 @@ impl SoakReport {
     /// A readable summary.
     pub fn render(&self, opts: &SoakOptions) -> String {
         let mut s = String::new();
-        let _ = writeln!(
+        if let Some(site) = &opts.site {
+            let here: Vec<String> = site.here.iter().map(u8::to_string).collect();
+            let _ = writeln!(
+                s,
+                "soak: {} of a cluster of {} nodes spread over {} sites ({}), running nodes {} with a writer each, {:.0} s of PUTs{}",
+                site.name(),
+                opts.nodes,
+                site.sites,
+                site.config.display(),
+                here.join(", "),
+                opts.seconds,
+                if opts.kill_every.is_zero() { ", no kills".to_owned() } else { format!(", a local SIGKILL every ~{:.1} s", opts.kill_every.as_secs_f64()) }
+            );
+        } else {
+            let _ = writeln!(
             s,
             "soak: {} nodes on {}, RS({}, {}), {:.0} s of PUTs with a SIGKILL every ~{:.1} s (at most {} down, each for ~{:.1} s)",
             opts.nodes,
@@ -120,6 +200,7 @@ impl SoakReport {
             opts.m,
             opts.down_for.as_secs_f64()
         );
+        }
         let failed: u64 = self.failed.iter().map(|(_, n)| n).sum();
         let by: Vec<String> = self.failed.iter().map(|(w, n)| format!("{n} {w}")).collect();
         let _ = writeln!(
@@ -143,6 +224,18 @@ impl SoakReport {
         }
         if self.stalls.len() > 12 {
             let _ = writeln!(s, "    ... and {} more stalls of a second or more", self.stalls.len() - 12);
+        }
+        if opts.site.is_some() {
+            let _ = writeln!(
+                s,
+                "  final reads of {} keys ({} of them written by other sites) through this site's hosts, every node up: {} ok, {} lost, {} unavailable ({} asked again)",
+                self.keys, self.other_sites_keys, self.all_up.0, self.all_up.1, self.all_up.2, self.retried
+            );
+            let _ = writeln!(s, "  lost: {}", self.lost());
+            for f in &self.findings {
+                let _ = writeln!(s, "  finding: {f}");
+            }
+            return s;
         }
         let _ = writeln!(
             s,
@@ -183,19 +276,39 @@ pub fn run(opts: &SoakOptions) -> Result<SoakReport, Error> {
             allowed: "1 or more, leaving at least two data fragments (k = nodes - m)".into(),
         });
     }
-    let mut cluster = ProcessCluster::start(opts).map_err(Error::soak)?;
-    if !cluster.wait_connected(Duration::from_secs(60)) {
-        return Err(Error::soak(format!("the cluster did not connect in 60 s: {}", cluster.log_tails())));
+    if let Some(site) = &opts.site {
+        if std::fs::read_dir(&site.share).map(|mut d| d.next().is_some()).unwrap_or(true) {
+            return Err(Error::soak(format!(
+                "the share {} must be an existing, empty folder (it holds the sites' checkers and meeting points)",
+                site.share.display()
+            )));
+        }
     }
+    let mut cluster = ProcessCluster::start(opts).map_err(Error::soak)?;
+    let connect_within = opts.site.as_ref().map_or(Duration::from_secs(60), |s| s.meet_within);
+    if !cluster.wait_connected(connect_within) {
+        return Err(Error::soak(format!(
+            "the cluster did not connect in {:.0} s: {}",
+            connect_within.as_secs_f64(),
+            cluster.log_tails()
+        )));
+    }
+    if let Some(site) = &opts.site {
+        // For whoever drives the run from outside (a link cut timed from the load's start).
+        let loading = site.share.join(format!("loading-{}", site.name()));
+        std::fs::write(&loading, b"").map_err(|e| Error::soak(format!("cannot write {}: {e}", loading.display())))?;
+    }
+    let here = cluster.hosts.len();
     let checker = Arc::new(Mutex::new(Checker::default()));
     let tally = Arc::new(Tally::default());
     let stop = Arc::new(AtomicBool::new(false));
-    let writers: Vec<_> = (0..opts.nodes)
+    let writers: Vec<_> = (0..here)
         .map(|i| {
-            let host = Arc::clone(&cluster.hosts[i as usize]);
+            let host = Arc::clone(&cluster.hosts[i]);
+            let node = cluster.id(i);
             let (checker, tally, stop) = (Arc::clone(&checker), Arc::clone(&tally), Arc::clone(&stop));
             let (keys, depth, seed) = (opts.keys, opts.depth, opts.seed);
-            std::thread::spawn(move || write_loop(i, &host, keys, depth, seed, &checker, &tally, &stop))
+            std::thread::spawn(move || write_loop(node, &host, keys, depth, seed, &checker, &tally, &stop))
         })
         .collect();
 
@@ -208,8 +321,10 @@ pub fn run(opts: &SoakOptions) -> Result<SoakReport, Error> {
         let ms = mean.as_millis().max(2) as u64;
         Duration::from_millis(ms / 2 + rng.below(ms))
     };
+    // A mean of zero: no kills (a site of a spread cluster is cut off instead).
+    let kills = !opts.kill_every.is_zero();
     let mut next_kill = start + draw(&mut rng, opts.kill_every);
-    let mut back_at: Vec<Option<Instant>> = vec![None; opts.nodes as usize];
+    let mut back_at: Vec<Option<Instant>> = vec![None; here];
     let mut report = SoakReport::default();
     let (mut last_acked, mut last_change) = (0u64, Instant::now());
     let mut second_mark = (start + Duration::from_secs(1), 0u64);
@@ -221,24 +336,24 @@ pub fn run(opts: &SoakOptions) -> Result<SoakReport, Error> {
             if at.is_some_and(|t| now >= t) {
                 cluster.spawn(i).map_err(Error::soak)?;
                 *at = None;
-                last_event = format!("node {i} restarted at {:.1} s", secs(now));
+                last_event = format!("node {} restarted at {:.1} s", cluster.id(i), secs(now));
             }
         }
         let down = back_at.iter().filter(|a| a.is_some()).count();
-        if now >= next_kill {
+        if kills && now >= next_kill {
             if down < opts.m as usize {
-                let victim = rng.below(u64::from(opts.nodes)) as usize;
+                let victim = rng.below(here as u64) as usize;
                 if back_at[victim].is_none() {
                     cluster.kill9(victim);
                     back_at[victim] = Some(now + draw(&mut rng, opts.down_for));
                     report.kills += 1;
-                    last_event = format!("node {victim} killed at {:.1} s", secs(now));
+                    last_event = format!("node {} killed at {:.1} s", cluster.id(victim), secs(now));
                 }
             }
             next_kill = now + draw(&mut rng, opts.kill_every);
         }
         let acked = tally.acked.load(Ordering::Relaxed);
-        let up = opts.nodes as usize - back_at.iter().filter(|a| a.is_some()).count();
+        let up = cluster.nodes() - back_at.iter().filter(|a| a.is_some()).count();
         if acked != last_acked || (up as u32) < quorum {
             let gap = now - last_change;
             if acked != last_acked && gap >= Duration::from_secs(1) {
@@ -272,20 +387,44 @@ pub fn run(opts: &SoakOptions) -> Result<SoakReport, Error> {
             report.failed.push((format!("{:?}", Status::from_u16(code as u16)), n));
         }
     }
-    if !cluster.wait_connected(Duration::from_secs(60)) {
-        return Err(Error::soak(format!("the cluster did not reconnect in 60 s: {}", cluster.log_tails())));
+    if !cluster.wait_connected(connect_within) {
+        return Err(Error::soak(format!(
+            "the cluster did not reconnect in {:.0} s: {}",
+            connect_within.as_secs_f64(),
+            cluster.log_tails()
+        )));
     }
     let checker = std::mem::take(&mut *checker.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+    let all: Vec<usize> = (0..here).collect();
+    let mut retried = 0;
+    if let Some(site) = &opts.site {
+        // Every site's keys, read through this site's hosts once every site has saved
+        // what its writers saw; then the sites wait for each other's reads.
+        let mine = site.share.join(format!("checker-{}.txt", site.name()));
+        checker.save(&mine).map_err(|e| Error::soak(format!("cannot write {}: {e}", mine.display())))?;
+        let own_keys = checker.keys();
+        let mut every = Checker::default();
+        for path in site.meet("checker-")? {
+            every.load_into(&path).map_err(Error::soak)?;
+        }
+        report.keys = every.keys() as u64;
+        report.other_sites_keys = (every.keys() - own_keys) as u64;
+        report.all_up = read_back(&cluster, &every, &all, opts.settle, &mut retried, &mut report.findings);
+        report.retried = retried;
+        let read = site.share.join(format!("read-{}", site.name()));
+        std::fs::write(&read, b"").map_err(|e| Error::soak(format!("cannot write {}: {e}", read.display())))?;
+        site.meet("read-")?;
+        cluster.stop_all();
+        return Ok(report);
+    }
     report.keys = checker.keys() as u64;
 
     // Every key with every node up, then with m nodes stopped (retried while repair
     // settles, up to the bound).
-    let all: Vec<usize> = (0..opts.nodes as usize).collect();
-    let mut retried = 0;
     report.all_up = read_back(&cluster, &checker, &all, Duration::ZERO, &mut retried, &mut report.findings);
     let mut stopped = Vec::new();
     while stopped.len() < opts.m as usize {
-        let victim = rng.below(u64::from(opts.nodes)) as usize;
+        let victim = rng.below(here as u64) as usize;
         if !stopped.contains(&victim) {
             cluster.kill9(victim);
             stopped.push(victim);
@@ -345,7 +484,7 @@ fn read_back(
                     }
                     unavailable += 1;
                     if findings.len() < 8 {
-                        findings.push(format!("GET of key {key} through node {node}: {e}"));
+                        findings.push(format!("GET of key {key} through node {}: {e}", cluster.id(*node)));
                     }
                 }
             }

@@ -11,6 +11,11 @@ use std::time::{Duration, Instant};
 use prescient_shim::{Host, HostOptions, RegionConfig};
 
 use super::SoakOptions;
+use crate::cluster::config::ClusterConfig;
+
+fn io(what: &str, p: &Path, e: std::io::Error) -> String {
+    format!("cannot {what} {}: {e}", p.display())
+}
 
 /// Region sizes that carry 4 KiB values striped in place, with a DPU buffer per write
 /// in flight and a second queue pair for the checker's reads.
@@ -25,12 +30,18 @@ fn region_config() -> RegionConfig {
     }
 }
 
-/// A running cluster of node processes. Every process is killed on drop, and the
-/// folder removed.
+/// The node processes this process runs: every node of a cluster whose file it wrote,
+/// or, as one site of a cluster spread over machines, the nodes the site names. Every
+/// process is killed on drop, and the folder removed. Indexes (`hosts[i]`, `spawn(i)`)
+/// count the nodes run here; [`ProcessCluster::id`] gives a node's id in the cluster.
 pub struct ProcessCluster {
     dir: PathBuf,
     config: PathBuf,
     binary: PathBuf,
+    /// The cluster id of each node run here.
+    ids: Vec<u8>,
+    /// Nodes in the whole cluster.
+    nodes: usize,
     regions: Vec<PathBuf>,
     /// Each node's host.
     pub hosts: Vec<Arc<Host>>,
@@ -48,13 +59,64 @@ fn free_ports(count: usize) -> Result<Vec<u16>, String> {
 }
 
 impl ProcessCluster {
-    /// Writes the cluster file and key, creates the regions and starts every node.
+    /// Starts the cluster `opts` asks for: as one site of the cluster file it names
+    /// (`opts.site`), or every node of a cluster file and key this writes.
     pub fn start(opts: &SoakOptions) -> Result<Self, String> {
-        let n = opts.nodes as usize;
         let dir = std::env::temp_dir().join(format!("prescient-soak-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let io = |what: &str, p: &Path, e: std::io::Error| format!("cannot {what} {}: {e}", p.display());
-        std::fs::create_dir_all(dir.join("keys")).map_err(|e| io("create", &dir, e))?;
+        std::fs::create_dir_all(&dir).map_err(|e| io("create", &dir, e))?;
+        let (config, ids, nodes) = match &opts.site {
+            Some(site) => {
+                let cluster = ClusterConfig::load(&site.config).map_err(|e| e.to_string())?;
+                (site.config.clone(), site.here.clone(), cluster.nodes.len())
+            }
+            None => {
+                let n = opts.nodes as usize;
+                (Self::write_cluster_file(opts, &dir)?, (0..n as u8).collect(), n)
+            }
+        };
+        let mut regions = Vec::new();
+        let mut hosts = Vec::new();
+        for &id in &ids {
+            let path = std::path::Path::new("/dev/shm").join(format!("prescient-soak-{}-{id}", std::process::id()));
+            let _ = std::fs::remove_file(&path);
+            let options = HostOptions { pin: false, dpu_timeout: Duration::from_secs(2) };
+            let host = Host::create(&path, region_config(), options).map_err(|e| e.to_string())?;
+            regions.push(path);
+            hosts.push(host);
+        }
+        let here = ids.len();
+        let mut c = Self {
+            dir,
+            config,
+            binary: opts.dpu_binary.clone(),
+            ids,
+            nodes,
+            regions,
+            hosts,
+            children: (0..here).map(|_| None).collect(),
+            starts: vec![0; here],
+        };
+        for i in 0..here {
+            c.spawn(i)?;
+        }
+        Ok(c)
+    }
+
+    /// The cluster id of the node run here at index `i`.
+    pub fn id(&self, i: usize) -> u8 {
+        self.ids[i]
+    }
+
+    /// Nodes in the whole cluster (those of other sites included).
+    pub fn nodes(&self) -> usize {
+        self.nodes
+    }
+
+    /// Writes a cluster file of `opts.nodes` nodes on loopback, and its key, into `dir`.
+    fn write_cluster_file(opts: &SoakOptions, dir: &Path) -> Result<PathBuf, String> {
+        let n = opts.nodes as usize;
+        std::fs::create_dir_all(dir.join("keys")).map_err(|e| io("create", dir, e))?;
         let key = dir.join("keys/1.key");
         std::fs::write(&key, [0x42u8; 32]).map_err(|e| io("write", &key, e))?;
         std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600))
@@ -98,33 +160,11 @@ impl ProcessCluster {
         }
         let config = dir.join("cluster.toml");
         std::fs::write(&config, toml).map_err(|e| io("write", &config, e))?;
-        let mut regions = Vec::new();
-        let mut hosts = Vec::new();
-        for i in 0..n {
-            let path = std::path::Path::new("/dev/shm").join(format!("prescient-soak-{}-{i}", std::process::id()));
-            let _ = std::fs::remove_file(&path);
-            let options = HostOptions { pin: false, dpu_timeout: Duration::from_secs(2) };
-            let host = Host::create(&path, region_config(), options).map_err(|e| e.to_string())?;
-            regions.push(path);
-            hosts.push(host);
-        }
-        let mut c = Self {
-            dir,
-            config,
-            binary: opts.dpu_binary.clone(),
-            regions,
-            hosts,
-            children: (0..n).map(|_| None).collect(),
-            starts: vec![0; n],
-        };
-        for i in 0..n {
-            c.spawn(i)?;
-        }
-        Ok(c)
+        Ok(config)
     }
 
     fn log_path(&self, i: usize, start: u32) -> PathBuf {
-        self.dir.join(format!("node{i}-{start}.log"))
+        self.dir.join(format!("node{}-{start}.log", self.ids[i]))
     }
 
     /// Starts node `i`'s DPU app (again, from its files).
@@ -141,7 +181,7 @@ impl ProcessCluster {
             .arg(&self.regions[i])
             .arg("--config")
             .arg(&self.config)
-            .args(["--node", &i.to_string()])
+            .args(["--node", &self.ids[i].to_string()])
             .env("RUST_LOG", "warn")
             .stdout(file)
             .stderr(err)
@@ -174,17 +214,20 @@ impl ProcessCluster {
         }
     }
 
-    /// Waits until every running node reaches every other running one and, with all
-    /// of them running, every directory lease is valid.
+    /// Waits until every node running here reaches every other running one (every
+    /// node of another site counts as running) and, with all of them running, every
+    /// directory lease is valid.
     pub fn wait_connected(&self, limit: Duration) -> bool {
-        let n = self.hosts.len();
-        let running = (0..n).filter(|&i| self.children[i].is_some()).fold(0u32, |m, i| m | 1 << i);
+        let all = u32::MAX >> (32 - self.nodes);
+        let stopped =
+            (0..self.ids.len()).filter(|&i| self.children[i].is_none()).fold(0u32, |m, i| m | 1 << self.ids[i]);
+        let running = all & !stopped;
         let deadline = Instant::now() + limit;
         while Instant::now() < deadline {
             let now = prescient_shim::sys::monotonic_ns();
-            let ok = (0..n).filter(|&i| running & (1 << i) != 0).all(|i| {
+            let ok = (0..self.ids.len()).filter(|&i| self.children[i].is_some()).all(|i| {
                 self.hosts[i].cluster_peers_up() & running == running
-                    && (running.count_ones() as usize != n || self.hosts[i].lease_valid(now))
+                    && (running != all || self.hosts[i].lease_valid(now))
             });
             if ok {
                 return true;
@@ -200,7 +243,7 @@ impl ProcessCluster {
         for i in 0..self.hosts.len() {
             let text = std::fs::read_to_string(self.log_path(i, self.starts[i])).unwrap_or_default();
             let tail: Vec<&str> = text.lines().rev().take(5).collect();
-            s.push_str(&format!("\n--- node {i}:"));
+            s.push_str(&format!("\n--- node {}:", self.ids[i]));
             for l in tail.iter().rev() {
                 s.push_str(&format!("\n{l}"));
             }
