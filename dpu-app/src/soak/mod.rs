@@ -69,8 +69,8 @@ pub struct SoakOptions {
 /// the others', and reads back every site's keys through its own hosts, then waits for
 /// every site to have read before it stops its nodes (a site that stopped early would
 /// take its nodes' fragments away from the others' reads). Files in the share:
-/// `loading-SITE` once its cluster is connected and its load starts (a script may time
-/// a link cut from it), `checker-SITE.txt`, `read-SITE`.
+/// `loading-SITE` once its cluster is connected (every site starts its load when all
+/// are there; a script may time a link cut from them), `checker-SITE.txt`, `read-SITE`.
 #[derive(Clone, Debug)]
 pub struct Site {
     /// The cluster file every site runs (fabric, control addresses, data folders).
@@ -157,6 +157,8 @@ pub struct SoakReport {
     pub m_down: (u64, u64, u64),
     /// Of the keys read, those another site's writers wrote (a site of a spread cluster).
     pub other_sites_keys: u64,
+    /// Where a site left its nodes' logs.
+    pub log_dir: Option<PathBuf>,
     /// How long the reads with m down took, retries included.
     pub settled_after: Duration,
     /// Reads with m down asked again (Unavailable while repair settled).
@@ -235,6 +237,9 @@ impl SoakReport {
             for f in &self.findings {
                 let _ = writeln!(s, "  finding: {f}");
             }
+            if let Some(dir) = &self.log_dir {
+                let _ = writeln!(s, "  node logs: {}", dir.display());
+            }
             return s;
         }
         let _ = writeln!(
@@ -294,9 +299,12 @@ pub fn run(opts: &SoakOptions) -> Result<SoakReport, Error> {
         )));
     }
     if let Some(site) = &opts.site {
-        // For whoever drives the run from outside (a link cut timed from the load's start).
+        // Every site starts its load once all are connected, within a poll of each
+        // other, so that a link cut timed from the files (by whoever drives the run)
+        // falls at the same point of every site's load.
         let loading = site.share.join(format!("loading-{}", site.name()));
         std::fs::write(&loading, b"").map_err(|e| Error::soak(format!("cannot write {}: {e}", loading.display())))?;
+        site.meet("loading-")?;
     }
     let here = cluster.hosts.len();
     let checker = Arc::new(Mutex::new(Checker::default()));
@@ -411,6 +419,7 @@ pub fn run(opts: &SoakOptions) -> Result<SoakReport, Error> {
         report.other_sites_keys = (every.keys() - own_keys) as u64;
         report.all_up = read_back(&cluster, &every, &all, opts.settle, &mut retried, &mut report.findings);
         report.retried = retried;
+        report.log_dir = Some(cluster.log_dir().to_path_buf());
         let read = site.share.join(format!("read-{}", site.name()));
         std::fs::write(&read, b"").map_err(|e| Error::soak(format!("cannot write {}: {e}", read.display())))?;
         site.meet("read-")?;

@@ -48,6 +48,8 @@ pub struct ProcessCluster {
     children: Vec<Option<Child>>,
     /// How many times each node was started (names its log files).
     starts: Vec<u32>,
+    /// Leave the folder (its node logs) behind when dropped.
+    keep_logs: bool,
 }
 
 fn free_ports(count: usize) -> Result<Vec<u16>, String> {
@@ -96,11 +98,17 @@ impl ProcessCluster {
             hosts,
             children: (0..here).map(|_| None).collect(),
             starts: vec![0; here],
+            keep_logs: opts.site.is_some(),
         };
         for i in 0..here {
             c.spawn(i)?;
         }
         Ok(c)
+    }
+
+    /// The folder of the node logs (`node<ID>-<START>.log`).
+    pub fn log_dir(&self) -> &Path {
+        &self.dir
     }
 
     /// The cluster id of the node run here at index `i`.
@@ -260,6 +268,10 @@ impl Drop for ProcessCluster {
         for r in &self.regions {
             let _ = std::fs::remove_file(r);
         }
-        let _ = std::fs::remove_dir_all(&self.dir);
+        // A site's folder holds only its nodes' logs, which a run across machines is
+        // read by afterwards; the folder of a cluster this wrote holds its files too.
+        if !self.keep_logs {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
