@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use prescient::host_and_dpu;
-use prescient_shim::{Host, RegionConfig, Request, Status};
+use prescient_shim::{Host, RegionConfig, Request, ShimError, Status};
 
 const THREADS: u32 = 4;
 const PER_THREAD: u64 = 20_000;
@@ -19,14 +19,20 @@ fn drive(host: Arc<Host>, qp: u32) -> Vec<u8> {
     while done < PER_THREAD {
         while next < PER_THREAD && qp.in_flight() < 32 {
             let tag = me << 32 | next;
-            if next % 3 == 0 {
-                qp.push_nop(tag).unwrap();
+            // A full ring (NOPs that completed behind a PUT still in flight keep their
+            // slots until it completes) waits for completions, as the error says.
+            let pushed = if next % 3 == 0 {
+                qp.push_nop(tag)
             } else {
                 let Ok(mut buf) = host.take_buffer() else { break };
                 buf.value_mut()[..8].copy_from_slice(&tag.to_le_bytes());
-                qp.push(Request::put(&tag.to_le_bytes(), buf, 8).user_data(tag)).map_err(|(e, _)| e).unwrap();
+                qp.push(Request::put(&tag.to_le_bytes(), buf, 8).user_data(tag)).map_err(|(e, _)| e)
+            };
+            match pushed {
+                Ok(()) => next += 1,
+                Err(ShimError::RingFull { in_flight, .. }) if in_flight > 0 => break,
+                Err(e) => panic!("push {next}: {e}"),
             }
-            next += 1;
         }
         qp.flush().unwrap();
         done += qp

@@ -122,13 +122,20 @@ pub enum ShimError {
         /// What to do.
         hint: &'static str,
     },
-    /// The submission ring is full.
-    #[error("queue pair {qp} has {depth} requests in flight (its ring size): reap completions first")]
+    /// The submission ring has no free slot. Requests complete out of order, but a slot
+    /// comes back only once every older request has completed too: the DPU app keeps
+    /// the slots of requests it took and did not complete readable for a successor.
+    #[error(
+        "queue pair {qp}'s submission ring ({depth} slots) is full with {in_flight} requests in flight (the other \
+         slots hold requests that completed after an older one still in flight): reap completions, then submit again"
+    )]
     RingFull {
         /// Queue pair.
         qp: u32,
-        /// In flight.
+        /// Slots in its rings.
         depth: u32,
+        /// Requests submitted and not completed.
+        in_flight: u32,
     },
     /// The DPU app fenced this queue pair off after bad input from this host.
     #[error("queue pair {qp} was fenced off by the DPU app: {reason} (detail {detail}); this host broke the ring protocol, restart it")]

@@ -128,7 +128,7 @@ impl QueuePair {
         if self.in_flight() >= entries || self.sq.free() == 0 {
             self.sq.refresh().map_err(|e| ShimError::BadCompletion(format!("submission head: {e}")))?;
             if self.in_flight() >= entries || self.sq.free() == 0 {
-                return Err(ShimError::RingFull { qp: self.index(), depth: entries });
+                return Err(ShimError::RingFull { qp: self.index(), depth: entries, in_flight: self.in_flight() });
             }
         }
         Ok(())
@@ -186,7 +186,8 @@ impl QueuePair {
     fn push_get(&mut self, key: &[u8], buf: Buffer, sla: ReadSla, user_data: u64) -> Result<(), (ShimError, Buffer)> {
         let sq_index = self.sq.tail();
         if !self.gets.can_record(sq_index) {
-            return Err((ShimError::RingFull { qp: self.index(), depth: self.host.config().ring_entries }, buf));
+            let (qp, depth, in_flight) = (self.index(), self.host.config().ring_entries, self.in_flight());
+            return Err((ShimError::RingFull { qp, depth, in_flight }, buf));
         }
         let got = GetBuffer { index: buf.index(), generation: buf.generation() };
         self.push_with_buffer(OpCode::Get, key, buf, 0, sla, user_data)?;
