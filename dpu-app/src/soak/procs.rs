@@ -136,7 +136,7 @@ impl ProcessCluster {
         let (k, m) = (n - opts.m as usize, opts.m as usize);
         let sizing = crate::cluster::config::ClusterConfig {
             value_bytes_max: 4096,
-            ..crate::cluster::config::ClusterConfig::in_process(n, k, m, &dir)
+            ..crate::cluster::config::ClusterConfig::in_process(n, k, m, dir)
         };
         let store_bytes =
             crate::cluster::protocol::node::store_bytes_for_keys(&sizing, 2 * u64::from(opts.keys) * n as u64)
