@@ -12,6 +12,12 @@ pub const WR_INDEX_MAX: u32 = (1 << 24) - 1;
 pub const WRITES_MAX: u32 = 64;
 /// GETs one node keeps in flight.
 pub const GETS_MAX: u32 = 16;
+/// Writes and GETs a node starts in one poll round. A ring full of PUTs (a restarted
+/// node finds hundreds waiting) otherwise posts every free write slot's fragments,
+/// decisions and directory CASes in one round, ahead of the heartbeats that keep its
+/// links: on Soft-RoCE under TCG a burst of 64 made its peers look dead and failed the
+/// writes NotDurable. NOPs need no slot and are not counted.
+pub const REQUESTS_STARTED_PER_ROUND: u32 = 16;
 /// Predictor leases with marks out at once.
 pub const LEASES_MAX: usize = 64;
 /// Outcome notices in flight to each peer.
@@ -32,5 +38,6 @@ pub const RESYNC_CHUNK: u64 = 4096;
 pub const STORE_WAYS: u32 = 16;
 
 const _: () = assert!(NOTICE_RECORDS_MAX <= OUTCOMES_PER_ENTRY_MAX);
+const _: () = assert!(REQUESTS_STARTED_PER_ROUND >= 1 && REQUESTS_STARTED_PER_ROUND <= WRITES_MAX);
 const _: () = assert!(STORE_WAYS <= STORE_WAYS_MAX);
 const _: () = assert!(WRITES_MAX as u64 * 32 <= (1 << 24), "write slot and fragment fit a work-request index");

@@ -30,7 +30,7 @@ use crate::cluster::protocol::time::Now;
 use crate::cluster::protocol::wr::WrId;
 use crate::cluster::protocol::write::Mark;
 use crate::fabric::Fabric;
-use crate::limits::RESYNC_CHUNK;
+use crate::limits::{REQUESTS_STARTED_PER_ROUND, RESYNC_CHUNK};
 use crate::queue::{key_of, Outcome, Room};
 use crate::seal::key_hash;
 
@@ -96,11 +96,12 @@ impl<F: Fabric> Node<F> {
         if !self.ready_to_serve(now) {
             return false;
         }
-        // Writes need a write slot and GETs a GET slot; NOPs need neither.
+        // Writes need a write slot and GETs a GET slot; NOPs need neither. A round
+        // starts a bounded number of them (see the limit).
         let room = Room {
             writes: self.writer.room() as u32,
             gets: self.reader.available() as u32,
-            requests: self.taken.capacity() as u32,
+            requests: (self.taken.capacity() as u32).min(REQUESTS_STARTED_PER_ROUND),
         };
         let mut taken = std::mem::take(&mut self.taken);
         taken.clear();
