@@ -60,6 +60,8 @@ impl<F: Fabric> Node<F> {
             crc_shift: &mut self.crc_shift,
             hlc: &mut self.hlc,
             hlc_floor: &mut self.hlc_floor,
+            sequencer: self.sequencer.as_mut(),
+            control: &self.control,
             stats: &mut self.stats,
             noisy: &mut self.noisy,
             own_resync: &mut self.own_resync,
@@ -96,10 +98,12 @@ impl<F: Fabric> Node<F> {
         if !self.ready_to_serve(now) {
             return false;
         }
-        // Writes need a write slot and GETs a GET slot; NOPs need neither. A round
-        // starts a bounded number of them (see the limit).
+        // Writes need a write slot (and in sequencer mode a stamp) and GETs a GET
+        // slot; NOPs need neither. A round starts a bounded number of them (see the
+        // limit).
+        let stamps = u32::try_from(self.stamps_available(now)).unwrap_or(u32::MAX);
         let room = Room {
-            writes: self.writer.room() as u32,
+            writes: (self.writer.room() as u32).min(stamps),
             gets: self.reader.available() as u32,
             requests: (self.taken.capacity() as u32).min(REQUESTS_STARTED_PER_ROUND),
         };
@@ -152,6 +156,10 @@ impl<F: Fabric> Node<F> {
         let mut busy = false;
         let mut i = 0;
         loop {
+            if self.stamps_available(now) == 0 {
+                // In sequencer mode, held writes wait for stamps as new ones do.
+                return busy;
+            }
             let (writer, mut cx) = self.write_cx();
             match writer.next_held(&mut cx, &mut i, now) {
                 HeldNext::Start(held) => self.start_write(held, now),
