@@ -132,6 +132,10 @@ enum Command {
         /// Predictor leases pre-invalidate predicted keys (an online model).
         #[arg(long)]
         predictive: bool,
+        /// Order writes by a sequencer (node 0; shadows 1 and 2), with crashes and
+        /// partitions aimed at it and the sequencer's invariants.
+        #[arg(long)]
+        sequencer: bool,
     },
     /// Train and evaluate the write-stream predictor (same as `prescient-model`).
     Model {
@@ -390,7 +394,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             Ok(())
         }
         Command::Model { command } => Ok(prescient_models::cli::run(command)?),
-        Command::Sim { seed, seeds, from, steps, nodes, k, m, quorum, keys, no_faults, predictive } => {
+        Command::Sim { seed, seeds, from, steps, nodes, k, m, quorum, keys, no_faults, predictive, sequencer } => {
             let dir = std::env::temp_dir().join("prescient-sim");
             let seeds: Vec<u64> = match seed {
                 Some(s) => vec![s],
@@ -409,6 +413,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
                     keys,
                     faults: !no_faults,
                     predictive,
+                    sequencer,
                     dir: dir.clone(),
                 };
                 let r = prescient_dpu::sim::run(&opts).map_err(|v| format!("invariant broken\n{v}"))?;

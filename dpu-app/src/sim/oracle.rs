@@ -84,6 +84,11 @@ pub struct Oracle {
     committed: HashMap<u32, Vec<(u64, u64, u64)>>,
     /// Checks made.
     pub reads_checked: u64,
+    /// (stamp, completion time) of the writes committed since the caller last took
+    /// them (the sequencer checks), when `track_commits` is set.
+    pub new_commits: Vec<(u64, u64)>,
+    /// Keep `new_commits`.
+    pub track_commits: bool,
 }
 
 impl Oracle {
@@ -98,6 +103,9 @@ impl Oracle {
         w.fate = fate;
         if let Fate::Committed { stamp, at_ns } = fate {
             self.committed.entry(w.key).or_default().push((at_ns, stamp, write_id));
+            if self.track_commits {
+                self.new_commits.push((stamp, at_ns));
+            }
         }
     }
 

@@ -179,7 +179,10 @@ impl Holder {
                     cx.stats.entries_refused += 1;
                     return ACK_REFUSED;
                 }
-                if let Some(control) = cx.sequencing {
+                // A repair's fragment is of a write its writer decided Committed, which
+                // a deposed epoch may have done before the claim: only the writes' own
+                // fragments are refused.
+                if let Some(control) = cx.sequencing.filter(|_| !header.repair) {
                     let leader = LeaderWord::unpack(control.leader());
                     if leader.refuses(header.stamp >> 8) {
                         // Stamped by a sequencer this node has seen deposed: with every
