@@ -18,11 +18,13 @@
 //! first shadow usually wins the next round outright. Who claims, and when:
 //! - the configured sequencer, at start, while no epoch has been claimed;
 //! - a node the word names that does not sequence that epoch (it restarted: its counter
-//!   is gone), at once;
-//! - shadows, in their configured order, when the named sequencer has not been seen
-//!   sequencing its epoch (its heartbeat block READ with the word and a counter of that
-//!   epoch) for `dead_after` (the first shadow), half a `dead_after` more for each
-//!   later one; the first sequencer, once deposed, acts as the last shadow.
+//!   is gone; or its claim reached no majority), after `dead_after` without hearing of
+//!   a newer word;
+//! - the claimants (the first sequencer, then the shadows, in a ring) when the named
+//!   sequencer has not been seen sequencing its epoch (its heartbeat block READ with
+//!   the word and a counter of that epoch) for `dead_after` (the claimant after it in
+//!   the ring), half a `dead_after` more for each one further on: whoever sequences,
+//!   the next claimant takes over first.
 //!
 //! Words only move forward: a node adopts any higher word it sees (its own, CASed by a
 //! claimant, or a peer's, in the heartbeat block it READs every period) and persists
@@ -123,9 +125,10 @@ pub struct Sequencer {
     me: u8,
     n: usize,
     stamp_block: u64,
-    /// This node's claim rank (0: the first sequencer), `None`: it never claims.
+    /// The claimants in order: the first sequencer, then the shadows.
+    order: Vec<u8>,
+    /// This node's place in `order`; `None`: it never claims.
     rank: Option<usize>,
-    shadows: usize,
     dead_after_ns: u64,
     block_ttl_ns: u64,
     /// The newest word this node knows.
@@ -172,7 +175,7 @@ impl Sequencer {
             n,
             stamp_block: u64::from(config.stamp_block),
             rank: config.rank(me),
-            shadows: config.shadows.len(),
+            order: std::iter::once(config.sequencer).chain(config.shadows.iter().copied()).collect(),
             dead_after_ns: dead_after_us * 1_000,
             block_ttl_ns: heartbeat_us * 1_000,
             leader,
@@ -252,12 +255,14 @@ impl Sequencer {
     /// Adopts `word` if it is newer than the one this node knows: persists it,
     /// drops stamps of the older epoch and, if this node sequenced that epoch, stops.
     fn adopt(&mut self, cx: &mut SeqCx<'_, impl RawQp>, word: LeaderWord, now: Now) -> Result<(), HlcError> {
-        if word <= self.leader {
+        // Only a higher epoch: a node's word holds one sequencer per epoch, so no two
+        // claimants of one epoch can both count it.
+        if word.epoch <= self.leader.epoch {
             return Ok(());
         }
         // Own word first: a peer's heartbeat told us; our holders refuse by it.
         let mut own = cx.control.leader();
-        while own < word.pack() {
+        while LeaderWord::unpack(own).epoch < word.epoch {
             let found = cx.control.cas_leader(own, word.pack());
             if found == own {
                 break;
@@ -309,7 +314,7 @@ impl Sequencer {
     pub fn poll(&mut self, cx: &mut SeqCx<'_, impl RawQp>, now: Now) -> Result<bool, HlcError> {
         let own = LeaderWord::unpack(cx.control.leader());
         let mut busy = false;
-        if own > self.leader {
+        if own.epoch > self.leader.epoch {
             self.adopt(cx, own, now)?;
             busy = true;
         }
@@ -335,11 +340,17 @@ impl Sequencer {
         }
         if self.leader.sequencer == self.me {
             // Named, but without a counter for the epoch (a restart, or a claim that
-            // did not win): claim again.
-            return self.leading != Some(self.leader.epoch);
+            // did not win): claim again, once a dead_after has passed in which a newer
+            // word would have reached it (a restarted sequencer that others replaced
+            // meanwhile follows its successor instead of deposing it).
+            return self.leading != Some(self.leader.epoch) && now.mono_ns >= self.leader_since_ns + self.wait_ns(1);
         }
-        let rank = if rank == 0 { self.shadows + 1 } else { rank };
-        now.mono_ns >= self.leader_heard_ns.max(self.leader_since_ns) + self.wait_ns(rank)
+        // How far after the silent sequencer this node comes in the ring of claimants.
+        let after = match self.order.iter().position(|&o| o == self.leader.sequencer) {
+            Some(at) => (rank + self.order.len() - at) % self.order.len(),
+            None => rank + 1,
+        };
+        now.mono_ns >= self.leader_heard_ns.max(self.leader_since_ns) + self.wait_ns(after.max(1))
     }
 
     /// How long claimant `rank` (from 1) waits for a silent sequencer.
@@ -412,7 +423,7 @@ impl Sequencer {
             return;
         };
         let own = cx.control.leader();
-        if LeaderWord::unpack(own) >= word || cx.control.cas_leader(own, word.pack()) != own {
+        if LeaderWord::unpack(own).epoch >= word.epoch || cx.control.cas_leader(own, word.pack()) != own {
             // A claimant got here first; the next poll adopts its word.
             return;
         }
@@ -458,9 +469,12 @@ impl Sequencer {
         claim.outstanding &= !(1 << j);
         if ok {
             let found = cx.pool.word(1 + u32::from(j));
-            if found == claim.compare[j as usize] {
+            // The word is ours if the CAS took, or if the node adopted it already from
+            // a heartbeat block it READ (a word moves only to a higher epoch, so that
+            // node can count for no other claimant of this epoch).
+            if found == claim.compare[j as usize] || found == claim.word.pack() {
                 claim.held |= 1 << j;
-            } else if LeaderWord::unpack(found) < claim.word {
+            } else if LeaderWord::unpack(found).epoch < claim.word.epoch {
                 if u32::from(claim.rounds[j as usize]) < CLAIM_ROUNDS_MAX {
                     Self::post_cas(cx, &mut claim, j, found);
                 }
