@@ -60,6 +60,8 @@ struct PutCell {
     sequenced: bool,
     host: HostStats,
     seconds: f64,
+    /// Sequencer mode: stamps taken, FETCH_ADDs, holes (whole run).
+    counted: [u64; 3],
 }
 
 fn put_cell(network: Network, sequenced: bool, seconds: f64, stream: &KeyStream, seed: u64) -> Result<PutCell, Error> {
@@ -102,7 +104,11 @@ fn put_cell(network: Network, sequenced: bool, seconds: f64, stream: &KeyStream,
     let t = Instant::now();
     driver.run_for(&mut cluster, seconds, true)?;
     let seconds = t.elapsed().as_secs_f64();
-    Ok(PutCell { network, sequenced, host: driver.stats.clone(), seconds })
+    let counted = cluster
+        .nodes()
+        .filter_map(|n| n.sequencer_stats())
+        .fold([0u64; 3], |[s, f, h], x| [s + x.stamps, f + x.fetches, h + x.holes]);
+    Ok(PutCell { network, sequenced, host: driver.stats.clone(), seconds, counted })
 }
 
 /// Failover times: sequencer lost to a newer epoch claimed, and to its first write.
@@ -345,8 +351,12 @@ pub fn run(bench: &SequencerBench) -> Result<String, Error> {
             unit: "/s",
             higher_is_better: true,
         });
+        let [stamps, fetches, holes] = cells
+            .iter()
+            .filter(|c| c.network == network && c.sequenced)
+            .fold([0u64; 3], |a, c| [a[0] + c.counted[0], a[1] + c.counted[1], a[2] + c.counted[2]]);
         notes.push_str(&format!(
-            "{name}: {} sequencer PUTs, {} failed; {} HLC PUTs, {} failed\n",
+            "{name}: {} sequencer PUTs, {} failed ({stamps} stamps, {fetches} FETCH_ADDs, {holes} holes); {} HLC PUTs, {} failed\n",
             seq.count(),
             seq_failed,
             hlc.count(),

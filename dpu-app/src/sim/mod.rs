@@ -398,6 +398,9 @@ pub fn run(opts: &SimOptions) -> Result<SimReport, Violation> {
             for (stamp, at) in oracle.new_commits.drain(..) {
                 watch.committed(stamp, at).map_err(|e| fail(step, e))?;
             }
+            if let Some(what) = oracle.out_of_order.take() {
+                return Err(fail(step, what));
+            }
         }
         // Directory invariants, on every host, for every key's slot.
         for h in 0..n {

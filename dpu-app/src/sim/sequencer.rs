@@ -11,6 +11,9 @@
 //! Invariants, after every step:
 //! - every committed write's version is unique in the cluster (no stamp issued, or
 //!   applied, twice) and of an epoch some node won by claim;
+//! - a key's versions follow real time: a write submitted after another write of its
+//!   key committed commits at a higher version (`Oracle::out_of_order`), blocks of
+//!   stamps fetched before included;
 //! - no two nodes ever sequence the same epoch;
 //! - no node's leader word moves back to a lower epoch, restarts included (it is
 //!   persisted);

@@ -285,7 +285,12 @@ impl Writer {
         self.writes.in_use() + self.held.len()
     }
 
-    /// Whether write requests wait behind a write of their key.
+    /// How many write requests are held.
+    pub fn held_len(&self) -> usize {
+        self.held.len()
+    }
+
+    /// Whether write requests wait behind a write of their key (or for a stamp).
     pub fn has_held(&self) -> bool {
         !self.held.is_empty()
     }
@@ -343,6 +348,13 @@ impl Writer {
             || self.held.iter().take(held).any(|h| h.key_hash == key_hash)
     }
 
+    /// Holds `held` again at index `at` of the held writes (at most their count): it
+    /// found no stamp above its key's version and waits for a fresh block, keeping its
+    /// place before later writes of its key.
+    pub fn hold_at(&mut self, at: usize, held: Held) {
+        self.held.insert(at.min(self.held.len()), held);
+    }
+
     /// A new write request: held (`None`) while a write of its key is in flight or
     /// held, else handed back to be started.
     pub fn hold_if_busy(&mut self, held: Held) -> Option<Held> {
@@ -384,7 +396,8 @@ impl Writer {
     /// Begins a write (steps 3, 5, 6: order, seal, encode, and its outcome-table
     /// entry); the caller checked that a write slot and a side buffer are free and ran
     /// step 2, whose end was `predicted_ns` (`started_ns`: the host clock when the
-    /// write's stages began). `None`: refused, and completed to the host.
+    /// write's stages began); in sequencer mode its stamp comes from a block fetched
+    /// after it arrived. `None`: refused, and completed to the host.
     pub fn begin<Q: RawQp>(
         &mut self,
         cx: &mut WriteCx<'_, Q>,
@@ -401,7 +414,7 @@ impl Writer {
         times[WriteStage::Predict as usize] = predicted_ns;
         let write_seq = self.next_write_seq;
         let (stamp, layout, holders) =
-            match Self::prepare(cx, &t, key_hash, side, tombstone, write_seq, &mut times, started_ns, now) {
+            match Self::prepare(cx, &t, key_hash, side, tombstone, write_seq, arrived, &mut times, started_ns, now) {
                 Ok(p) => p,
                 Err((end, why)) => {
                     if let Some(left_out) = cx.admit(Noisy::WriteRefused) {
@@ -446,6 +459,7 @@ impl Writer {
         side: u32,
         tombstone: bool,
         write_seq: u64,
+        arrived_ns: u64,
         times: &mut [u64; WriteStage::ALL.len()],
         started_ns: u64,
         now: Now,
@@ -462,7 +476,7 @@ impl Writer {
             // The caller took the write only with a stamp in hand; it can be gone
             // only if the epoch changed in between.
             Some(s) => s
-                .take(cx.control, now)
+                .take(cx.control, arrived_ns, now)
                 .and_then(|v| Stamp::new(v, cx.me))
                 .ok_or_else(|| (Status::Unavailable, "no sequencer stamp in hand (the epoch changed)".to_owned()))?
                 .raw(),

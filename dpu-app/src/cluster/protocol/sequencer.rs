@@ -33,9 +33,15 @@
 //! word (`holder.rs`), and since every write quorum meets every majority (checked in
 //! the cluster file), a deposed epoch's writes cannot commit once a claim has won.
 //!
-//! Stamps a writer took and does not use (a block of a deposed epoch, a block older
-//! than a heartbeat, which would order a write before others that completed since) are
-//! holes: counted and dropped, never given to a write. Invariants: every version this
+//! A write takes a stamp only from a block whose FETCH_ADD was posted after the write
+//! arrived (or, on the sequencer, from its counter at once): such a stamp is above
+//! every stamp issued before, so versions follow real time across keys and nodes, and
+//! a key's versions only move forward for writes that do not overlap. Blocks amortise
+//! the round trip over the writes waiting when it is posted; under light load each
+//! write fetches its own. Stamps a writer fetched and does not use (the rest of a
+//! block once a later write needs a newer one, a block of a deposed epoch, a block
+//! older than four heartbeats) are holes: counted and dropped, never given to a write.
+//! Invariants: every version this
 //! node hands out is of the epoch of its leader word at that moment, and each is handed
 //! out at most once in the cluster (FETCH_ADD ranges of one counter are disjoint, and
 //! one epoch has one counter).
@@ -55,6 +61,10 @@ use crate::limits::{CLAIM_ROUNDS_MAX, NODES_MAX, SEQUENCE_BITS};
 /// CAS lands in word `1 + j`.
 const FETCH_WORD: u32 = 0;
 
+/// Heartbeats a fetched block of stamps may be used for: a write stamped from an older
+/// block could order before writes that completed on other nodes since it was fetched.
+const BLOCK_TTL_HEARTBEATS: u64 = 4;
+
 /// Words of the sequencer's result pool: the fetch, and one CAS per node.
 pub const POOL_WORDS: u32 = 1 + NODES_MAX as u32;
 
@@ -65,11 +75,13 @@ pub struct SeqCx<'a, Q: RawQp> {
     pub(super) pool: &'a Pool,
 }
 
-/// A block of stamps in hand: versions `next..end`, fetched at `fetched_ns`.
+/// A block of stamps in hand: versions `next..end`, its FETCH_ADD posted at
+/// `posted_ns` and back at `fetched_ns`.
 #[derive(Clone, Copy, Debug, Default)]
 struct Block {
     next: u64,
     end: u64,
+    posted_ns: u64,
     fetched_ns: u64,
 }
 
@@ -84,6 +96,8 @@ impl Block {
 struct Fetch {
     generation: u32,
     epoch: u32,
+    posted_ns: u64,
+    add: u64,
 }
 
 /// A claim in flight: the word it CASes in, and where.
@@ -142,6 +156,12 @@ pub struct Sequencer {
     /// The epoch this node won and sequences.
     leading: Option<u32>,
     blocks: [Block; 2],
+    /// When this node last took a stamp, and whether writes wait for one: stamps are
+    /// fetched on demand, so an idle node does not fetch blocks only to age them out.
+    last_take_ns: u64,
+    wanted: bool,
+    /// A write that arrived at this time waits for a stamp fetched after it.
+    want_after_ns: u64,
     fetch: Option<Fetch>,
     claim: Option<Claim>,
     generation: u32,
@@ -177,13 +197,16 @@ impl Sequencer {
             rank: config.rank(me),
             order: std::iter::once(config.sequencer).chain(config.shadows.iter().copied()).collect(),
             dead_after_ns: dead_after_us * 1_000,
-            block_ttl_ns: heartbeat_us * 1_000,
+            block_ttl_ns: BLOCK_TTL_HEARTBEATS * heartbeat_us * 1_000,
             leader,
             leader_since_ns: now.mono_ns,
             leader_heard_ns: now.mono_ns,
             leader_beat: 0,
             leading: None,
             blocks: [Block::default(); 2],
+            last_take_ns: 0,
+            wanted: false,
+            want_after_ns: 0,
             fetch: None,
             claim: None,
             generation: 0,
@@ -216,9 +239,19 @@ impl Sequencer {
         b.next < b.end && epoch_of(b.next) == self.leader.epoch && now.mono_ns < b.fetched_ns + self.block_ttl_ns
     }
 
-    /// A version for a write, or `None` while this node has no stamp of the current
-    /// epoch in hand.
-    pub fn take(&mut self, control: &ControlBlock, now: Now) -> Option<u64> {
+    /// Whether a stamp for a write that arrived at `arrived_ns` is in hand (always,
+    /// while this node sequences).
+    pub fn has_for(&self, arrived_ns: u64, now: Now) -> bool {
+        self.leading.is_some() || self.blocks.iter().any(|b| self.usable(b, now) && b.posted_ns >= arrived_ns)
+    }
+
+    /// A version for a write that arrived at `arrived_ns`, from a block whose
+    /// FETCH_ADD was posted after it arrived, or `None` while none is in hand. Such a
+    /// stamp is above every stamp issued before the write arrived, so above the
+    /// version of every write that had completed by then, of its key or any other:
+    /// versions follow real time. (A block fetched earlier could order the write
+    /// before a write of its key that completed meanwhile on another node.)
+    pub fn take(&mut self, control: &ControlBlock, arrived_ns: u64, now: Now) -> Option<u64> {
         if let Some(epoch) = self.leading {
             let v = control.fetch_add_counter(1);
             if epoch_of(v) == epoch && sequence_of(v) != 0 {
@@ -231,14 +264,20 @@ impl Sequencer {
             self.leading = None;
             return None;
         }
-        for _ in 0..self.blocks.len() {
-            let b = self.blocks[0];
-            if self.usable(&b, now) {
-                self.blocks[0].next += 1;
+        if self.blocks[0].left() == 0 {
+            self.drop_block(0);
+        }
+        for i in 0..self.blocks.len() {
+            let b = self.blocks[i];
+            if self.usable(&b, now) && b.posted_ns >= arrived_ns {
+                self.blocks[i].next += 1;
                 self.stats.stamps += 1;
+                self.last_take_ns = now.mono_ns;
+                if self.blocks[i].left() == 0 {
+                    self.drop_block(i);
+                }
                 return Some(b.next);
             }
-            self.drop_block(0);
         }
         None
     }
@@ -358,29 +397,48 @@ impl Sequencer {
         self.dead_after_ns + (rank as u64 - 1) * (self.dead_after_ns / 2)
     }
 
-    /// Posts a FETCH_ADD of a block when the stamps in hand run low.
+    /// Writes wait for a stamp: fetch a block at the next poll.
+    pub fn want(&mut self) {
+        self.wanted = true;
+    }
+
+    /// A write that arrived at `arrived_ns` waits for a stamp: fetch a block at the
+    /// next poll if none fetched after it is in hand.
+    pub fn want_for(&mut self, arrived_ns: u64) {
+        self.wanted = true;
+        self.want_after_ns = self.want_after_ns.max(arrived_ns);
+    }
+
+    /// Posts a FETCH_ADD of a block while stamps are in demand (writes wait, or one
+    /// was taken within a block's lifetime) and less than half a block is in hand.
     fn fetch_if_low(&mut self, cx: &mut SeqCx<'_, impl RawQp>, now: Now) -> bool {
         if self.leading.is_some() || self.claim.is_some() || self.fetch.is_some() || !self.leader.is_set() {
             return false;
         }
-        // Aged or deposed blocks go first, so the room below is real.
+        // Aged or deposed blocks go first, so the room below is real; while a write
+        // waits, blocks fetched before it arrived are of no use to it or any later one.
+        let after = if self.wanted { self.want_after_ns } else { 0 };
         for i in (0..self.blocks.len()).rev() {
-            if self.blocks[i].left() > 0 && !self.usable(&self.blocks[i], now) {
+            let b = self.blocks[i];
+            if b.left() > 0 && (!self.usable(&b, now) || b.posted_ns < after) {
                 self.drop_block(i);
             }
         }
-        if self.blocks[1].left() > 0 || self.blocks[0].left() * 2 > self.stamp_block {
+        let demand = self.wanted || now.mono_ns < self.last_take_ns.saturating_add(self.block_ttl_ns);
+        if !demand || self.blocks[1].left() > 0 || (self.blocks[0].left() * 2 > self.stamp_block && !self.wanted) {
             return false;
         }
+        self.wanted = false;
         let l = self.leader.sequencer;
         let Some(remote) = cx.links.peer(l).filter(|p| p.is_up()).and_then(|p| p.remote) else { return false };
         self.generation = self.generation.wrapping_add(1) & crate::limits::WR_INDEX_MAX;
-        self.fetch = Some(Fetch { generation: self.generation, epoch: self.leader.epoch });
+        let add = self.stamp_block;
+        self.fetch = Some(Fetch { generation: self.generation, epoch: self.leader.epoch, posted_ns: now.mono_ns, add });
         self.stats.fetches += 1;
         cx.links.post(
             l,
             WrId::new(Kind::StampFetch, l, self.generation, 0),
-            Op::FetchAdd { remote: remote.control.at(COUNTER_AT as u64), add: self.stamp_block },
+            Op::FetchAdd { remote: remote.control.at(COUNTER_AT as u64), add },
             cx.pool.buf(FETCH_WORD, 8),
         );
         true
@@ -389,7 +447,7 @@ impl Sequencer {
     /// A stamp FETCH_ADD came back (`ok`: with the counter's old value in the pool).
     pub fn on_fetch(&mut self, cx: &mut SeqCx<'_, impl RawQp>, generation: u32, ok: bool, now: Now) {
         let Some(fetch) = self.fetch.filter(|f| f.generation == generation) else {
-            // Of an epoch given up since: its stamps are holes.
+            // Of an epoch given up since: its stamps (at most a block) are holes.
             if ok {
                 self.stats.holes += self.stamp_block;
             }
@@ -400,14 +458,14 @@ impl Sequencer {
             return;
         }
         let first = cx.pool.word(FETCH_WORD);
-        let fits = sequence_of(first) != 0 && sequence_of(first) + self.stamp_block <= 1 << SEQUENCE_BITS;
+        let fits = sequence_of(first) != 0 && sequence_of(first) + fetch.add <= 1 << SEQUENCE_BITS;
         if epoch_of(first) != fetch.epoch || fetch.epoch != self.leader.epoch || !fits {
             // Not (or no longer) the epoch's counter: a deposed or not yet started
             // sequencer. Nothing of it is used.
-            self.stats.holes += self.stamp_block;
+            self.stats.holes += fetch.add;
             return;
         }
-        let block = Block { next: first, end: first + self.stamp_block, fetched_ns: now.mono_ns };
+        let block = Block { next: first, end: first + fetch.add, posted_ns: fetch.posted_ns, fetched_ns: now.mono_ns };
         if self.blocks[0].left() == 0 {
             self.blocks[0] = block;
         } else {
