@@ -211,7 +211,8 @@ impl<F: Fabric> Node<F> {
         let hit = self.predict(key_id, now);
         let predicted = now.mono_ns + prescient_shim::sys::monotonic_ns().saturating_sub(started);
         let (writer, mut cx) = self.write_cx();
-        let Some(id) = writer.begin(&mut cx, held, started, predicted, now) else { return None };
+        // None: refused and completed to the host; nothing to hold.
+        let id = writer.begin(&mut cx, held, started, predicted, now)?;
         // A write that found its key leased upgrades the lease's marks.
         let lease = if hit { self.leases.take_for(key_id) } else { None };
         // The writer takes the lease's placed marks as its own (`Mark::Placed`).
