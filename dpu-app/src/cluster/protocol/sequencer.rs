@@ -41,10 +41,10 @@
 //! write fetches its own. Stamps a writer fetched and does not use (the rest of a
 //! block once a later write needs a newer one, a block of a deposed epoch, a block
 //! older than four heartbeats) are holes: counted and dropped, never given to a write.
-//! Invariants: every version this
-//! node hands out is of the epoch of its leader word at that moment, and each is handed
-//! out at most once in the cluster (FETCH_ADD ranges of one counter are disjoint, and
-//! one epoch has one counter).
+//!
+//! Invariants: every version this node hands out is of the epoch of its leader word at
+//! that moment, and each is handed out at most once in the cluster (FETCH_ADD ranges
+//! of one counter are disjoint, and one epoch has one counter).
 
 use super::links::Links;
 use super::pool::Pool;
@@ -299,15 +299,24 @@ impl Sequencer {
         if word.epoch <= self.leader.epoch {
             return Ok(());
         }
-        // Own word first: a peer's heartbeat told us; our holders refuse by it.
+        // Own word first: a peer's heartbeat told us; our holders refuse by it. A
+        // claimant's CAS may move it meanwhile (only to a higher epoch): a few rounds,
+        // then the next poll adopts whatever it became.
         let mut own = cx.control.leader();
-        while LeaderWord::unpack(own).epoch < word.epoch {
+        for _ in 0..CLAIM_ROUNDS_MAX {
+            if LeaderWord::unpack(own).epoch >= word.epoch {
+                break;
+            }
             let found = cx.control.cas_leader(own, word.pack());
             if found == own {
+                own = word.pack();
                 break;
             }
             own = found;
         }
+        // This node follows the word it holds: a claimant may have put a later one
+        // there, or one of the same epoch first (its vote in that epoch).
+        let word = if LeaderWord::unpack(own).epoch >= word.epoch { LeaderWord::unpack(own) } else { word };
         if let Some(epoch) = self.leading.filter(|&e| e < word.epoch) {
             // Deposed: nothing fetched from this counter from now on is of any epoch.
             cx.control.set_counter(0);
