@@ -11,3 +11,7 @@ cd "$(dirname "$0")/.."
 cargo run --release -p prescient-dpu -- sim --seeds "${SIM_SEEDS:-8}" --from 93000 --steps 400000
 cargo run --release -p prescient-dpu -- sim --seeds "${SIM_PREDICTIVE_SEEDS:-4}" --from 94000 --steps 200000 --predictive
 cargo run --release -p prescient-dpu -- sim --seeds 2 --from 95000 --steps 400000 --no-faults
+# Sequencer ordering: crashes, isolating partitions and competing claims aimed at the
+# sequencer, with its invariants (dpu-app/src/sim/sequencer.rs): 4 simulated seconds,
+# about 50 s here.
+cargo run --release -p prescient-dpu -- sim --seeds "${SIM_SEQUENCER_SEEDS:-4}" --from 96000 --steps 200000 --sequencer

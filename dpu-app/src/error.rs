@@ -201,6 +201,9 @@ pub enum Error {
         /// What failed, with the processes' last log lines.
         what: String,
     },
+    /// A benchmark's cluster did not get where the measurement needs it.
+    #[error("bench: {0}; the machine may be overloaded: run it again on a quieter one")]
+    Bench(String),
 }
 
 impl Error {

@@ -132,6 +132,10 @@ enum Command {
         /// Predictor leases pre-invalidate predicted keys (an online model).
         #[arg(long)]
         predictive: bool,
+        /// Order writes by a sequencer (node 0; shadows 1 and 2), with crashes and
+        /// partitions aimed at it and the sequencer's invariants.
+        #[arg(long)]
+        sequencer: bool,
     },
     /// Train and evaluate the write-stream predictor (same as `prescient-model`).
     Model {
@@ -272,6 +276,27 @@ enum BenchWhat {
         #[arg(long, default_value_t = 200_000)]
         round_trips: usize,
     },
+    /// `ordering = "sequencer"`: PUT latency and throughput next to HLC ordering, and
+    /// failover times (p50/p99) in the simulator on the LAN model and in a cluster of
+    /// processes.
+    Sequencer {
+        /// Measured seconds of PUTs per ordering and load.
+        #[arg(long, default_value_t = 3.0)]
+        seconds: f64,
+        /// Failovers in the simulator.
+        #[arg(long, default_value_t = 200)]
+        sim_failovers: u32,
+        /// Failovers in the process cluster.
+        #[arg(long, default_value_t = 30)]
+        process_failovers: u32,
+        /// The trace whose key order the writers replay (default: OLTP.lis.zst in the
+        /// shared traces folder; absent: a synthetic YCSB-like stream).
+        #[arg(long)]
+        trace: Option<PathBuf>,
+        /// Seed of the network models.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
     /// The write path of a 5-node in-process cluster per network model and invalidation
     /// policy, next to replication without invalidation and sealing + striping alone.
     Cluster {
@@ -390,7 +415,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             Ok(())
         }
         Command::Model { command } => Ok(prescient_models::cli::run(command)?),
-        Command::Sim { seed, seeds, from, steps, nodes, k, m, quorum, keys, no_faults, predictive } => {
+        Command::Sim { seed, seeds, from, steps, nodes, k, m, quorum, keys, no_faults, predictive, sequencer } => {
             let dir = std::env::temp_dir().join("prescient-sim");
             let seeds: Vec<u64> = match seed {
                 Some(s) => vec![s],
@@ -409,6 +434,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
                     keys,
                     faults: !no_faults,
                     predictive,
+                    sequencer,
                     dir: dir.clone(),
                 };
                 let r = prescient_dpu::sim::run(&opts).map_err(|v| format!("invariant broken\n{v}"))?;
@@ -557,6 +583,24 @@ fn run(cli: Cli) -> Result<(), Failure> {
             print!("{}", bench::cluster::run(&bench)?.render());
             Ok(())
         }
+        Command::Bench { what: BenchWhat::Sequencer { seconds, sim_failovers, process_failovers, trace, seed } } => {
+            if !(seconds.is_finite() && seconds > 0.0 && seconds <= 600.0) {
+                return Err(format!("--seconds {seconds} is out of range: more than 0, at most 600").into());
+            }
+            if sim_failovers == 0 || process_failovers == 0 || sim_failovers > 100_000 || process_failovers > 1_000 {
+                return Err("--sim-failovers must be 1 to 100000 and --process-failovers 1 to 1000".into());
+            }
+            let bench = bench::sequencer::SequencerBench {
+                seconds,
+                sim_failovers,
+                process_failovers,
+                trace: trace.unwrap_or_else(|| shared_traces_dir().join("OLTP.lis.zst")),
+                seed,
+                dpu_binary: self_binary()?,
+            };
+            print!("{}", bench::sequencer::run(&bench)?);
+            Ok(())
+        }
         Command::Bench { what: BenchWhat::Scribble { seconds, seed } } => {
             if !(seconds.is_finite() && seconds > 0.0 && seconds <= 3600.0) {
                 return Err(format!("--seconds {seconds} is out of range: more than 0, at most 3600").into());
@@ -583,9 +627,14 @@ fn run(cli: Cli) -> Result<(), Failure> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    // The simulator injects crashes and losses on purpose: the warnings they raise are
-    // its normal weather, so it shows errors only unless RUST_LOG says otherwise.
-    let quiet = if matches!(cli.command, Command::Sim { .. }) { "error" } else { "warn" };
+    // The simulator injects crashes and losses on purpose, and the sequencer bench
+    // kills sequencers: the warnings they raise are their normal weather, so they show
+    // errors only unless RUST_LOG says otherwise.
+    let quiet = if matches!(cli.command, Command::Sim { .. } | Command::Bench { what: BenchWhat::Sequencer { .. } }) {
+        "error"
+    } else {
+        "warn"
+    };
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| quiet.into()))
         .with_writer(std::io::stderr)

@@ -53,6 +53,24 @@ fn predictive_seeds_500_to_560() {
 }
 
 #[test]
+fn sequencer_seeds_700_to_740() {
+    let dir = std::env::temp_dir().join("prescient-sim-tests");
+    let mut total = prescient_dpu::sim::SimReport::default();
+    for seed in 700..740 {
+        let mut opts = SimOptions::new(seed, dir.clone());
+        opts.sequencer = true;
+        match run(&opts) {
+            Ok(r) => total.merge(&r),
+            Err(v) => panic!("{v}"),
+        }
+    }
+    // Faults hit the sequencer and shadows took over, and writes committed throughout.
+    assert!(total.writes.1 > 100 * 40, "{}", total.line());
+    assert!(total.failover.0 > 40 && total.failover.1.count() > 0, "{}", total.line());
+    eprintln!("sequencer seeds 700..740: {}", total.line());
+}
+
+#[test]
 fn a_seed_replays_exactly() {
     let dir = std::env::temp_dir().join("prescient-sim-replay");
     let a = run(&SimOptions::new(42, dir.clone())).expect("seed 42");

@@ -308,6 +308,20 @@ impl ClusterProcs {
 
     /// [`ClusterProcs::start`], every node's `serve` also given `extra`.
     pub fn start_with(name: &str, nodes: usize, k: usize, m: usize, quorum: usize, extra: &[&str]) -> Self {
+        Self::start_configured(name, nodes, k, m, quorum, "", extra)
+    }
+
+    /// [`ClusterProcs::start_with`], with `cluster_lines` (TOML lines, each ending in a
+    /// newline) added to the file's `[cluster]` table.
+    pub fn start_configured(
+        name: &str,
+        nodes: usize,
+        k: usize,
+        m: usize,
+        quorum: usize,
+        cluster_lines: &str,
+        extra: &[&str],
+    ) -> Self {
         let dir = std::env::temp_dir().join(format!("prescient-cluster-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("keys")).expect("make the test folder");
@@ -321,6 +335,7 @@ impl ClusterProcs {
              log_slots = 128\noutcome_entries = 8192\nheartbeat_us = 1000\nlease_us = 20000\n\
              dead_after_us = 500000\nwrite_timeout_us = 3000000\ntransport_timeout_us = 50000\n"
         );
+        toml.push_str(cluster_lines);
         let fabric = TestFabric::from_env();
         toml.push_str(fabric.cluster_line());
         for i in 0..nodes {

@@ -6,3 +6,4 @@ pub mod cluster;
 pub mod report;
 pub mod ring;
 pub mod scribble;
+pub mod sequencer;

@@ -28,9 +28,11 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 mod fabric;
+mod ordering;
 pub use fabric::{
     FabricKind, NodeFabric, VerbsDevice, DEFAULT_DEVICE_PORT, DEFAULT_RETRY_COUNT, DEFAULT_RNR_RETRY_COUNT,
 };
+pub use ordering::{Ordering, SequencerConfig, DEFAULT_STAMP_BLOCK};
 
 use crate::limits::{
     FRAGMENTS_MAX, HEARTBEAT_US_MIN, LEASE_HEARTBEATS_MIN, LOG_SLOTS_MAX, LOG_SLOTS_MIN, NAME_BYTES_MAX, NODES_MAX,
@@ -241,6 +243,8 @@ pub struct ClusterConfig {
     pub retry_count: u8,
     /// Receiver-not-ready retries of a queue pair (at most 6: 7 is "forever" on hardware).
     pub rnr_retry_count: u8,
+    /// How writes are ordered: per-key hybrid logical clocks, or one sequencer.
+    pub ordering: Ordering,
     /// The nodes (in id order once loaded).
     pub nodes: Vec<NodeConfig>,
 }
@@ -279,6 +283,10 @@ struct RawCluster {
     fabric: Option<String>,
     retry_count: Option<i64>,
     rnr_retry_count: Option<i64>,
+    ordering: Option<String>,
+    sequencer: Option<i64>,
+    shadows: Option<Vec<i64>>,
+    stamp_block: Option<i64>,
 }
 
 #[derive(Deserialize)]
@@ -362,6 +370,13 @@ impl ClusterConfig {
         let retry_count = retry("cluster.retry_count", c.retry_count, DEFAULT_RETRY_COUNT, fabric::RETRY_COUNT_RULE)?;
         let rnr_retry_count =
             retry("cluster.rnr_retry_count", c.rnr_retry_count, DEFAULT_RNR_RETRY_COUNT, fabric::RNR_RETRY_COUNT_RULE)?;
+        let ordering = ordering::parse(&ordering::RawOrdering {
+            ordering: c.ordering.as_deref(),
+            sequencer: c.sequencer,
+            shadows: c.shadows.as_deref(),
+            stamp_block: c.stamp_block,
+        })
+        .map_err(|(field, value, allowed)| invalid(o, field, value, allowed))?;
         let mut nodes = Vec::with_capacity(raw.node.len());
         for (position, n) in raw.node.iter().enumerate() {
             let field = |name: &str| format!("[[node]] #{} {name}", position + 1);
@@ -424,6 +439,7 @@ impl ClusterConfig {
             fabric: kind,
             retry_count,
             rnr_retry_count,
+            ordering,
             nodes,
         })
     }
@@ -460,6 +476,7 @@ impl ClusterConfig {
             fabric: FabricKind::Emu,
             retry_count: DEFAULT_RETRY_COUNT,
             rnr_retry_count: DEFAULT_RNR_RETRY_COUNT,
+            ordering: Ordering::Hlc,
             nodes: (0..nodes)
                 .map(|i| NodeConfig {
                     id: u8::try_from(i).unwrap_or(u8::MAX),
@@ -511,7 +528,18 @@ impl ClusterConfig {
         self.check_nodes()?;
         self.check_paths()?;
         self.check_sizes()?;
-        self.check_timings()
+        self.check_timings()?;
+        self.check_ordering()
+    }
+
+    /// The sequencer's node, shadows and stamp block, and that every write quorum
+    /// meets every claim's majority.
+    fn check_ordering(&self) -> Result<(), ConfigError> {
+        match &self.ordering {
+            Ordering::Hlc => Ok(()),
+            Ordering::Sequencer(s) => ordering::check(s, self.nodes.len(), self.quorum)
+                .map_err(|(field, value, allowed)| self.invalid(field, value, allowed)),
+        }
     }
 
     fn invalid(&self, field: impl Into<String>, value: impl Display, allowed: impl Into<String>) -> ConfigError {
@@ -827,7 +855,9 @@ impl ClusterConfig {
     /// address (an address is its family byte 4 or 6, the octets, the port
     /// as u16 LE, for IPv6 the scope id as u32 LE), then value_bytes_max, store_bytes,
     /// log_slots as u64 LE, the invalidation code (u8: 1 speculative, 2 after-commit,
-    /// 3 none), and heartbeat_us, lease_us, dead_after_us, write_timeout_us as u64 LE.
+    /// 3 none), and heartbeat_us, lease_us, dead_after_us, write_timeout_us as u64 LE;
+    /// with `ordering = "sequencer"` then `b"sequencer"`, the sequencer, the number of
+    /// shadows and the shadows (u8 each). `stamp_block` may differ between nodes.
     pub fn cluster_hash(&self) -> u64 {
         let mut ctx = aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA256);
         let u32_le = |v: usize| u32::try_from(v).unwrap_or(u32::MAX).to_le_bytes();
@@ -865,6 +895,12 @@ impl ClusterConfig {
         ctx.update(&[self.invalidation.code()]);
         for v in [self.heartbeat_us, self.lease_us, self.dead_after_us, self.write_timeout_us] {
             ctx.update(&v.to_le_bytes());
+        }
+        if let Ordering::Sequencer(s) = &self.ordering {
+            // Only in sequencer mode, so an HLC cluster's hash is what it always was.
+            ctx.update(b"sequencer");
+            ctx.update(&[s.sequencer, s.shadows.len() as u8]);
+            ctx.update(&s.shadows);
         }
         let digest = ctx.finish();
         let mut first = [0u8; 8];

@@ -34,5 +34,6 @@ pub mod format;
 pub mod hlc;
 pub mod protocol;
 pub mod run;
+pub mod sequence;
 
 pub use protocol::node::{files_bytes, Node, NodeSetup, Now};

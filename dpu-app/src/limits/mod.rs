@@ -10,7 +10,8 @@
 //! - `cluster_config`: ranges of the cluster file's settings and the bit fields node ids
 //!   and versions fit (cross-checked against `prescient_shim::directory`);
 //! - `cluster_files`: sizes of the fragment logs, the store and the outcome table;
-//! - `node`: the tables a cluster node keeps in flight.
+//! - `node`: the tables a cluster node keeps in flight;
+//! - `sequencer`: sequencer versions, stamp blocks and claims.
 #![forbid(unsafe_code)]
 
 mod cluster_config;
@@ -18,6 +19,7 @@ mod cluster_files;
 mod codec;
 mod fabric;
 mod node;
+mod sequencer;
 mod serving;
 
 pub use cluster_config::*;
@@ -25,4 +27,5 @@ pub use cluster_files::*;
 pub use codec::*;
 pub use fabric::*;
 pub use node::*;
+pub use sequencer::*;
 pub use serving::*;

@@ -330,7 +330,12 @@ impl Drop for RunDir {
 /// Starts the cluster of `spec` with its files in `dir` on the real clock and steps it
 /// until every node is connected to every other and every host holds a directory lease.
 pub fn start(spec: &ClusterSpec, dir: &RunDir) -> Result<InProcess, Error> {
-    let config = spec.config(dir.path())?;
+    start_configured(spec, spec.config(dir.path())?, dir)
+}
+
+/// [`start`] with `config` (made by `spec.config` and changed by the caller).
+pub fn start_configured(spec: &ClusterSpec, config: ClusterConfig, dir: &RunDir) -> Result<InProcess, Error> {
+    config.validate()?;
     let region = region_config_for(&config, QUEUE_PAIRS, DIRECTORY_SLOTS);
     let mut cluster = InProcess::start(
         Arc::new(config),

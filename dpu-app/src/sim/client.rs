@@ -143,7 +143,7 @@ impl Client {
             Ok(()) => {
                 tracing::debug!(node = self.node, key, write_id, delete, "write");
                 self.in_flight.insert(tag, Request::Write { write_id, submitted_ns: now_ns });
-                oracle.issue(write_id, key, delete);
+                oracle.issue(write_id, key, delete, now_ns);
                 true
             }
             Err((_, buf)) => {

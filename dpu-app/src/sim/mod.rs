@@ -22,23 +22,29 @@
 //! run of 200,000 steps, one simulated second and about 17,000 writes a node, wraps it
 //! more than ten times) and every fragment log 64 slots.
 //!
+//! With `sequencer` set, the cluster orders writes with `ordering = "sequencer"`, and
+//! the faults and invariants of [`sequencer`] are added.
+//!
 //! A failing seed reports the command that replays it.
 
 pub mod client;
 pub mod oracle;
 pub mod rng;
+pub mod sequencer;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use prescient_shim::directory::{self, SlotState, SlotWord};
 
-use crate::cluster::config::{ClusterConfig, Invalidation};
+use crate::cluster::config::{ClusterConfig, Invalidation, Ordering, SequencerConfig};
 use crate::cluster::run::inprocess::{region_config_for, ClusterClock, InProcess};
 use crate::fabric::emu::ModelConfig;
+use crate::histogram::Histogram;
 use client::{key_bytes, Client};
 use oracle::Oracle;
 use rng::Rng;
+use sequencer::SequencerWatch;
 
 /// What to simulate.
 #[derive(Clone, Debug)]
@@ -61,6 +67,9 @@ pub struct SimOptions {
     pub faults: bool,
     /// Predictor leases pre-invalidate predicted keys (an online model).
     pub predictive: bool,
+    /// Order writes by a sequencer (node 0, shadows 1 and 2), with the sequencer's
+    /// faults and invariants.
+    pub sequencer: bool,
     /// Where the nodes' files go (a fresh folder per run is made inside).
     pub dir: PathBuf,
 }
@@ -68,7 +77,19 @@ pub struct SimOptions {
 impl SimOptions {
     /// Defaults for `seed`: 5 nodes, RS(3, 2), quorum 4, 3000 steps, 12 keys, faults on.
     pub fn new(seed: u64, dir: PathBuf) -> Self {
-        Self { seed, nodes: 5, k: 3, m: 2, quorum: 4, steps: 3000, keys: 12, faults: true, predictive: false, dir }
+        Self {
+            seed,
+            nodes: 5,
+            k: 3,
+            m: 2,
+            quorum: 4,
+            steps: 3000,
+            keys: 12,
+            faults: true,
+            predictive: false,
+            sequencer: false,
+            dir,
+        }
     }
 
     /// The command that replays this run.
@@ -84,6 +105,7 @@ impl SimOptions {
             self.keys,
             if self.faults { "" } else { " --no-faults" },
         ) + if self.predictive { " --predictive" } else { "" }
+            + if self.sequencer { " --sequencer" } else { "" }
     }
 }
 
@@ -106,6 +128,9 @@ pub struct SimReport {
     pub crashes: u32,
     /// Partitions.
     pub partitions: u32,
+    /// Sequencer epochs won, and failover times (sequencer lost to a newer epoch
+    /// sequencing, and to its first write completing), in sequencer mode.
+    pub failover: (u64, Histogram, Histogram),
     /// Simulated time, nanoseconds.
     pub sim_ns: u64,
     /// Predictor leases marked, and writes that found their key leased.
@@ -134,6 +159,9 @@ impl SimReport {
         self.leases.1 += other.leases.1;
         self.store.0 += other.store.0;
         self.store.1 += other.store.1;
+        self.failover.0 += other.failover.0;
+        self.failover.1.merge(&other.failover.1);
+        self.failover.2.merge(&other.failover.2);
     }
 
     /// One line of counts.
@@ -161,6 +189,23 @@ impl SimReport {
             self.leases.1,
             self.store.0,
             self.store.1
+        ) + &self.failover_line()
+    }
+
+    /// The failover figures of a sequencer run ("" otherwise).
+    pub fn failover_line(&self) -> String {
+        let (won, claim, write) = &self.failover;
+        if *won == 0 {
+            return String::new();
+        }
+        let us = |h: &Histogram, q: f64| h.percentile(q) as f64 / 1e3;
+        format!(
+            "; {won} sequencer epochs, {} failovers: to a new sequencer p50 {:.0} us p99 {:.0} us, to its first write p50 {:.0} us p99 {:.0} us",
+            claim.count(),
+            us(claim, 0.5),
+            us(claim, 0.99),
+            us(write, 0.5),
+            us(write, 0.99)
         )
     }
 }
@@ -217,6 +262,10 @@ fn config(opts: &SimOptions, dir: &std::path::Path) -> Result<ClusterConfig, Str
     c.write_timeout_us = 6_000;
     c.invalidation = Invalidation::Speculative;
     c.predictive = opts.predictive;
+    if opts.sequencer {
+        let shadows = (1..opts.nodes.min(3)).collect();
+        c.ordering = Ordering::Sequencer(SequencerConfig { sequencer: 0, shadows, stamp_block: 4 });
+    }
     c.validate().map_err(|e| e.to_string())?;
     Ok(c)
 }
@@ -242,6 +291,8 @@ pub fn run(opts: &SimOptions) -> Result<SimReport, Violation> {
     let n = opts.nodes;
     let mut clients: Vec<Client> = (0..n).map(|i| Client::new(i, Arc::clone(cluster.host(i)))).collect();
     let mut oracle = Oracle::default();
+    oracle.track_commits = opts.sequencer;
+    let mut watch = opts.sequencer.then(|| SequencerWatch::new(n));
     let mut report = SimReport::default();
     let mut down_since: Vec<Option<u64>> = vec![None; n as usize];
     let mut back_at: Vec<u64> = vec![0; n as usize];
@@ -283,6 +334,11 @@ pub fn run(opts: &SimOptions) -> Result<SimReport, Violation> {
                     report.partitions += 1;
                 }
             }
+        }
+        if let (Some(watch), true) = (watch.as_mut(), opts.faults && workload) {
+            let mut faults =
+                Faults { down_since: &mut down_since, back_at: &mut back_at, cuts: &mut cuts, report: &mut report };
+            sequencer_faults(&mut cluster, watch, &mut rng, &mut faults, now, opts.m);
         }
         cuts.retain(|&(a, b, until)| {
             let heal = now >= until || !workload;
@@ -336,6 +392,15 @@ pub fn run(opts: &SimOptions) -> Result<SimReport, Violation> {
             c.recheck(now, &mut oracle).map_err(|e| fail(step, e))?;
             c.flush();
             c.overdue(now, write_bound).map_err(|e| fail(step, e))?;
+        }
+        if let Some(watch) = watch.as_mut() {
+            watch.check(&cluster, now).map_err(|e| fail(step, e))?;
+            for (stamp, at) in oracle.new_commits.drain(..) {
+                watch.committed(stamp, at).map_err(|e| fail(step, e))?;
+            }
+            if let Some(what) = oracle.out_of_order.take() {
+                return Err(fail(step, what));
+            }
         }
         // Directory invariants, on every host, for every key's slot.
         for h in 0..n {
@@ -446,6 +511,9 @@ pub fn run(opts: &SimOptions) -> Result<SimReport, Violation> {
         report.unavailable += c.stats.unavailable;
     }
     report.sim_ns = cluster.now().mono_ns;
+    if let Some(w) = &watch {
+        report.failover = (w.epochs_won() as u64, w.to_claim.clone(), w.to_write.clone());
+    }
     for node in cluster.nodes() {
         report.leases.0 += node.stats().leases_opened;
         report.leases.1 += node.stats().predictor_hits;
@@ -456,4 +524,51 @@ pub fn run(opts: &SimOptions) -> Result<SimReport, Violation> {
     drop(cluster);
     let _ = std::fs::remove_dir_all(&dir);
     Ok(report)
+}
+
+/// The simulator's fault state that the sequencer's faults change too.
+struct Faults<'a> {
+    down_since: &'a mut Vec<Option<u64>>,
+    back_at: &'a mut Vec<u64>,
+    cuts: &'a mut Vec<(u8, u8, u64)>,
+    report: &'a mut SimReport,
+}
+
+/// The faults aimed at the sequencer (see [`sequencer`]): it crashes, a partition
+/// isolates it, or a partition cuts it from its first shadow only.
+fn sequencer_faults(
+    cluster: &mut InProcess,
+    watch: &mut SequencerWatch,
+    rng: &mut Rng,
+    f: &mut Faults<'_>,
+    now: u64,
+    m: u8,
+) {
+    let Some((leader, epoch)) = SequencerWatch::sequencer(cluster) else { return };
+    let down = f.down_since.iter().filter(|d| d.is_some()).count();
+    let n = cluster.len() as u8;
+    if down < m as usize && rng.chance(100) {
+        cluster.crash(leader);
+        f.down_since[leader as usize] = Some(now);
+        f.back_at[leader as usize] = now + 1_000_000 + rng.below(6_000_000);
+        f.report.crashes += 1;
+        watch.lost(epoch, now);
+    } else if rng.chance(100) && f.cuts.iter().all(|&(a, b, _)| a != leader && b != leader) {
+        let until = now + 500_000 + rng.below(4_000_000);
+        for j in (0..n).filter(|&j| j != leader && cluster.is_up(j)) {
+            cluster.partition(leader, j);
+            f.cuts.push((leader, j, until));
+        }
+        f.report.partitions += 1;
+        watch.lost(epoch, now);
+    } else if rng.chance(60) {
+        // The first shadow loses the sequencer while the others still hear it: it
+        // claims against a live sequencer.
+        let shadow = if leader == 1 { 2 } else { 1 };
+        if shadow < n && cluster.is_up(shadow) && f.cuts.iter().all(|&(a, b, _)| (a, b) != (leader, shadow)) {
+            cluster.partition(leader, shadow);
+            f.cuts.push((leader, shadow, now + 500_000 + rng.below(3_000_000)));
+            f.report.partitions += 1;
+        }
+    }
 }

@@ -74,6 +74,8 @@ pub struct Issued {
     pub delete: bool,
     /// How it ended.
     pub fate: Fate,
+    /// When its host submitted it.
+    pub submitted_ns: u64,
 }
 
 /// The history of the run.
@@ -84,12 +86,21 @@ pub struct Oracle {
     committed: HashMap<u32, Vec<(u64, u64, u64)>>,
     /// Checks made.
     pub reads_checked: u64,
+    /// (stamp, completion time) of the writes committed since the caller last took
+    /// them (the sequencer checks), when `track_commits` is set.
+    pub new_commits: Vec<(u64, u64)>,
+    /// Keep `new_commits`, and check that a key's versions follow real time: a write
+    /// submitted after another of its key committed commits at a higher version (with
+    /// a sequencer; HLC versions only promise that as far as the clocks agree).
+    pub track_commits: bool,
+    /// The first write found out of real-time order, when `track_commits`.
+    pub out_of_order: Option<String>,
 }
 
 impl Oracle {
     /// Records that write `write_id` was submitted.
-    pub fn issue(&mut self, write_id: u64, key: u32, delete: bool) {
-        self.issued.insert(write_id, Issued { key, delete, fate: Fate::InFlight });
+    pub fn issue(&mut self, write_id: u64, key: u32, delete: bool, submitted_ns: u64) {
+        self.issued.insert(write_id, Issued { key, delete, fate: Fate::InFlight, submitted_ns });
     }
 
     /// Records how write `write_id` ended.
@@ -97,7 +108,21 @@ impl Oracle {
         let Some(w) = self.issued.get_mut(&write_id) else { return };
         w.fate = fate;
         if let Fate::Committed { stamp, at_ns } = fate {
-            self.committed.entry(w.key).or_default().push((at_ns, stamp, write_id));
+            let (key, submitted) = (w.key, w.submitted_ns);
+            let earlier = self.committed.entry(key).or_default();
+            if self.track_commits && self.out_of_order.is_none() {
+                if let Some(&(at, s, id)) = earlier.iter().find(|&&(at, s, _)| at < submitted && s >> 8 >= stamp >> 8) {
+                    self.out_of_order = Some(format!(
+                        "key {key}: write {write_id}, submitted at {submitted} ns, committed as version {:#x}, not above write {id}'s {:#x} committed at {at} ns",
+                        stamp >> 8,
+                        s >> 8
+                    ));
+                }
+            }
+            earlier.push((at_ns, stamp, write_id));
+            if self.track_commits {
+                self.new_commits.push((stamp, at_ns));
+            }
         }
     }
 
@@ -189,9 +214,9 @@ mod tests {
     #[test]
     fn a_fresh_read_older_than_a_commit_before_it_is_caught() {
         let mut o = Oracle::default();
-        o.issue(1, 0, false);
+        o.issue(1, 0, false, 0);
         o.finish(1, Fate::Committed { stamp: 0x500, at_ns: 10 });
-        o.issue(2, 0, false);
+        o.issue(2, 0, false, 0);
         o.finish(2, Fate::RolledBack);
         let mut v = vec![0u8; 20];
         value_of(0, 1, 20, &mut v);

@@ -60,10 +60,49 @@ fn free_ports(count: usize) -> Result<Vec<u16>, String> {
     listeners.iter().map(|l| l.local_addr().map(|a| a.port()).map_err(|e| e.to_string())).collect()
 }
 
+/// The timings of a process cluster's file (microseconds) and any `[cluster]` lines
+/// to add (each ending in a newline).
+#[derive(Clone, Debug)]
+pub struct Tuning {
+    /// `heartbeat_us`.
+    pub heartbeat_us: u64,
+    /// `lease_us`.
+    pub lease_us: u64,
+    /// `dead_after_us`.
+    pub dead_after_us: u64,
+    /// `write_timeout_us`.
+    pub write_timeout_us: u64,
+    /// `transport_timeout_us`.
+    pub transport_timeout_us: u64,
+    /// More `[cluster]` lines.
+    pub extra: String,
+}
+
+impl Tuning {
+    /// The soak's: a peer dead after 500 ms of silence (a loaded machine's emulated
+    /// fabric between processes answers late, never loses).
+    pub fn soak() -> Self {
+        Self {
+            heartbeat_us: 1_000,
+            lease_us: 20_000,
+            dead_after_us: 500_000,
+            write_timeout_us: 3_000_000,
+            transport_timeout_us: 50_000,
+            extra: String::new(),
+        }
+    }
+}
+
 impl ProcessCluster {
     /// Starts the cluster `opts` asks for: as one site of the cluster file it names
     /// (`opts.site`), or every node of a cluster file and key this writes.
     pub fn start(opts: &SoakOptions) -> Result<Self, String> {
+        Self::start_tuned(opts, &Tuning::soak())
+    }
+
+    /// [`ProcessCluster::start`] with `tuning`'s timings and lines in the file it
+    /// writes (a site's cluster file is taken as it is).
+    pub fn start_tuned(opts: &SoakOptions, tuning: &Tuning) -> Result<Self, String> {
         let dir = std::env::temp_dir().join(format!("prescient-soak-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).map_err(|e| io("create", &dir, e))?;
@@ -74,7 +113,7 @@ impl ProcessCluster {
             }
             None => {
                 let n = opts.nodes as usize;
-                (Self::write_cluster_file(opts, &dir)?, (0..n as u8).collect(), n)
+                (Self::write_cluster_file(opts, tuning, &dir)?, (0..n as u8).collect(), n)
             }
         };
         let mut regions = Vec::new();
@@ -122,7 +161,7 @@ impl ProcessCluster {
     }
 
     /// Writes a cluster file of `opts.nodes` nodes on loopback, and its key, into `dir`.
-    fn write_cluster_file(opts: &SoakOptions, dir: &Path) -> Result<PathBuf, String> {
+    fn write_cluster_file(opts: &SoakOptions, tuning: &Tuning, dir: &Path) -> Result<PathBuf, String> {
         let n = opts.nodes as usize;
         std::fs::create_dir_all(dir.join("keys")).map_err(|e| io("create", dir, e))?;
         let key = dir.join("keys/1.key");
@@ -144,8 +183,14 @@ impl ProcessCluster {
         let mut toml = format!(
             "[cluster]\nname = \"soak\"\nk = {k}\nm = {m}\nquorum = {q}\nkey_dir = \"keys\"\n\
              invalidation = \"speculative\"\npredictive = false\nvalue_bytes_max = 4096\nstore_bytes = {store_bytes}\n\
-             log_slots = 128\noutcome_entries = 65536\nheartbeat_us = 1000\nlease_us = 20000\n\
-             dead_after_us = 500000\nwrite_timeout_us = 3000000\ntransport_timeout_us = 50000\n",
+             log_slots = 128\noutcome_entries = 65536\nheartbeat_us = {}\nlease_us = {}\n\
+             dead_after_us = {}\nwrite_timeout_us = {}\ntransport_timeout_us = {}\n{}",
+            tuning.heartbeat_us,
+            tuning.lease_us,
+            tuning.dead_after_us,
+            tuning.write_timeout_us,
+            tuning.transport_timeout_us,
+            tuning.extra,
             k = n - opts.m as usize,
             m = opts.m,
             q = n - opts.m as usize + 1,
@@ -169,6 +214,17 @@ impl ProcessCluster {
         let config = dir.join("cluster.toml");
         std::fs::write(&config, toml).map_err(|e| io("write", &config, e))?;
         Ok(config)
+    }
+
+    /// The data folder of the node run here at index `i`, in a cluster file this
+    /// wrote (a site's file names its own folders).
+    pub fn data_dir(&self, i: usize) -> PathBuf {
+        self.dir.join(format!("node{}", self.ids[i]))
+    }
+
+    /// Whether node `i`'s DPU app runs.
+    pub fn is_running(&self, i: usize) -> bool {
+        self.children[i].is_some()
     }
 
     fn log_path(&self, i: usize, start: u32) -> PathBuf {

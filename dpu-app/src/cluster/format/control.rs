@@ -1,10 +1,11 @@
 //! A node's control block: the words its peers READ every heartbeat.
 //!
 //! ```text
-//!   0..8    magic "PRCTRL\0\0"       8 format (1)   9 node id   10..12 zero
+//!   0..8    magic "PRCTRL\0\0"       8 format (2)   9 node id   10..12 zero
 //!  12..16   incarnation (u32, bumped at each start)
 //!  16..24   heartbeat (u64, bumped every heartbeat period)
-//!  24..32   zero
+//!  24..32   leader word (`cluster::sequence::LeaderWord`): the sequencer epoch this
+//!           node has seen, CASed by claimants (0 in HLC mode)
 //!  32 + 16 j      suspect[j]: how many times this node, as a writer, failed to reach
 //!                 node j's cache directory (each failure a new epoch node j must honor),
 //!                 counted from [`first_epoch`] of this incarnation
@@ -12,10 +13,16 @@
 //!                 j's directory again from
 //!  32 + 16 N + 8 j  honored[j]: the last suspect epoch of writer j this node has
 //!                 honored by revoking its whole directory
+//!  32 + 24 N      counter: the next sequencer version this node issues while it
+//!                 sequences, advanced by writers' FETCH_ADD (0 unless it sequences)
 //! ```
-//! (N = [`NODES_MAX`].) Every field has one writer, this node, which stores aligned
-//! words; peers copy the whole block with one RDMA READ and check it here before
-//! believing any of it.
+//! (N = [`NODES_MAX`].) Every field but the last two has one writer, this node, which
+//! stores aligned words; the leader word is also CASed by claimants and the counter
+//! advanced by writers, both with remote atomics (so the block is registered for
+//! them). Peers copy the whole block with one RDMA READ and check it here before
+//! believing any of it: a heartbeat READ also carries the peer's leader word (how a
+//! node that missed a claim learns of it) and its counter (how a new sequencer learns
+//! how far a reachable old one got).
 //!
 //! The epochs implement exclusion without a membership service: a writer that cannot
 //! reach node j's directory bumps `suspect[j]` and waits until j's directory lease must
@@ -51,11 +58,15 @@ pub fn first_epoch(incarnation: u32) -> u64 {
 }
 
 /// Bytes of a control block.
-pub const CONTROL_BYTES: usize = 32 + 24 * NODES_MAX;
+pub const CONTROL_BYTES: usize = 32 + 24 * NODES_MAX + 8;
 const MAGIC: u64 = u64::from_le_bytes(*b"PRCTRL\0\0");
-const FORMAT: u8 = 1;
+const FORMAT: u8 = 2;
 
 const HEARTBEAT: usize = 16;
+/// Where the leader word sits (peers CAS it).
+pub const LEADER_AT: usize = 24;
+/// Where the sequencer counter sits (writers FETCH_ADD it).
+pub const COUNTER_AT: usize = 32 + 24 * NODES_MAX;
 fn suspect_at(j: u8) -> usize {
     32 + 16 * j as usize
 }
@@ -90,8 +101,9 @@ impl ControlBlock {
             memory.write(suspect_at(j), &first)?;
             memory.write(readmitted_at(j), &first)?;
         }
-        // Peers READ it; this node writes it with the CPU, never through the NIC.
-        let mr = fabric.register(memory, Access::REMOTE_READ)?;
+        // Peers READ it; this node writes it with the CPU, never through the NIC, but
+        // for the leader word and counter, which peers change with remote atomics.
+        let mr = fabric.register(memory, Access::REMOTE_READ | Access::REMOTE_ATOMIC | Access::LOCAL_WRITE)?;
         Ok(Self { mr })
     }
 
@@ -122,6 +134,34 @@ impl ControlBlock {
     /// Publishes `honored[j]`.
     pub fn set_honored(&self, j: u8, epoch: u64) {
         self.store(honored_at(j), epoch);
+    }
+
+    /// This node's leader word as it is now (a claimant may CAS it at any time).
+    pub fn leader(&self) -> u64 {
+        self.mr.memory().load_u64(LEADER_AT).expect("aligned word inside the block")
+    }
+
+    /// CASes this node's own leader word from `compare` to `swap` (atomic against
+    /// claimants' remote CASes); returns the word it found.
+    pub fn cas_leader(&self, compare: u64, swap: u64) -> u64 {
+        self.mr.memory().compare_swap(LEADER_AT, compare, swap).expect("aligned word inside the block")
+    }
+
+    /// This node's sequencer counter as it is now.
+    pub fn counter(&self) -> u64 {
+        self.mr.memory().load_u64(COUNTER_AT).expect("aligned word inside the block")
+    }
+
+    /// Sets the counter (when this node starts to sequence an epoch, before any
+    /// writer can know it does).
+    pub fn set_counter(&self, next: u64) {
+        self.store(COUNTER_AT, next);
+    }
+
+    /// Takes `add` stamps from this node's own counter, as a writer's FETCH_ADD would;
+    /// returns the first.
+    pub fn fetch_add_counter(&self, add: u64) -> u64 {
+        self.mr.memory().fetch_add(COUNTER_AT, add).expect("aligned word inside the block")
     }
 }
 
@@ -196,6 +236,16 @@ impl ControlView {
     pub fn honored(&self, j: u8) -> u64 {
         self.u64_at(honored_at(j))
     }
+
+    /// The peer's leader word.
+    pub fn leader(&self) -> u64 {
+        self.u64_at(LEADER_AT)
+    }
+
+    /// The peer's sequencer counter.
+    pub fn counter(&self) -> u64 {
+        self.u64_at(COUNTER_AT)
+    }
 }
 
 #[cfg(test)]
@@ -222,6 +272,14 @@ mod tests {
         let mut bad = bytes;
         bad[0] ^= 1;
         assert!(matches!(ControlView::new_checked(bad, 3), Err(ControlError::Format { .. })));
-        assert_eq!(&bytes[0..10], b"PRCTRL\0\0\x01\x03");
+        assert_eq!(&bytes[0..10], b"PRCTRL\0\0\x02\x03");
+        assert_eq!((view.leader(), view.counter()), (0, 0));
+        assert_eq!(block.cas_leader(0, 0x105), 0);
+        assert_eq!(block.cas_leader(0, 0x206), 0x105, "a stale compare leaves the word");
+        block.set_counter(1 << 40 | 1);
+        assert_eq!(block.fetch_add_counter(16), 1 << 40 | 1);
+        block.mr.memory().read(0, &mut bytes).unwrap();
+        let view = ControlView::new_checked(bytes, 3).unwrap();
+        assert_eq!((view.leader(), view.counter()), (0x105, 1 << 40 | 17));
     }
 }

@@ -22,11 +22,13 @@ use super::noisy::Noisy;
 use super::pool::Pools;
 use super::stats::NodeStats;
 use super::wr::{Kind, WrId};
+use crate::cluster::format::control::ControlBlock;
 use crate::cluster::format::entry::{EntryKind, HEADER_LEN as ENTRY_HEADER_LEN};
 use crate::cluster::format::log::{EntryBuf, FragmentLog};
 use crate::cluster::format::record::RecordRepr;
 use crate::cluster::format::store::{Inserted, Store, StoreError};
 use crate::cluster::hlc::Hlc;
+use crate::cluster::sequence::LeaderWord;
 use crate::fabric::{MemoryRegion, Op, RawQp};
 use crate::log_limit::LogLimits;
 use crate::stripe::HeaderRepr;
@@ -54,6 +56,9 @@ pub struct HoldCx<'a, Q: RawQp> {
     pub(super) links: &'a mut Links<Q>,
     pub(super) store: &'a mut Store,
     pub(super) hlc: &'a mut Hlc,
+    /// In sequencer mode, this node's control block: fragments stamped in an epoch
+    /// below its leader word are refused.
+    pub(super) sequencing: Option<&'a ControlBlock>,
     pub(super) stats: &'a mut NodeStats,
     pub(super) noisy: &'a mut LogLimits<{ Noisy::COUNT }>,
     pub(super) pools: &'a Pools,
@@ -173,6 +178,21 @@ impl Holder {
                     }
                     cx.stats.entries_refused += 1;
                     return ACK_REFUSED;
+                }
+                // A repair's fragment is of a write its writer decided Committed, which
+                // a deposed epoch may have done before the claim: only the writes' own
+                // fragments are refused.
+                if let Some(control) = cx.sequencing.filter(|_| !header.repair) {
+                    let leader = LeaderWord::unpack(control.leader());
+                    if leader.refuses(header.stamp >> 8) {
+                        // Stamped by a sequencer this node has seen deposed: with every
+                        // write quorum meeting the claim's majority, it cannot commit.
+                        if let Some(left_out) = cx.admit(Noisy::EntryRefused) {
+                            tracing::warn!(node = me, peer = w, seq, stamp = header.stamp, %leader, left_out, "refused a fragment of a deposed sequencer epoch");
+                        }
+                        cx.stats.deposed_refused += 1;
+                        return ACK_REFUSED;
+                    }
                 }
                 // Order this node's next writes after what it has seen (HLC).
                 let _ = cx.hlc.observe(header.stamp >> 8);

@@ -39,6 +39,7 @@ pub mod peer;
 pub mod pool;
 pub mod repair;
 mod replicate;
+pub mod sequencer;
 pub mod slotjob;
 pub mod slots;
 pub mod stats;

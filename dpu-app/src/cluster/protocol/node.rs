@@ -38,6 +38,7 @@ use super::peer::{Conn, Peer};
 use super::pool::{Pool, Pools};
 use super::repair::Repairer;
 use super::replicate::Writer;
+use super::sequencer::Sequencer;
 use super::stats::NodeStats;
 use super::wr::{Kind, WrId};
 use crate::cluster::config::{ClusterConfig, Policy};
@@ -70,6 +71,7 @@ mod leases;
 mod membership;
 mod read;
 mod repair;
+mod sequencer;
 mod write;
 
 /// What a node needs to start.
@@ -133,6 +135,8 @@ pub struct Node<F: Fabric> {
     pub(super) predictor: Option<Predictor>,
     pub(super) hlc: Hlc,
     pub(super) hlc_floor: HlcFloor,
+    /// Where versions come from with `ordering = "sequencer"` (`None`: the HLC).
+    pub(super) sequencer: Option<Sequencer>,
     pub(super) pools: Pools,
     pub(super) taken: Vec<Taken>,
     pub(super) wc: Vec<Completion>,
@@ -335,6 +339,13 @@ impl<F: Fabric> Node<F> {
         };
         let hlc_floor = HlcFloor::open(&data_dir.join("hlc-floor")).map_err(Error::Hlc)?;
         let hlc = Hlc::new(me, hlc_floor.floor().max(now.wall_us));
+        let sequencer = match config.ordering.sequencer() {
+            None => None,
+            Some(s) => {
+                let file = HlcFloor::open(&data_dir.join("leader-word")).map_err(Error::Hlc)?;
+                Some(Sequencer::new(me, n, s, config.dead_after_us, config.heartbeat_us, file, &control, now))
+            }
+        };
 
         let gets_max = GETS_MAX;
         let jobs_max = (writes_max as usize + LEASES_MAX) * n * 2;
@@ -354,6 +365,8 @@ impl<F: Fabric> Node<F> {
             // Sources of outcome-notice WRITEs only.
             notices: Pool::new(&*fabric, NOTICES_MAX * n as u32, ENTRY_HEADER_LEN + NOTICE_PAYLOAD_BYTES, Access::NONE)
                 .map_err(fab)?,
+            // The stamp FETCH_ADD's and the claim CASes' results.
+            seq: Pool::new(&*fabric, super::sequencer::POOL_WORDS, 8, Access::LOCAL_WRITE).map_err(fab)?,
         };
         let mut peers = Vec::with_capacity(n);
         for j in 0..n as u8 {
@@ -411,6 +424,7 @@ impl<F: Fabric> Node<F> {
             predictor,
             hlc,
             hlc_floor,
+            sequencer,
             pools,
             taken: Vec::with_capacity(prescient_shim::config::BATCH_MAX as usize),
             wc: Vec::with_capacity(POLL_BATCH),
@@ -528,6 +542,9 @@ impl<F: Fabric> Node<F> {
         self.started_ns.get_or_insert(now.mono_ns);
         let mut busy = self.poll_completions(now);
         busy |= self.poll_mailbox(now);
+        if self.sequencer.is_some() {
+            busy |= self.poll_sequencer(now);
+        }
         busy |= self.take_requests(now);
         busy |= self.advance_writes(now);
         if self.writer.has_held() {
@@ -629,6 +646,8 @@ impl<F: Fabric> Node<F> {
             Kind::RepairRead => self.on_repair_read(id, ok, false),
             Kind::RepairSpillRead => self.on_repair_read(id, ok, true),
             Kind::RepairWrite => self.on_repair_write(id, ok),
+            Kind::StampFetch => self.on_stamp_fetch(id.a, ok, now),
+            Kind::LeaderCas => self.on_leader_cas(id.peer, id.a, ok, now),
         }
     }
 

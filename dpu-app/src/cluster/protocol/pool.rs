@@ -103,4 +103,6 @@ pub struct Pools {
     pub sets: Pool,
     /// Outcome notices (entry header + records).
     pub notices: Pool,
+    /// The sequencer's FETCH_ADD and claim CAS results (`sequencer::POOL_WORDS`).
+    pub seq: Pool,
 }

@@ -36,6 +36,7 @@ use super::noisy::Noisy;
 use super::peer::rewind;
 use super::peer::{Sent, Trust};
 use super::pool::Pools;
+use super::sequencer::Sequencer;
 use super::slotjob::{Finished, Intent, Owner, Started};
 use super::slots::{Handle, NoticeId, SlotTable, WriteId};
 use super::stats::NodeStats;
@@ -43,6 +44,7 @@ use super::time::Now;
 use super::wr::{Kind, WrId};
 use super::write::{End, Mark, NewWrite, Phase, Write};
 use crate::cluster::config::{Invalidation, Policy};
+use crate::cluster::format::control::ControlBlock;
 use crate::cluster::format::crc_combine::ShiftCache;
 use crate::cluster::format::entry::{
     EntryKind, EntryRepr, Outcome as Decision, OutcomeRecordRepr, HEADER_LEN as ENTRY_HEADER_LEN,
@@ -50,7 +52,8 @@ use crate::cluster::format::entry::{
 use crate::cluster::format::outcome::{OutcomeError, OutcomeTable, WriteState};
 use crate::cluster::format::record::RecordRepr;
 use crate::cluster::format::store::Store;
-use crate::cluster::hlc::{Hlc, HlcFloor};
+use crate::cluster::hlc::{Hlc, HlcFloor, Stamp};
+use crate::cluster::sequence::LeaderWord;
 use crate::fabric::{MemoryRegion, Op, RawQp};
 use crate::histogram::WriteStage;
 use crate::limits::{FRAGMENT_HEAD_BYTES, NODES_MAX};
@@ -171,6 +174,10 @@ pub struct WriteCx<'a, Q: RawQp> {
     pub(super) crc_shift: &'a mut ShiftCache,
     pub(super) hlc: &'a mut Hlc,
     pub(super) hlc_floor: &'a mut HlcFloor,
+    /// Where versions come from in sequencer mode (`None`: the HLC).
+    pub(super) sequencer: Option<&'a mut Sequencer>,
+    /// This node's control block (its leader word, its counter when it sequences).
+    pub(super) control: &'a ControlBlock,
     pub(super) stats: &'a mut NodeStats,
     pub(super) noisy: &'a mut LogLimits<{ Noisy::COUNT }>,
     pub(super) own_resync: &'a mut Option<u64>,
@@ -278,7 +285,12 @@ impl Writer {
         self.writes.in_use() + self.held.len()
     }
 
-    /// Whether write requests wait behind a write of their key.
+    /// How many write requests are held.
+    pub fn held_len(&self) -> usize {
+        self.held.len()
+    }
+
+    /// Whether write requests wait behind a write of their key (or for a stamp).
     pub fn has_held(&self) -> bool {
         !self.held.is_empty()
     }
@@ -336,6 +348,13 @@ impl Writer {
             || self.held.iter().take(held).any(|h| h.key_hash == key_hash)
     }
 
+    /// Holds `held` again at index `at` of the held writes (at most their count): it
+    /// found no stamp above its key's version and waits for a fresh block, keeping its
+    /// place before later writes of its key.
+    pub fn hold_at(&mut self, at: usize, held: Held) {
+        self.held.insert(at.min(self.held.len()), held);
+    }
+
     /// A new write request: held (`None`) while a write of its key is in flight or
     /// held, else handed back to be started.
     pub fn hold_if_busy(&mut self, held: Held) -> Option<Held> {
@@ -377,7 +396,8 @@ impl Writer {
     /// Begins a write (steps 3, 5, 6: order, seal, encode, and its outcome-table
     /// entry); the caller checked that a write slot and a side buffer are free and ran
     /// step 2, whose end was `predicted_ns` (`started_ns`: the host clock when the
-    /// write's stages began). `None`: refused, and completed to the host.
+    /// write's stages began); in sequencer mode its stamp comes from a block fetched
+    /// after it arrived. `None`: refused, and completed to the host.
     pub fn begin<Q: RawQp>(
         &mut self,
         cx: &mut WriteCx<'_, Q>,
@@ -394,7 +414,7 @@ impl Writer {
         times[WriteStage::Predict as usize] = predicted_ns;
         let write_seq = self.next_write_seq;
         let (stamp, layout, holders) =
-            match Self::prepare(cx, &t, key_hash, side, tombstone, write_seq, &mut times, started_ns, now) {
+            match Self::prepare(cx, &t, key_hash, side, tombstone, write_seq, arrived, &mut times, started_ns, now) {
                 Ok(p) => p,
                 Err((end, why)) => {
                     if let Some(left_out) = cx.admit(Noisy::WriteRefused) {
@@ -439,6 +459,7 @@ impl Writer {
         side: u32,
         tombstone: bool,
         write_seq: u64,
+        arrived_ns: u64,
         times: &mut [u64; WriteStage::ALL.len()],
         started_ns: u64,
         now: Now,
@@ -451,15 +472,26 @@ impl Writer {
         let failed = |e: &dyn std::fmt::Display| (Status::StageFailed, e.to_string());
 
         // 3. Order.
-        if let Some(floor) = cx.hlc.reservation_due(now.wall_us) {
-            // Keeps the persisted version floor ahead of the versions issued (an fsync
-            // at most once per second of versions).
-            cx.hlc_floor
-                .persist(floor)
-                .map_err(|e| (Status::StageFailed, format!("cannot persist the version floor: {e}")))?;
-            cx.hlc.floor_persisted(floor);
-        }
-        let stamp = cx.hlc.next(now.wall_us).map_err(|e| failed(&e))?.raw();
+        let stamp = match cx.sequencer.as_deref_mut() {
+            // The caller took the write only with a stamp in hand; it can be gone
+            // only if the epoch changed in between.
+            Some(s) => s
+                .take(cx.control, arrived_ns, now)
+                .and_then(|v| Stamp::new(v, cx.me))
+                .ok_or_else(|| (Status::Unavailable, "no sequencer stamp in hand (the epoch changed)".to_owned()))?
+                .raw(),
+            None => {
+                if let Some(floor) = cx.hlc.reservation_due(now.wall_us) {
+                    // Keeps the persisted version floor ahead of the versions issued (an
+                    // fsync at most once per second of versions).
+                    cx.hlc_floor
+                        .persist(floor)
+                        .map_err(|e| (Status::StageFailed, format!("cannot persist the version floor: {e}")))?;
+                    cx.hlc.floor_persisted(floor);
+                }
+                cx.hlc.next(now.wall_us).map_err(|e| failed(&e))?.raw()
+            }
+        };
         times[WriteStage::Sequence as usize] = at();
 
         // 5. Seal, 6. encode, in place in the arena.
@@ -676,6 +708,12 @@ impl Writer {
                 super::host_memory::buffer(cx.region, cx.region.layout().buffer(w.side), config.buffer_bytes as usize),
             )
         };
+        if cx.sequencer.is_some() && LeaderWord::unpack(cx.control.leader()).refuses(w.stamp >> 8) {
+            // Deposed since it was stamped: this node refuses it as any holder would.
+            cx.stats.deposed_refused += 1;
+            w.failed |= 1 << me;
+            return;
+        }
         let f = fragment(&w.layout, &data[VALUE_OFFSET..], side, i);
         let record = RecordRepr {
             writer: me,

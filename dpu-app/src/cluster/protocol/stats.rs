@@ -76,6 +76,9 @@ pub struct NodeStats {
     pub entries_replayed: u64,
     /// Fragments refused for lack of store room.
     pub store_full: u64,
+    /// Fragments refused for a stamp of a deposed sequencer epoch (as a holder, or the
+    /// writer's own fragment).
+    pub deposed_refused: u64,
     /// Holders' refusals this node received as a writer.
     pub refusals: u64,
     /// Directory jobs whose slot changed under every CAS round (a hot slot).
@@ -128,6 +131,7 @@ impl NodeStats {
             marks_cleared: 0,
             links_lost: 0,
             fragments_held: 0,
+            deposed_refused: 0,
             entries_refused: 0,
             entries_replayed: 0,
             store_full: 0,

@@ -38,6 +38,10 @@ pub enum Kind {
     GetSpillRead = 11,
     /// A READ of a peer's spill set for a repair: a = repair slot, b = generation.
     RepairSpillRead = 12,
+    /// A FETCH_ADD of stamps on the sequencer's counter: a = the fetch's generation.
+    StampFetch = 13,
+    /// A claim's CAS on a node's leader word: a = the claim's generation.
+    LeaderCas = 14,
 }
 
 impl Kind {
@@ -55,6 +59,8 @@ impl Kind {
             10 => Self::RepairWrite,
             11 => Self::GetSpillRead,
             12 => Self::RepairSpillRead,
+            13 => Self::StampFetch,
+            14 => Self::LeaderCas,
             _ => return None,
         })
     }

@@ -19,6 +19,7 @@ impl<F: Fabric> Node<F> {
             links: &mut self.links,
             store: &mut self.store,
             hlc: &mut self.hlc,
+            sequencing: self.sequencer.is_some().then_some(&self.control),
             stats: &mut self.stats,
             noisy: &mut self.noisy,
             pools: &self.pools,

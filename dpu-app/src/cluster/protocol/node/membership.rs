@@ -84,7 +84,11 @@ impl<F: Fabric> Node<F> {
     /// A heartbeat READ of peer `j` came back.
     pub(in crate::cluster::protocol) fn on_heartbeat(&mut self, j: u8, ok: bool, now: Now) {
         let (m, mut cx) = self.membership_parts();
-        match m.on_heartbeat(&mut cx, j, ok) {
+        let heard = m.on_heartbeat(&mut cx, j, ok);
+        if ok && heard != Heard::Refused && self.sequencer.is_some() {
+            self.sequencer_heard(j, now);
+        }
+        match heard {
             Heard::Nothing => {}
             Heard::Refused => self.link_failed(j, WcStatus::RemoteOperation, now),
             Heard::Readmitted => self.skip_failed_marks(j),

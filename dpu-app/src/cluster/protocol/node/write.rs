@@ -60,6 +60,8 @@ impl<F: Fabric> Node<F> {
             crc_shift: &mut self.crc_shift,
             hlc: &mut self.hlc,
             hlc_floor: &mut self.hlc_floor,
+            sequencer: self.sequencer.as_mut(),
+            control: &self.control,
             stats: &mut self.stats,
             noisy: &mut self.noisy,
             own_resync: &mut self.own_resync,
@@ -96,10 +98,17 @@ impl<F: Fabric> Node<F> {
         if !self.ready_to_serve(now) {
             return false;
         }
-        // Writes need a write slot and GETs a GET slot; NOPs need neither. A round
-        // starts a bounded number of them (see the limit).
+        // Writes need a write slot (and in sequencer mode a stamp) and GETs a GET
+        // slot; NOPs need neither. A round starts a bounded number of them (see the
+        // limit).
+        let stamps = u32::try_from(self.stamps_available(now)).unwrap_or(u32::MAX);
+        if stamps == 0 && self.host.has_work() {
+            if let Some(s) = self.sequencer.as_mut() {
+                s.want();
+            }
+        }
         let room = Room {
-            writes: self.writer.room() as u32,
+            writes: (self.writer.room() as u32).min(stamps),
             gets: self.reader.available() as u32,
             requests: (self.taken.capacity() as u32).min(REQUESTS_STARTED_PER_ROUND),
         };
@@ -115,7 +124,10 @@ impl<F: Fabric> Node<F> {
                     let (key_hash, key_id) = (key_hash(key), directory::key_id(key));
                     let held = Held { taken: t, key_hash, key_id, arrived_ns: now.mono_ns };
                     if let Some(held) = self.writer.hold_if_busy(held) {
-                        self.start_write(held, now);
+                        if let Some(wait) = self.start_write(held, now) {
+                            let end = self.writer.held_len();
+                            self.writer.hold_at(end, wait);
+                        }
                     }
                 }
                 OpCode::Get => self.start_get(t, now),
@@ -152,9 +164,29 @@ impl<F: Fabric> Node<F> {
         let mut busy = false;
         let mut i = 0;
         loop {
+            if self.stamps_available(now) == 0 {
+                // In sequencer mode, held writes wait for stamps as new ones do.
+                if let Some(s) = self.sequencer.as_mut() {
+                    s.want();
+                }
+                return busy;
+            }
             let (writer, mut cx) = self.write_cx();
             match writer.next_held(&mut cx, &mut i, now) {
-                HeldNext::Start(held) => self.start_write(held, now),
+                HeldNext::Start(held) => {
+                    if let Some(wait) = self.start_write(held, now) {
+                        if now.mono_ns >= wait.arrived_ns.saturating_add(self.write_timeout_ns) {
+                            // No stamp above its key's version came in its time (its
+                            // directory says a version no sequencer reaches): it fails.
+                            self.stats.record_failure(Status::NotDurable);
+                            self.host.complete(&wait.taken, Outcome::failed(Status::NotDurable, 0), &mut self.metrics);
+                        } else {
+                            // Back in its place, and on past it: it waits for a fresh block.
+                            self.writer.hold_at(i, wait);
+                            i += 1;
+                        }
+                    }
+                }
                 HeldNext::Failed => {}
                 HeldNext::Nothing => return busy,
             }
@@ -163,15 +195,24 @@ impl<F: Fabric> Node<F> {
     }
 
     /// Starts a write; the caller checked that a write slot and a side buffer are free.
-    fn start_write(&mut self, held: Held, now: Now) {
+    /// In sequencer mode a write with no stamp in hand fetched after it arrived is
+    /// handed back, to be held until one comes.
+    fn start_write(&mut self, held: Held, now: Now) -> Option<Held> {
+        let key_id = held.key_id;
+        if let Some(s) = self.sequencer.as_mut() {
+            if !s.has_for(held.arrived_ns, now) {
+                s.want_for(held.arrived_ns);
+                return Some(held);
+            }
+        }
         // The host clock when the write's stages began (for the per-stage figures).
         let started = prescient_shim::sys::monotonic_ns();
-        let key_id = held.key_id;
         // 2. Predict.
         let hit = self.predict(key_id, now);
         let predicted = now.mono_ns + prescient_shim::sys::monotonic_ns().saturating_sub(started);
         let (writer, mut cx) = self.write_cx();
-        let Some(id) = writer.begin(&mut cx, held, started, predicted, now) else { return };
+        // None: refused and completed to the host; nothing to hold.
+        let id = writer.begin(&mut cx, held, started, predicted, now)?;
         // A write that found its key leased upgrades the lease's marks.
         let lease = if hit { self.leases.take_for(key_id) } else { None };
         // The writer takes the lease's placed marks as its own (`Mark::Placed`).
@@ -185,6 +226,7 @@ impl<F: Fabric> Node<F> {
         if let Some(l) = lease {
             self.leases.release(l.id);
         }
+        None
     }
 
     /// Step 2: tells the predictor of a write of `key_id`, opens the leases it predicts

@@ -1,0 +1,598 @@
+//! The sequencer role (`ordering = "sequencer"`): where this node's writes get their
+//! versions, who sequences, and the claim that changes it.
+//!
+//! Every node keeps a leader word (`epoch << 8 | sequencer`) in its control block. The
+//! node the word names sequences: its counter word (also in its control block) holds
+//! the next version, `epoch << SEQUENCE_BITS | sequence`, and writers take stamps from
+//! it with one-sided RDMA FETCH_ADD, a block of `stamp_block` at a time, so no CPU of
+//! the sequencer runs for them. The sequencer's own writes take theirs with the same
+//! atomic, locally.
+//!
+//! A claim ([`Sequencer::poll`]) CASes the next epoch, naming the claimant, into every
+//! node's leader word, each from the word last seen there; it wins once a majority
+//! (itself included) holds its word, and only then sets its counter to the first
+//! version of its epoch: the epoch is above the sequence, so every stamp it issues is
+//! above every stamp any earlier sequencer could have issued, reachable or not. A claim
+//! that meets a word of its epoch or higher has lost (a competing claimant); one that
+//! cannot reach a majority tries again after a pause that grows with its rank, so the
+//! first shadow usually wins the next round outright. Who claims, and when:
+//! - the configured sequencer, at start, while no epoch has been claimed;
+//! - a node the word names that does not sequence that epoch (it restarted: its counter
+//!   is gone; or its claim reached no majority), after `dead_after` without hearing of
+//!   a newer word;
+//! - the claimants (the first sequencer, then the shadows, in a ring) when the named
+//!   sequencer has not been seen sequencing its epoch (its heartbeat block READ with
+//!   the word and a counter of that epoch) for `dead_after` (the claimant after it in
+//!   the ring), half a `dead_after` more for each one further on: whoever sequences,
+//!   the next claimant takes over first.
+//!
+//! Words only move forward: a node adopts any higher word it sees (its own, CASed by a
+//! claimant, or a peer's, in the heartbeat block it READs every period) and persists
+//! it; a deposed sequencer zeroes its counter, so what writers fetch from it after that
+//! is of no epoch and dropped. Holders refuse fragments stamped in an epoch below their
+//! word (`holder.rs`), and since every write quorum meets every majority (checked in
+//! the cluster file), a deposed epoch's writes cannot commit once a claim has won.
+//!
+//! A write takes a stamp only from a block whose FETCH_ADD was posted after the write
+//! arrived (or, on the sequencer, from its counter at once): such a stamp is above
+//! every stamp issued before, so versions follow real time across keys and nodes, and
+//! a key's versions only move forward for writes that do not overlap. Blocks amortise
+//! the round trip over the writes waiting when it is posted; under light load each
+//! write fetches its own. Stamps a writer fetched and does not use (the rest of a
+//! block once a later write needs a newer one, a block of a deposed epoch, a block
+//! older than four heartbeats) are holes: counted and dropped, never given to a write.
+//!
+//! Invariants: every version this node hands out is of the epoch of its leader word at
+//! that moment, and each is handed out at most once in the cluster (FETCH_ADD ranges
+//! of one counter are disjoint, and one epoch has one counter).
+
+use super::links::Links;
+use super::pool::Pool;
+use super::time::Now;
+use super::wr::{Kind, WrId};
+use crate::cluster::config::SequencerConfig;
+use crate::cluster::format::control::{ControlBlock, ControlView, COUNTER_AT, LEADER_AT};
+use crate::cluster::hlc::{HlcError, HlcFloor};
+use crate::cluster::sequence::{epoch_of, first_of, sequence_of, LeaderWord};
+use crate::fabric::{Op, RawQp};
+use crate::limits::{CLAIM_ROUNDS_MAX, NODES_MAX, SEQUENCE_BITS};
+
+/// The result word of the stamp FETCH_ADD in the sequencer's pool; node `j`'s claim
+/// CAS lands in word `1 + j`.
+const FETCH_WORD: u32 = 0;
+
+/// Heartbeats a fetched block of stamps may be used for: a write stamped from an older
+/// block could order before writes that completed on other nodes since it was fetched.
+const BLOCK_TTL_HEARTBEATS: u64 = 4;
+
+/// Words of the sequencer's result pool: the fetch, and one CAS per node.
+pub const POOL_WORDS: u32 = 1 + NODES_MAX as u32;
+
+/// What the sequencer role may use of its node for one call.
+pub struct SeqCx<'a, Q: RawQp> {
+    pub(super) links: &'a mut Links<Q>,
+    pub(super) control: &'a ControlBlock,
+    pub(super) pool: &'a Pool,
+}
+
+/// A block of stamps in hand: versions `next..end`, its FETCH_ADD posted at
+/// `posted_ns` and back at `fetched_ns`.
+#[derive(Clone, Copy, Debug, Default)]
+struct Block {
+    next: u64,
+    end: u64,
+    posted_ns: u64,
+    fetched_ns: u64,
+}
+
+impl Block {
+    fn left(&self) -> u64 {
+        self.end - self.next
+    }
+}
+
+/// A FETCH_ADD in flight.
+#[derive(Clone, Copy, Debug)]
+struct Fetch {
+    generation: u32,
+    epoch: u32,
+    posted_ns: u64,
+    add: u64,
+}
+
+/// A claim in flight: the word it CASes in, and where.
+#[derive(Clone, Copy, Debug)]
+struct Claim {
+    word: LeaderWord,
+    generation: u32,
+    /// Nodes that hold `word` (a bit each).
+    held: u32,
+    /// Nodes with a CAS of this claim in flight.
+    outstanding: u32,
+    /// The word each CAS expects.
+    compare: [u64; NODES_MAX],
+    /// CAS rounds made at each node.
+    rounds: [u8; NODES_MAX],
+    won: bool,
+}
+
+/// What the sequencer role counts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SeqStats {
+    /// Versions handed to this node's writes.
+    pub stamps: u64,
+    /// FETCH_ADDs posted to a remote sequencer.
+    pub fetches: u64,
+    /// Stamps fetched and never used (a deposed epoch, an aged block): holes.
+    pub holes: u64,
+    /// Claims this node won, and lost or gave up.
+    pub claims_won: u64,
+    /// Claims that lost to another claimant or reached no majority.
+    pub claims_failed: u64,
+    /// Times this node found itself deposed while it sequenced.
+    pub deposed: u64,
+}
+
+/// The sequencer role of one node.
+#[derive(Debug)]
+pub struct Sequencer {
+    me: u8,
+    n: usize,
+    stamp_block: u64,
+    /// The claimants in order: the first sequencer, then the shadows.
+    order: Vec<u8>,
+    /// This node's place in `order`; `None`: it never claims.
+    rank: Option<usize>,
+    dead_after_ns: u64,
+    block_ttl_ns: u64,
+    /// The newest word this node knows.
+    leader: LeaderWord,
+    /// When it learned `leader`.
+    leader_since_ns: u64,
+    /// When it last saw the leader sequencing `leader`'s epoch, and the leader's
+    /// heartbeat then (a block READ again without a new beat is not news).
+    leader_heard_ns: u64,
+    leader_beat: u64,
+    /// The epoch this node won and sequences.
+    leading: Option<u32>,
+    blocks: [Block; 2],
+    /// When this node last took a stamp, and whether writes wait for one: stamps are
+    /// fetched on demand, so an idle node does not fetch blocks only to age them out.
+    last_take_ns: u64,
+    wanted: bool,
+    /// A write that arrived at this time waits for a stamp fetched after it.
+    want_after_ns: u64,
+    fetch: Option<Fetch>,
+    claim: Option<Claim>,
+    generation: u32,
+    /// A failed claim tries again from here.
+    claim_after_ns: u64,
+    /// The leader word on disk.
+    file: HlcFloor,
+    /// Counters.
+    pub stats: SeqStats,
+}
+
+impl Sequencer {
+    /// The role of node `me` of `n` under `config`, its word persisted in `file` (whose
+    /// word the node's control block is set to: a restarted node remembers every
+    /// epoch it saw, and refuses what they deposed).
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        me: u8,
+        n: usize,
+        config: &SequencerConfig,
+        dead_after_us: u64,
+        heartbeat_us: u64,
+        file: HlcFloor,
+        control: &ControlBlock,
+        now: Now,
+    ) -> Self {
+        let leader = LeaderWord::unpack(file.floor());
+        control.cas_leader(0, leader.pack());
+        Self {
+            me,
+            n,
+            stamp_block: u64::from(config.stamp_block),
+            rank: config.rank(me),
+            order: std::iter::once(config.sequencer).chain(config.shadows.iter().copied()).collect(),
+            dead_after_ns: dead_after_us * 1_000,
+            block_ttl_ns: BLOCK_TTL_HEARTBEATS * heartbeat_us * 1_000,
+            leader,
+            leader_since_ns: now.mono_ns,
+            leader_heard_ns: now.mono_ns,
+            leader_beat: 0,
+            leading: None,
+            blocks: [Block::default(); 2],
+            last_take_ns: 0,
+            wanted: false,
+            want_after_ns: 0,
+            fetch: None,
+            claim: None,
+            generation: 0,
+            claim_after_ns: now.mono_ns,
+            file,
+            stats: SeqStats::default(),
+        }
+    }
+
+    /// The leader word this node knows.
+    pub fn leader(&self) -> LeaderWord {
+        self.leader
+    }
+
+    /// The epoch this node sequences, if it does.
+    pub fn leading(&self) -> Option<u32> {
+        self.leading
+    }
+
+    /// Whether a write could take a stamp now (the caller takes writes from the host
+    /// only while one can: the rest wait in the rings).
+    pub fn available(&self, now: Now) -> u64 {
+        if self.leading.is_some() {
+            return u64::MAX;
+        }
+        self.blocks.iter().filter(|b| self.usable(b, now)).map(Block::left).sum()
+    }
+
+    fn usable(&self, b: &Block, now: Now) -> bool {
+        b.next < b.end && epoch_of(b.next) == self.leader.epoch && now.mono_ns < b.fetched_ns + self.block_ttl_ns
+    }
+
+    /// Whether a stamp for a write that arrived at `arrived_ns` is in hand (always,
+    /// while this node sequences).
+    pub fn has_for(&self, arrived_ns: u64, now: Now) -> bool {
+        self.leading.is_some() || self.blocks.iter().any(|b| self.usable(b, now) && b.posted_ns >= arrived_ns)
+    }
+
+    /// A version for a write that arrived at `arrived_ns`, from a block whose
+    /// FETCH_ADD was posted after it arrived, or `None` while none is in hand. Such a
+    /// stamp is above every stamp issued before the write arrived, so above the
+    /// version of every write that had completed by then, of its key or any other:
+    /// versions follow real time. (A block fetched earlier could order the write
+    /// before a write of its key that completed meanwhile on another node.)
+    pub fn take(&mut self, control: &ControlBlock, arrived_ns: u64, now: Now) -> Option<u64> {
+        if let Some(epoch) = self.leading {
+            let v = control.fetch_add_counter(1);
+            if epoch_of(v) == epoch && sequence_of(v) != 0 {
+                self.stats.stamps += 1;
+                return Some(v);
+            }
+            // The epoch's 2^40 sequences are used up: stop, and the next poll claims
+            // the next epoch (the word names this node, which no longer sequences it).
+            tracing::error!(node = self.me, epoch, counter = v, "the epoch's sequences are used up; claiming the next");
+            self.leading = None;
+            return None;
+        }
+        if self.blocks[0].left() == 0 {
+            self.drop_block(0);
+        }
+        for i in 0..self.blocks.len() {
+            let b = self.blocks[i];
+            if self.usable(&b, now) && b.posted_ns >= arrived_ns {
+                self.blocks[i].next += 1;
+                self.stats.stamps += 1;
+                self.last_take_ns = now.mono_ns;
+                if self.blocks[i].left() == 0 {
+                    self.drop_block(i);
+                }
+                return Some(b.next);
+            }
+        }
+        None
+    }
+
+    /// Drops block `i` (its unused stamps are holes) and moves the next one up.
+    fn drop_block(&mut self, i: usize) {
+        self.stats.holes += self.blocks[i].left();
+        self.blocks[i] = Block::default();
+        if i == 0 {
+            self.blocks.swap(0, 1);
+        }
+    }
+
+    /// Adopts `word` if it is newer than the one this node knows: persists it,
+    /// drops stamps of the older epoch and, if this node sequenced that epoch, stops.
+    fn adopt(&mut self, cx: &mut SeqCx<'_, impl RawQp>, word: LeaderWord, now: Now) -> Result<(), HlcError> {
+        // Only a higher epoch: a node's word holds one sequencer per epoch, so no two
+        // claimants of one epoch can both count it.
+        if word.epoch <= self.leader.epoch {
+            return Ok(());
+        }
+        // Own word first: a peer's heartbeat told us; our holders refuse by it. A
+        // claimant's CAS may move it meanwhile (only to a higher epoch): a few rounds,
+        // then the next poll adopts whatever it became.
+        let mut own = cx.control.leader();
+        for _ in 0..CLAIM_ROUNDS_MAX {
+            if LeaderWord::unpack(own).epoch >= word.epoch {
+                break;
+            }
+            let found = cx.control.cas_leader(own, word.pack());
+            if found == own {
+                own = word.pack();
+                break;
+            }
+            own = found;
+        }
+        // This node follows the word it holds: a claimant may have put a later one
+        // there, or one of the same epoch first (its vote in that epoch).
+        let word = if LeaderWord::unpack(own).epoch >= word.epoch { LeaderWord::unpack(own) } else { word };
+        if let Some(epoch) = self.leading.filter(|&e| e < word.epoch) {
+            // Deposed: nothing fetched from this counter from now on is of any epoch.
+            cx.control.set_counter(0);
+            self.leading = None;
+            self.stats.deposed += 1;
+            tracing::warn!(node = self.me, epoch, by = %word, "deposed as sequencer");
+        }
+        tracing::info!(node = self.me, from = %self.leader, to = %word, "sequencer epoch changed");
+        self.leader = word;
+        self.leader_since_ns = now.mono_ns;
+        self.leader_heard_ns = now.mono_ns;
+        for i in (0..self.blocks.len()).rev() {
+            if self.blocks[i].left() > 0 && epoch_of(self.blocks[i].next) != word.epoch {
+                self.drop_block(i);
+            }
+        }
+        self.fetch = None;
+        self.file.persist(word.pack())
+    }
+
+    /// Peer `j`'s heartbeat block came back: a newer word in it is adopted; the
+    /// leader's, showing it sequences its epoch, counts as hearing it.
+    pub fn heard(
+        &mut self,
+        cx: &mut SeqCx<'_, impl RawQp>,
+        j: u8,
+        view: &ControlView,
+        now: Now,
+    ) -> Result<(), HlcError> {
+        let word = LeaderWord::unpack(view.leader());
+        self.adopt(cx, word, now)?;
+        let sequencing = word == self.leader && epoch_of(view.counter()) == self.leader.epoch;
+        if j == self.leader.sequencer && sequencing && view.heartbeat() != self.leader_beat {
+            self.leader_beat = view.heartbeat();
+            self.leader_heard_ns = now.mono_ns;
+        }
+        Ok(())
+    }
+
+    /// One round: adopts a word a claimant CASed into this node, keeps stamps in
+    /// hand (a FETCH_ADD when the blocks run low), and claims when it is this node's
+    /// turn. An error is the leader file's: the node cannot remember an epoch.
+    pub fn poll(&mut self, cx: &mut SeqCx<'_, impl RawQp>, now: Now) -> Result<bool, HlcError> {
+        let own = LeaderWord::unpack(cx.control.leader());
+        let mut busy = false;
+        if own.epoch > self.leader.epoch {
+            self.adopt(cx, own, now)?;
+            busy = true;
+        }
+        if self.claim.is_none() && self.claim_due(cx, now) {
+            self.start_claim(cx, now);
+            return Ok(true);
+        }
+        busy |= self.fetch_if_low(cx, now);
+        Ok(busy)
+    }
+
+    /// Whether this node should claim the next epoch now.
+    fn claim_due(&self, cx: &SeqCx<'_, impl RawQp>, now: Now) -> bool {
+        let Some(rank) = self.rank else { return false };
+        if now.mono_ns < self.claim_after_ns {
+            return false;
+        }
+        if !self.leader.is_set() {
+            // Nobody has sequenced yet: the first sequencer claims once a majority is
+            // up; a shadow waits as for a silent sequencer.
+            let up = 1 + cx.links.iter().filter(|p| p.is_up()).count();
+            return if rank == 0 { up > self.n / 2 } else { now.mono_ns >= self.leader_since_ns + self.wait_ns(rank) };
+        }
+        if self.leader.sequencer == self.me {
+            // Named, but without a counter for the epoch (a restart, or a claim that
+            // did not win): claim again, once a dead_after has passed in which a newer
+            // word would have reached it (a restarted sequencer that others replaced
+            // meanwhile follows its successor instead of deposing it).
+            return self.leading != Some(self.leader.epoch) && now.mono_ns >= self.leader_since_ns + self.wait_ns(1);
+        }
+        // How far after the silent sequencer this node comes in the ring of claimants.
+        let after = match self.order.iter().position(|&o| o == self.leader.sequencer) {
+            Some(at) => (rank + self.order.len() - at) % self.order.len(),
+            None => rank + 1,
+        };
+        now.mono_ns >= self.leader_heard_ns.max(self.leader_since_ns) + self.wait_ns(after.max(1))
+    }
+
+    /// How long claimant `rank` (from 1) waits for a silent sequencer.
+    fn wait_ns(&self, rank: usize) -> u64 {
+        self.dead_after_ns + (rank as u64 - 1) * (self.dead_after_ns / 2)
+    }
+
+    /// Writes wait for a stamp: fetch a block at the next poll.
+    pub fn want(&mut self) {
+        self.wanted = true;
+    }
+
+    /// A write that arrived at `arrived_ns` waits for a stamp: fetch a block at the
+    /// next poll if none fetched after it is in hand.
+    pub fn want_for(&mut self, arrived_ns: u64) {
+        self.wanted = true;
+        self.want_after_ns = self.want_after_ns.max(arrived_ns);
+    }
+
+    /// Posts a FETCH_ADD of a block while stamps are in demand (writes wait, or one
+    /// was taken within a block's lifetime) and less than half a block is in hand.
+    fn fetch_if_low(&mut self, cx: &mut SeqCx<'_, impl RawQp>, now: Now) -> bool {
+        if self.leading.is_some() || self.claim.is_some() || self.fetch.is_some() || !self.leader.is_set() {
+            return false;
+        }
+        // Aged or deposed blocks go first, so the room below is real; while a write
+        // waits, blocks fetched before it arrived are of no use to it or any later one.
+        let after = if self.wanted { self.want_after_ns } else { 0 };
+        for i in (0..self.blocks.len()).rev() {
+            let b = self.blocks[i];
+            if b.left() > 0 && (!self.usable(&b, now) || b.posted_ns < after) {
+                self.drop_block(i);
+            }
+        }
+        let demand = self.wanted || now.mono_ns < self.last_take_ns.saturating_add(self.block_ttl_ns);
+        if !demand || self.blocks[1].left() > 0 || (self.blocks[0].left() * 2 > self.stamp_block && !self.wanted) {
+            return false;
+        }
+        self.wanted = false;
+        let l = self.leader.sequencer;
+        let Some(remote) = cx.links.peer(l).filter(|p| p.is_up()).and_then(|p| p.remote) else { return false };
+        self.generation = self.generation.wrapping_add(1) & crate::limits::WR_INDEX_MAX;
+        let add = self.stamp_block;
+        self.fetch = Some(Fetch { generation: self.generation, epoch: self.leader.epoch, posted_ns: now.mono_ns, add });
+        self.stats.fetches += 1;
+        cx.links.post(
+            l,
+            WrId::new(Kind::StampFetch, l, self.generation, 0),
+            Op::FetchAdd { remote: remote.control.at(COUNTER_AT as u64), add },
+            cx.pool.buf(FETCH_WORD, 8),
+        );
+        true
+    }
+
+    /// A stamp FETCH_ADD came back (`ok`: with the counter's old value in the pool).
+    pub fn on_fetch(&mut self, cx: &mut SeqCx<'_, impl RawQp>, generation: u32, ok: bool, now: Now) {
+        let Some(fetch) = self.fetch.filter(|f| f.generation == generation) else {
+            // Of an epoch given up since: its stamps (at most a block) are holes.
+            if ok {
+                self.stats.holes += self.stamp_block;
+            }
+            return;
+        };
+        self.fetch = None;
+        if !ok {
+            return;
+        }
+        let first = cx.pool.word(FETCH_WORD);
+        let fits = sequence_of(first) != 0 && sequence_of(first) + fetch.add <= 1 << SEQUENCE_BITS;
+        if epoch_of(first) != fetch.epoch || fetch.epoch != self.leader.epoch || !fits {
+            // Not (or no longer) the epoch's counter: a deposed or not yet started
+            // sequencer. Nothing of it is used.
+            self.stats.holes += fetch.add;
+            return;
+        }
+        let block = Block { next: first, end: first + fetch.add, posted_ns: fetch.posted_ns, fetched_ns: now.mono_ns };
+        if self.blocks[0].left() == 0 {
+            self.blocks[0] = block;
+        } else {
+            self.blocks[1] = block;
+        }
+    }
+
+    /// Starts a claim of the epoch after the newest this node knows.
+    fn start_claim(&mut self, cx: &mut SeqCx<'_, impl RawQp>, now: Now) {
+        let Some(word) = self.leader.next(self.me) else {
+            tracing::error!(node = self.me, leader = %self.leader, "no sequencer epoch left to claim");
+            self.claim_after_ns = u64::MAX;
+            return;
+        };
+        let own = cx.control.leader();
+        if LeaderWord::unpack(own).epoch >= word.epoch || cx.control.cas_leader(own, word.pack()) != own {
+            // A claimant got here first; the next poll adopts its word.
+            return;
+        }
+        tracing::info!(node = self.me, %word, "claiming the sequencer");
+        self.generation = self.generation.wrapping_add(1) & crate::limits::WR_INDEX_MAX;
+        let mut claim = Claim {
+            word,
+            generation: self.generation,
+            held: 1 << self.me,
+            outstanding: 0,
+            compare: [0; NODES_MAX],
+            rounds: [0; NODES_MAX],
+            won: false,
+        };
+        for j in 0..self.n as u8 {
+            if j == self.me {
+                continue;
+            }
+            // From the word last READ there; a wrong guess costs a round.
+            let guess = cx.links.peer(j).and_then(|p| p.view).map_or(self.leader.pack(), |v| v.leader());
+            Self::post_cas(cx, &mut claim, j, guess);
+        }
+        self.claim = Some(claim);
+        self.settle_claim(cx, now);
+    }
+
+    fn post_cas(cx: &mut SeqCx<'_, impl RawQp>, claim: &mut Claim, j: u8, compare: u64) {
+        let Some(remote) = cx.links.peer(j).filter(|p| p.is_up()).and_then(|p| p.remote) else { return };
+        claim.compare[j as usize] = compare;
+        claim.rounds[j as usize] += 1;
+        claim.outstanding |= 1 << j;
+        cx.links.post(
+            j,
+            WrId::new(Kind::LeaderCas, j, claim.generation, 0),
+            Op::CompareSwap { remote: remote.control.at(LEADER_AT as u64), compare, swap: claim.word.pack() },
+            cx.pool.buf(1 + u32::from(j), 8),
+        );
+    }
+
+    /// A claim CAS at node `j` came back.
+    pub fn on_cas(&mut self, cx: &mut SeqCx<'_, impl RawQp>, j: u8, generation: u32, ok: bool, now: Now) {
+        let Some(mut claim) = self.claim.filter(|c| c.generation == generation) else { return };
+        claim.outstanding &= !(1 << j);
+        if ok {
+            let found = cx.pool.word(1 + u32::from(j));
+            // The word is ours if the CAS took, or if the node adopted it already from
+            // a heartbeat block it READ (a word moves only to a higher epoch, so that
+            // node can count for no other claimant of this epoch).
+            if found == claim.compare[j as usize] || found == claim.word.pack() {
+                claim.held |= 1 << j;
+            } else if LeaderWord::unpack(found).epoch < claim.word.epoch {
+                if u32::from(claim.rounds[j as usize]) < CLAIM_ROUNDS_MAX {
+                    Self::post_cas(cx, &mut claim, j, found);
+                }
+            } else if !claim.won {
+                // Another claimant holds this epoch (or a later one) here: this claim
+                // has lost. Its CASes that took are overtaken by the next claim.
+                tracing::info!(node = self.me, word = %claim.word, at = j, found = %LeaderWord::unpack(found), "claim lost");
+                self.claim = None;
+                self.stats.claims_failed += 1;
+                self.claim_after_ns = now.mono_ns + self.backoff_ns();
+                return;
+            }
+        }
+        self.claim = Some(claim);
+        self.settle_claim(cx, now);
+    }
+
+    /// A claim's pause after it failed: a heartbeat-scale wait that grows with rank.
+    fn backoff_ns(&self) -> u64 {
+        let rank = self.rank.unwrap_or(0) as u64 + 1;
+        rank * (self.dead_after_ns / 8).max(1)
+    }
+
+    /// Wins the claim once a majority holds its word; ends it once no CAS is out.
+    fn settle_claim(&mut self, cx: &mut SeqCx<'_, impl RawQp>, now: Now) {
+        let Some(mut claim) = self.claim else { return };
+        if !claim.won && claim.held.count_ones() as usize > self.n / 2 {
+            claim.won = true;
+            // Only now: a writer that saw the word before the claim won fetched a
+            // counter of no epoch and dropped it.
+            cx.control.set_counter(first_of(claim.word.epoch));
+            self.leading = Some(claim.word.epoch);
+            self.stats.claims_won += 1;
+            if let Err(e) = self.file.persist(claim.word.pack()) {
+                tracing::error!(node = self.me, error = %e, "cannot persist the leader word");
+            }
+            self.leader = claim.word;
+            self.leader_since_ns = now.mono_ns;
+            self.blocks = [Block::default(); 2];
+            self.fetch = None;
+            tracing::info!(node = self.me, word = %claim.word, holders = claim.held.count_ones(), "sequencer claimed");
+        }
+        if claim.outstanding == 0 {
+            if !claim.won {
+                tracing::info!(node = self.me, word = %claim.word, holders = claim.held.count_ones(), "claim reached no majority");
+                self.stats.claims_failed += 1;
+                self.claim_after_ns = now.mono_ns + self.backoff_ns();
+            }
+            self.claim = None;
+        } else {
+            self.claim = Some(claim);
+        }
+    }
+}

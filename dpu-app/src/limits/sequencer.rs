@@ -1,0 +1,23 @@
+//! The sequencer (`ordering = "sequencer"`): how its versions are cut, how many stamps
+//! a writer fetches at once, and how often a claim is retried.
+#![forbid(unsafe_code)]
+
+use super::SLOT_VERSION_BITS;
+
+/// Bits of a sequencer version that count stamps within one epoch (the low bits; the
+/// epoch is above them, so every stamp of a later epoch is above every stamp of an
+/// earlier one). 2^40 stamps are 12 days at a billion stamps a second.
+pub const SEQUENCE_BITS: u32 = 40;
+/// Bits of the epoch in a sequencer version (above the sequence).
+pub const EPOCH_BITS: u32 = SLOT_VERSION_BITS - SEQUENCE_BITS;
+/// The last epoch: a cluster that claimed this many times needs its leader words reset.
+pub const EPOCH_MAX: u32 = (1 << EPOCH_BITS) - 1;
+/// Most stamps a writer takes with one FETCH_ADD (`cluster.stamp_block`).
+pub const STAMP_BLOCK_MAX: u32 = 1024;
+/// Claim rounds (CAS on every node's leader word) one claim makes before it gives up
+/// and waits for the next silence check (a word that keeps changing under it means
+/// another claimant is active).
+pub const CLAIM_ROUNDS_MAX: u32 = 8;
+
+const _: () = assert!(SEQUENCE_BITS < SLOT_VERSION_BITS && EPOCH_BITS >= 8);
+const _: () = assert!((STAMP_BLOCK_MAX as u64) < 1 << SEQUENCE_BITS);

@@ -1,0 +1,195 @@
+//! `ordering = "sequencer"` in the in-process cluster on a manual clock: every write's
+//! version comes from the sequencer's counter (FETCH_ADD), versions stay unique and only
+//! move forward per key, a shadow takes over when the sequencer crashes or is cut off,
+//! and a deposed sequencer's writes never commit.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use prescient_dpu::cluster::config::{ClusterConfig, Ordering, SequencerConfig};
+use prescient_dpu::cluster::run::inprocess::{region_config_for, ClusterClock, InProcess};
+use prescient_dpu::cluster::sequence::{epoch_of, LeaderWord};
+use prescient_dpu::fabric::emu::ModelConfig;
+use prescient_shim::{Completion, Request, Status};
+
+const TICK_NS: u64 = 20_000;
+const SECOND_NS: u64 = 1_000_000_000;
+
+/// Five nodes, RS(3, 2), quorum 3 (two nodes may be down), sequencer 0, shadows 1 and 2.
+fn cluster(name: &str, stamp_block: u32) -> (InProcess, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("prescient-seq-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("keys")).unwrap();
+    let key = dir.join("keys/1.key");
+    std::fs::write(&key, [9u8; 32]).unwrap();
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let mut config = ClusterConfig::in_process(5, 3, 2, &dir);
+    config.quorum = 3;
+    config.key_dir = dir.join("keys");
+    config.value_bytes_max = 512;
+    config.store_bytes = prescient_dpu::cluster::protocol::node::store_bytes_for_keys(&config, 1024).unwrap();
+    config.log_slots = 64;
+    config.outcome_entries = 1024;
+    config.predictive = false;
+    config.heartbeat_us = 200;
+    config.lease_us = 2_000;
+    config.dead_after_us = 4_000;
+    config.write_timeout_us = 200_000;
+    config.ordering = Ordering::Sequencer(SequencerConfig { sequencer: 0, shadows: vec![1, 2], stamp_block });
+    config.validate().unwrap();
+    let region = region_config_for(&config, 2, 256);
+    let c = InProcess::start(Arc::new(config), ClusterClock::manual(SECOND_NS), ModelConfig::ideal(), region, &dir)
+        .unwrap();
+    (c, dir)
+}
+
+/// Every running node knows `word`, and exactly its sequencer sequences.
+fn settled_on(c: &InProcess, word: LeaderWord) -> bool {
+    c.nodes().all(|n| n.sequencer_state() == Some((word, n.id() == word.sequencer)))
+}
+
+fn run(c: &mut InProcess, what: &str, limit_ns: u64, done: impl FnMut(&mut InProcess) -> bool) {
+    assert!(c.run_until(TICK_NS, limit_ns, done), "{what}: not within {} ms of cluster time", limit_ns / 1_000_000);
+}
+
+/// PUTs `value` to `key` through node `node`'s host and runs the cluster until it
+/// completes.
+fn put(c: &mut InProcess, node: u8, key: &[u8], value: &[u8]) -> Completion {
+    let host = Arc::clone(c.host(node));
+    let mut qp = host.queue_pair(0).unwrap();
+    let mut buf = host.take_buffer().unwrap();
+    buf.value_mut()[..value.len()].copy_from_slice(value);
+    qp.submit(Request::put(key, buf, value.len()).user_data(1)).map_err(|(e, _)| e).unwrap();
+    let mut got = None;
+    run(c, "a PUT", SECOND_NS, |_| {
+        let _ = qp.poll(|x| got = Some(x));
+        got.is_some()
+    });
+    got.unwrap()
+}
+
+/// GETs `key` through node `node`'s host: its status, version and value.
+fn get(c: &mut InProcess, node: u8, key: &[u8]) -> (Status, u64, Vec<u8>) {
+    let host = Arc::clone(c.host(node));
+    let mut qp = host.queue_pair(0).unwrap();
+    let buf = host.take_buffer().unwrap();
+    qp.submit(Request::get(key, buf).user_data(2)).map_err(|(e, _)| e).unwrap();
+    let mut got = None;
+    run(c, "a GET", SECOND_NS, |_| {
+        let _ = qp.poll(|x| got = Some(x));
+        got.is_some()
+    });
+    let got = got.unwrap();
+    let value = qp.take_value(&got).map(|b| b.to_vec()).unwrap_or_default();
+    (got.status, got.version, value)
+}
+
+#[test]
+fn every_write_is_stamped_by_the_sequencer_once_and_per_key_versions_move_forward() {
+    let (mut c, dir) = cluster("stamps", 4);
+    let first = LeaderWord { epoch: 1, sequencer: 0 };
+    run(&mut c, "node 0 claims epoch 1", SECOND_NS, |c| settled_on(c, first));
+    let mut seen = BTreeSet::new();
+    let mut last_of_key = [0u64; 3];
+    for round in 0..12u32 {
+        for node in 0..5u8 {
+            let k = (round as usize + node as usize) % 3;
+            let key = format!("key-{k}");
+            let value = format!("{round}-{node}");
+            let done = put(&mut c, node, key.as_bytes(), value.as_bytes());
+            assert_eq!(done.status, Status::Ok, "round {round} node {node}: {done:?}");
+            let version = done.version >> 8;
+            assert_eq!(epoch_of(version), 1, "round {round} node {node}: version {version:#x}");
+            assert!(seen.insert(version), "version {version:#x} issued twice");
+            assert!(version > last_of_key[k], "{key}: version {version:#x} after {:#x}", last_of_key[k]);
+            last_of_key[k] = version;
+        }
+    }
+    for (k, &version) in last_of_key.iter().enumerate() {
+        let (status, got, _) = get(&mut c, 4, format!("key-{k}").as_bytes());
+        assert_eq!((status, got >> 8), (Status::Ok, version), "key-{k}");
+    }
+    let fetched: u64 = c.nodes().filter_map(|n| n.sequencer_stats()).map(|s| s.fetches).sum();
+    let stamps: u64 = c.nodes().filter_map(|n| n.sequencer_stats()).map(|s| s.stamps).sum();
+    assert_eq!(stamps, 60, "one stamp per write");
+    assert!(fetched > 0, "the writers other than the sequencer fetched blocks by FETCH_ADD");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_shadow_takes_over_a_crashed_sequencer_and_the_restarted_one_follows() {
+    let (mut c, dir) = cluster("crash", 8);
+    run(&mut c, "node 0 claims epoch 1", SECOND_NS, |c| settled_on(c, LeaderWord { epoch: 1, sequencer: 0 }));
+    let before = put(&mut c, 3, b"k", b"before").version >> 8;
+    c.crash(0);
+    let crashed_at = c.now().mono_ns;
+    let second = LeaderWord { epoch: 2, sequencer: 1 };
+    run(&mut c, "shadow 1 claims epoch 2", SECOND_NS, |c| settled_on(c, second));
+    // dead_after (4 ms) of silence, then one round of CASes.
+    let took_ns = c.now().mono_ns - crashed_at;
+    assert!(took_ns < 10_000_000, "failover took {took_ns} ns of cluster time");
+    let after = put(&mut c, 3, b"k", b"after");
+    assert_eq!(after.status, Status::Ok, "{after:?}");
+    assert_eq!(epoch_of(after.version >> 8), 2);
+    assert!(after.version >> 8 > before, "the new epoch's stamps order after every stamp of the old one");
+    // The restarted first sequencer remembers nothing of its counter: it follows.
+    c.restart(0).unwrap();
+    run(&mut c, "node 0 rejoins epoch 2", SECOND_NS, |c| settled_on(c, second) && c.node(0).unwrap().peer_up(1));
+    let from_zero = put(&mut c, 0, b"k", b"from zero");
+    assert_eq!(from_zero.status, Status::Ok, "{from_zero:?}");
+    assert_eq!(epoch_of(from_zero.version >> 8), 2);
+    assert!(from_zero.version > after.version);
+    let (status, version, value) = get(&mut c, 2, b"k");
+    assert_eq!((status, version, &value[..]), (Status::Ok, from_zero.version, &b"from zero"[..]));
+    // Both shadows down at once: the second shadow waits for the first, then claims.
+    c.crash(1);
+    c.crash(0);
+    run(&mut c, "shadow 2 claims epoch 3", SECOND_NS, |c| settled_on(c, LeaderWord { epoch: 3, sequencer: 2 }));
+    let third = put(&mut c, 4, b"k", b"third");
+    assert_eq!((third.status, epoch_of(third.version >> 8)), (Status::Ok, 3), "{third:?}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_deposed_sequencer_that_has_not_heard_of_the_new_epoch_commits_nothing_of_its_own() {
+    let (mut c, dir) = cluster("deposed", 2);
+    let first = LeaderWord { epoch: 1, sequencer: 0 };
+    run(&mut c, "node 0 claims epoch 1", SECOND_NS, |c| settled_on(c, first));
+    assert_eq!(put(&mut c, 0, b"p", b"old").status, Status::Ok);
+    // Node 0 stalls, and is cut off from the shadows: they see it silent and elect
+    // shadow 1 with nodes 3 and 4, whose links to node 0 stay up.
+    c.pause(0, true);
+    c.partition(0, 1);
+    c.partition(0, 2);
+    let second = LeaderWord { epoch: 2, sequencer: 1 };
+    run(&mut c, "shadow 1 claims epoch 2 without node 0", SECOND_NS, |c| {
+        c.nodes().filter(|n| n.id() != 0).all(|n| n.sequencer_state() == Some((second, n.id() == 1)))
+    });
+    assert_eq!(c.node(0).unwrap().sequencer_state(), Some((first, true)));
+    // Node 0 comes back and takes a write before it has READ anyone's heartbeat: it
+    // stamps it in its deposed epoch, and nodes 3 and 4 refuse the fragments.
+    let host = Arc::clone(c.host(0));
+    let mut qp = host.queue_pair(1).unwrap();
+    let mut buf = host.take_buffer().unwrap();
+    buf.value_mut()[..5].copy_from_slice(b"stale");
+    qp.submit(Request::put(b"p", buf, 5).user_data(9)).map_err(|(e, _)| e).unwrap();
+    c.pause(0, false);
+    let mut got = None;
+    run(&mut c, "node 0's write ends", SECOND_NS, |_| {
+        let _ = qp.poll(|x| got = Some(x));
+        got.is_some()
+    });
+    let got = got.unwrap();
+    assert_ne!(got.status, Status::Ok, "a write of a deposed epoch committed: {got:?}");
+    let refused: u64 = [3u8, 4].iter().map(|&j| c.node(j).unwrap().stats().deposed_refused).sum();
+    assert!(refused >= 2, "nodes 3 and 4 refused the deposed epoch's fragments ({refused})");
+    assert_eq!(c.node(0).unwrap().sequencer_stats().unwrap().deposed, 1, "node 0 learned of epoch 2");
+    c.heal(0, 1);
+    c.heal(0, 2);
+    run(&mut c, "node 0 follows epoch 2", SECOND_NS, |c| settled_on(c, second) && c.node(0).unwrap().peer_up(1));
+    let (status, _, value) = get(&mut c, 3, b"p");
+    assert_eq!((status, &value[..]), (Status::Ok, &b"old"[..]), "the deposed write is never visible");
+    let fresh = put(&mut c, 0, b"p", b"new");
+    assert_eq!((fresh.status, epoch_of(fresh.version >> 8)), (Status::Ok, 2), "{fresh:?}");
+    let _ = std::fs::remove_dir_all(dir);
+}

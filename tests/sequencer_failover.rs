@@ -1,0 +1,168 @@
+//! Sequencer failover with real processes: five `prescient-dpu serve --config`
+//! processes with `ordering = "sequencer"` (node 0 sequences, nodes 1 and 2 are its
+//! shadows). The sequencer is SIGKILLed while a host has writes in flight: each of
+//! those commits (in the old epoch or the new) or fails cleanly, the writes after it
+//! commit in the epoch the first shadow claimed, every acknowledged write reads back,
+//! and the restarted first sequencer follows the new one.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use prescient::ClusterProcs;
+use prescient_dpu::cluster::sequence::epoch_of;
+use prescient_shim::{Completion, Host, QueuePair, Request, ShimError, Status};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+const SEQUENCER: &str = "ordering = \"sequencer\"\nsequencer = 0\nshadows = [1, 2]\nstamp_block = 16\n";
+
+fn value_of(key: u32) -> Vec<u8> {
+    (0..600 + key as usize % 900).map(|i| (i as u32).wrapping_mul(13).wrapping_add(key) as u8).collect()
+}
+
+fn key_of(key: u32) -> Vec<u8> {
+    format!("seq:{key:05}").into_bytes()
+}
+
+/// PUTs `keys` through `qp`, `depth` in flight, calling `between` with the count of
+/// completions after each; returns every key's completion.
+fn put_all(
+    host: &Arc<Host>,
+    qp: &mut QueuePair,
+    keys: std::ops::Range<u32>,
+    depth: u32,
+    mut between: impl FnMut(usize),
+) -> HashMap<u32, Completion> {
+    let keys: Vec<u32> = keys.collect();
+    let mut done = HashMap::new();
+    let mut next = 0;
+    let deadline = Instant::now() + WAIT;
+    while done.len() < keys.len() {
+        assert!(Instant::now() < deadline, "PUTs did not complete in {WAIT:?}: {} of {}", done.len(), keys.len());
+        while next < keys.len() && qp.in_flight() < depth {
+            let key = keys[next];
+            let mut buf = host.take_buffer().expect("a free buffer");
+            let value = value_of(key);
+            buf.value_mut()[..value.len()].copy_from_slice(&value);
+            qp.push(Request::put(&key_of(key), buf, value.len()).user_data(u64::from(key)))
+                .map_err(|(e, _)| e)
+                .unwrap();
+            next += 1;
+        }
+        qp.flush().expect("the DPU app responds");
+        let mut got = Vec::new();
+        match qp.wait(Duration::from_millis(200), |c| got.push(c)) {
+            Ok(_) | Err(ShimError::Timeout(_)) => {}
+            Err(e) => panic!("waiting for PUTs: {e}"),
+        }
+        for c in got {
+            assert!(done.insert(c.user_data as u32, c).is_none(), "a second completion for key {}", c.user_data);
+            between(done.len());
+        }
+    }
+    done
+}
+
+/// GETs `key` through `qp`, asking again while too few nodes answer.
+fn get(host: &Arc<Host>, qp: &mut QueuePair, key: u32) -> (Status, u64, Vec<u8>) {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let buf = host.take_buffer().expect("a free buffer");
+        qp.submit(Request::get(&key_of(key), buf).user_data(u64::from(key))).map_err(|(e, _)| e).unwrap();
+        let mut got = None;
+        while got.is_none() {
+            assert!(Instant::now() < deadline, "GET of key {key} did not complete");
+            let _ = qp.wait(Duration::from_millis(200), |c| got = Some(c));
+        }
+        let c = got.unwrap();
+        let value = qp.take_value(&c).expect("a GET hands its buffer back").to_vec();
+        if c.status != Status::Unavailable || Instant::now() >= deadline {
+            return (c.status, c.version, value);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn killing_the_sequencer_mid_write_hands_the_order_to_its_shadow() {
+    let mut c = ClusterProcs::start_configured("seqfail", 5, 3, 2, 3, SEQUENCER, &[]);
+    assert!(c.wait_connected(WAIT), "the cluster did not connect");
+    let host = Arc::clone(&c.hosts[3]);
+    let mut qp = host.queue_pair(0).unwrap();
+
+    // Node 0 sequencing (epoch 1, or 2 if its first claim met links still coming up):
+    // stamps fetched from it by FETCH_ADD.
+    let first = put_all(&host, &mut qp, 0..40, 8, |_| {});
+    let old = epoch_of(first[&0].version >> 8);
+    for (key, done) in &first {
+        assert_eq!(done.status, Status::Ok, "key {key}: {done:?}");
+        assert_eq!(epoch_of(done.version >> 8), old, "key {key}: version {:#x}", done.version);
+    }
+
+    // The sequencer dies with writes in flight.
+    let mut killed = None;
+    let during = put_all(&host, &mut qp, 40..120, 8, |n| {
+        if n == 10 && killed.is_none() {
+            c.kill9(0);
+            killed = Some(Instant::now());
+        }
+    });
+    // Writes committed in the old epoch, in a newer one, and (never) in an older one.
+    let mut epochs = [0u32; 3];
+    for (key, done) in &during {
+        match done.status {
+            Status::Ok => epochs[(1 + epoch_of(done.version >> 8)).saturating_sub(old).min(2) as usize] += 1,
+            // Stamped by the dead sequencer and cut off with it, or refused once the
+            // new epoch was claimed: failed, never visible.
+            Status::NotDurable | Status::Unavailable => {}
+            other => panic!("key {key}: {other:?} ({done:?})"),
+        }
+    }
+    assert!(epochs[2] > 0, "writes after the kill commit in the shadow's new epoch ({epochs:?})");
+    assert_eq!(epochs[0], 0, "no write in an epoch older than the killed sequencer's ({epochs:?})");
+    eprintln!(
+        "sequencer killed: {} writes committed in its epoch, {} in the next, {} failed cleanly; \
+         the last completed {:?} after the kill",
+        epochs[1],
+        epochs[2],
+        during.len() - epochs[1] as usize - epochs[2] as usize,
+        killed.map(|k| k.elapsed())
+    );
+    // Every later write commits in the new epoch, every stamp once.
+    let after = put_all(&host, &mut qp, 120..160, 8, |_| {});
+    let new = epoch_of(after[&120].version >> 8);
+    assert!(new > old, "epoch {new} after the kill, {old} before");
+    let mut versions = std::collections::BTreeSet::new();
+    for (key, done) in first.iter().chain(&during).chain(&after) {
+        if done.status == Status::Ok {
+            assert!(versions.insert(done.version >> 8), "key {key}: version {:#x} twice", done.version);
+        }
+    }
+    for (key, done) in &after {
+        assert_eq!((done.status, epoch_of(done.version >> 8)), (Status::Ok, new), "key {key}: {done:?}");
+    }
+
+    // Every acknowledged write reads back, from another node.
+    let reader = Arc::clone(&c.hosts[4]);
+    let mut rq = reader.queue_pair(0).unwrap();
+    for (key, done) in first.iter().chain(&during).chain(&after) {
+        let (status, version, value) = get(&reader, &mut rq, *key);
+        if done.status == Status::Ok {
+            assert_eq!((status, version), (Status::Ok, done.version), "key {key}");
+            assert_eq!(value, value_of(*key), "key {key}");
+        } else {
+            assert_eq!(status, Status::NotFound, "key {key}: a failed write is never visible");
+        }
+    }
+
+    // The first sequencer, restarted from its files, follows the new epoch.
+    c.spawn(0);
+    assert!(c.wait_connected(WAIT), "node 0 did not rejoin");
+    let host0 = Arc::clone(&c.hosts[0]);
+    let mut q0 = host0.queue_pair(0).unwrap();
+    let rejoined = put_all(&host0, &mut q0, 160..176, 4, |_| {});
+    for (key, done) in &rejoined {
+        assert_eq!((done.status, epoch_of(done.version >> 8)), (Status::Ok, new), "key {key}: {done:?}");
+    }
+}
