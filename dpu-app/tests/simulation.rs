@@ -143,7 +143,7 @@ impl Scripted {
         cfg.validate().unwrap();
         // Queue pair 0 is the client's; 1 is the scripts' own.
         let region = region_config_for(&cfg, 2, 64);
-        let model = ModelConfig { seed: 7, latency_ns: 2_000, jitter_ns: 0, loss_ppm: 0, partitions: vec![] };
+        let model = ModelConfig { seed: 7, latency_ns: 2_000, jitter_ns: 0, ..ModelConfig::ideal() };
         let c = InProcess::start(
             std::sync::Arc::new(cfg),
             ClusterClock::manual(1_000_000),

@@ -282,7 +282,7 @@ pub fn run(opts: &SimOptions) -> Result<SimReport, Violation> {
         latency_ns: 2_000,
         jitter_ns: 8_000,
         loss_ppm: if opts.faults { 2_000 } else { 0 },
-        partitions: vec![],
+        ..ModelConfig::ideal()
     };
     let region = region_config_for(&cfg, 1, 64);
     let clock = ClusterClock::manual(1_000_000);

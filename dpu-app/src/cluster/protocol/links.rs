@@ -5,7 +5,7 @@
 
 use super::peer::Peer;
 use super::wr::WrId;
-use crate::fabric::{Completion, LocalBuf, Op, QpOptions, RawQp, WcOpcode, WcStatus, WorkRequest};
+use crate::fabric::{Completion, LocalBuf, Op, PathSignal, QpOptions, RawQp, WcOpcode, WcStatus, WorkRequest};
 
 /// The peers of a node and the completions its refused posts owe their owners.
 #[derive(Debug)]
@@ -95,6 +95,7 @@ impl<Q: RawQp> Links<Q> {
             imm: None,
             qp_num: 0,
             buf,
+            path: PathSignal::default(),
         });
         // The deferred completion decrements the peer's count like a real one.
         if let Some(p) = self.peer_mut(peer) {
