@@ -28,10 +28,12 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 mod fabric;
+mod network;
 mod ordering;
 pub use fabric::{
     FabricKind, NodeFabric, VerbsDevice, DEFAULT_DEVICE_PORT, DEFAULT_RETRY_COUNT, DEFAULT_RNR_RETRY_COUNT,
 };
+pub use network::{Congestion, NetworkConfig};
 pub use ordering::{Ordering, SequencerConfig, DEFAULT_STAMP_BLOCK};
 
 use crate::limits::{
@@ -245,6 +247,8 @@ pub struct ClusterConfig {
     pub rnr_retry_count: u8,
     /// How writes are ordered: per-key hybrid logical clocks, or one sequencer.
     pub ordering: Ordering,
+    /// Regions, the delays between them and congestion control (`[network]`).
+    pub network: NetworkConfig,
     /// The nodes (in id order once loaded).
     pub nodes: Vec<NodeConfig>,
 }
@@ -254,6 +258,7 @@ pub struct ClusterConfig {
 #[serde(deny_unknown_fields)]
 struct RawFile {
     cluster: RawCluster,
+    network: Option<network::RawNetwork>,
     #[serde(default)]
     node: Vec<RawNode>,
 }
@@ -299,6 +304,7 @@ struct RawNode {
     gid_index: Option<i64>,
     control: String,
     data_dir: String,
+    region: Option<String>,
 }
 
 impl ClusterConfig {
@@ -415,6 +421,11 @@ impl ClusterConfig {
                 data_dir: resolve(base_dir, &n.data_dir),
             });
         }
+        let mut node_regions: Vec<(u8, Option<String>)> =
+            nodes.iter().zip(&raw.node).map(|(n, r)| (n.id, r.region.clone())).collect();
+        node_regions.sort_by_key(|(id, _)| *id);
+        let network = network::parse(raw.network, &node_regions)
+            .map_err(|(field, value, allowed)| invalid(o, field, value, allowed))?;
         Ok(Self {
             origin: origin.clone(),
             name: c.name,
@@ -440,6 +451,7 @@ impl ClusterConfig {
             retry_count,
             rnr_retry_count,
             ordering,
+            network,
             nodes,
         })
     }
@@ -477,6 +489,7 @@ impl ClusterConfig {
             retry_count: DEFAULT_RETRY_COUNT,
             rnr_retry_count: DEFAULT_RNR_RETRY_COUNT,
             ordering: Ordering::Hlc,
+            network: NetworkConfig::default(),
             nodes: (0..nodes)
                 .map(|i| NodeConfig {
                     id: u8::try_from(i).unwrap_or(u8::MAX),

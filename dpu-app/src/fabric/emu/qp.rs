@@ -50,6 +50,7 @@ pub(crate) enum Link {
         /// Held strongly (no upgrade per request); a destroyed peer is seen by its
         /// `destroyed` flag, and the owner's drop clears this link, breaking the cycle.
         peer: Arc<QpInner>,
+        /// The peer node's place in the model.
         peer_node: u32,
     },
     Tcp {
@@ -474,7 +475,7 @@ impl QpInner {
         } else {
             let o = &self.options;
             let timeout_ns = u64::from(o.timeout_us) * 1_000;
-            let msg = message(self.node.id, peer_node, self.qpn, psn, op, entry.buf.len());
+            let msg = message(self.node.place, peer_node, self.qpn, psn, op, entry.buf.len());
             match self.node.model.transmit(msg, now_ns, o.retry_count, timeout_ns) {
                 Fate::Delivered { delay_ns, back_ns, signal } => {
                     Transit::Deliver { at_ns: (now_ns + delay_ns).max(sq.last_due_ns), back_ns, signal }
@@ -501,7 +502,7 @@ impl QpInner {
         if let Some(status) = self.local_check(entry, op) {
             return Attempt::Done { status, value: 0, ready_ns: now_ns, path: PathSignal::default() };
         }
-        let msg = message(self.node.id, *peer_node, self.qpn, psn, op, entry.buf.len());
+        let msg = message(self.node.place, *peer_node, self.qpn, psn, op, entry.buf.len());
         match self.node.model.transmit(msg, now_ns, o.retry_count, timeout_ns) {
             Fate::Delivered { delay_ns, back_ns, signal } => {
                 self.deliver(sq, token, op, now_ns + delay_ns, back_ns, signal)
@@ -867,7 +868,7 @@ impl RawQp for EmuQp {
                     why: "no such queue pair".into(),
                 })?;
                 *inner.peer.lock().expect("peer lock") = Some(Arc::downgrade(&peer));
-                Link::InProcess { peer, peer_node }
+                Link::InProcess { peer, peer_node: node.place }
             }
             Attachment::Tcp(_) => tcp::connect(inner, remote)?,
         };

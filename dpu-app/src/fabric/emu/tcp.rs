@@ -59,7 +59,7 @@ impl EmuNode {
         }
         let listener = TcpListener::bind(bind).map_err(io("bind"))?;
         let addr = listener.local_addr().map_err(io("local_addr"))?;
-        let inner = Arc::new(NodeInner::new(id, Arc::new(Model::new(model)?), clock, Attachment::Tcp(addr)));
+        let inner = Arc::new(NodeInner::new(id, id, Arc::new(Model::new(model)?), clock, Attachment::Tcp(addr)));
         let weak = Arc::downgrade(&inner);
         std::thread::Builder::new()
             .name(format!("emu-accept-{id}"))
