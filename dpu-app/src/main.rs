@@ -136,6 +136,9 @@ enum Command {
         /// partitions aimed at it and the sequencer's invariants.
         #[arg(long)]
         sequencer: bool,
+        /// Switch ports with bounded buffers in the model and Swift congestion control.
+        #[arg(long)]
+        swift: bool,
     },
     /// Train and evaluate the write-stream predictor (same as `prescient-model`).
     Model {
@@ -415,7 +418,21 @@ fn run(cli: Cli) -> Result<(), Failure> {
             Ok(())
         }
         Command::Model { command } => Ok(prescient_models::cli::run(command)?),
-        Command::Sim { seed, seeds, from, steps, nodes, k, m, quorum, keys, no_faults, predictive, sequencer } => {
+        Command::Sim {
+            seed,
+            seeds,
+            from,
+            steps,
+            nodes,
+            k,
+            m,
+            quorum,
+            keys,
+            no_faults,
+            predictive,
+            sequencer,
+            swift,
+        } => {
             let dir = std::env::temp_dir().join("prescient-sim");
             let seeds: Vec<u64> = match seed {
                 Some(s) => vec![s],
@@ -435,6 +452,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
                     faults: !no_faults,
                     predictive,
                     sequencer,
+                    swift,
                     dir: dir.clone(),
                 };
                 let r = prescient_dpu::sim::run(&opts).map_err(|v| format!("invariant broken\n{v}"))?;

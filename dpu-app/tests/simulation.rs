@@ -7,11 +7,16 @@
 use prescient_dpu::sim::{run, SimOptions};
 
 fn seeds(from: u64, count: u64, predictive: bool) {
+    seeds_with(from, count, predictive, false);
+}
+
+fn seeds_with(from: u64, count: u64, predictive: bool, swift: bool) -> prescient_dpu::sim::SimReport {
     let dir = std::env::temp_dir().join("prescient-sim-tests");
     let mut total = prescient_dpu::sim::SimReport::default();
     for seed in from..from + count {
         let mut opts = SimOptions::new(seed, dir.clone());
         opts.predictive = predictive;
+        opts.swift = swift;
         match run(&opts) {
             Ok(r) => total.merge(&r),
             Err(v) => panic!("{v}"),
@@ -25,6 +30,7 @@ fn seeds(from: u64, count: u64, predictive: bool) {
         assert!(total.leases.1 > 0, "leases were found by writes: {}", total.line());
     }
     eprintln!("seeds {from}..{}: {}", from + count, total.line());
+    total
 }
 
 #[test]
@@ -45,6 +51,15 @@ fn seeds_120_to_180() {
 #[test]
 fn seeds_180_to_240() {
     seeds(180, 60, false);
+}
+
+/// Switch ports with bounded buffers in the model and Swift on every node: every
+/// invariant holds while windows hold requests back, and no port ever pauses a sender.
+#[test]
+fn swift_seeds_700_to_760() {
+    let total = seeds_with(700, 60, false, true);
+    assert!(total.paced.0 > 0 && total.paced.1 > 0, "the windows held requests and shrank: {}", total.line());
+    assert_eq!(total.paced.2, 0, "no PFC pause: {}", total.line());
 }
 
 #[test]

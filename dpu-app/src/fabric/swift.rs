@@ -67,7 +67,7 @@ impl SwiftConfig {
         fs_range_ns: 20_000,
         fs_min_window: 0.1,
         fs_max_window: 64.0,
-        min_window: 0.01,
+        min_window: 0.25,
         max_window: 256.0,
         initial_window: 4.0,
         retransmit_reset: 5,

@@ -293,22 +293,15 @@ impl InProcess {
         Ok(())
     }
 
-    fn fabric_id(&self, id: u8) -> Option<u32> {
-        self.fabrics[id as usize].as_ref().map(|f| f.place())
-    }
-
-    /// Cuts the link between nodes `a` and `b` (both must be running).
+    /// Cuts the link between nodes `a` and `b`, through their restarts, until
+    /// [`InProcess::heal`] (the model cuts places, and node `i` sits at place `i`).
     pub fn partition(&self, a: u8, b: u8) {
-        if let (Some(x), Some(y)) = (self.fabric_id(a), self.fabric_id(b)) {
-            self.network.model().partition(x, y);
-        }
+        self.network.model().partition(u32::from(a), u32::from(b));
     }
 
     /// Restores the link between `a` and `b`.
     pub fn heal(&self, a: u8, b: u8) {
-        if let (Some(x), Some(y)) = (self.fabric_id(a), self.fabric_id(b)) {
-            self.network.model().heal(x, y);
-        }
+        self.network.model().heal(u32::from(a), u32::from(b));
     }
 
     /// Steps (advancing a manual clock by `tick_ns` each time) until `done` holds or
@@ -354,6 +347,11 @@ impl InProcess {
                 });
             }
         });
+    }
+
+    /// The emulated network (its model's ports, partitions).
+    pub fn network(&self) -> &Network {
+        &self.network
     }
 
     /// Every running node.

@@ -222,12 +222,14 @@ impl Model {
             let lost = self.partitioned(msg.src_node, msg.dst_node, at_ns) || (r % 1_000_000) < u64::from(c.loss_ppm);
             if !lost {
                 let draw = |bits: u32| if path.jitter_ns == 0 { 0 } else { (r >> bits) % path.jitter_ns };
-                let there_ns = attempt * timeout_ns + path.one_way_ns + draw(20);
+                let retry_ns = attempt * timeout_ns;
+                let there_ns = path.one_way_ns + draw(20);
                 if legacy {
                     // The single-latency model: the response takes the same delay.
-                    return Fate::Delivered { delay_ns: there_ns, back_ns: there_ns, signal: PathSignal::default() };
+                    let delay_ns = retry_ns + there_ns;
+                    return Fate::Delivered { delay_ns, back_ns: delay_ns, signal: PathSignal::default() };
                 }
-                return self.trip(msg, now_ns, there_ns, path.one_way_ns + draw(40));
+                return self.trip(msg, now_ns, retry_ns, there_ns, path.one_way_ns + draw(40));
             }
         }
         Fate::Lost { after_ns: (u64::from(retries) + 1) * timeout_ns }
@@ -236,22 +238,32 @@ impl Model {
 
 impl Model {
     /// A delivered message's trip through the port toward its destination: it reaches
-    /// the port after `there_ns` of propagation, and its response takes `back_ns` of
-    /// propagation plus its serialisation at the line rate.
-    fn trip(&self, msg: Message, now_ns: u64, there_ns: u64, back_ns: u64) -> Fate {
+    /// the port after `there_ns` of propagation (and `retry_ns` of lost attempts before
+    /// it), and its response takes `back_ns` of propagation plus its serialisation at
+    /// the line rate.
+    ///
+    /// The port takes messages in the order they are posted, so it is asked about each
+    /// as arriving after its first attempt's propagation: a retransmission admitted at
+    /// its real arrival, milliseconds ahead, would hold the port's schedule there and
+    /// queue every message posted after it behind a future. A retransmitted message's
+    /// queueing is thus its first attempt's; arrivals out of order by the jitter see at
+    /// most the jitter of extra backlog.
+    fn trip(&self, msg: Message, now_ns: u64, retry_ns: u64, there_ns: u64, back_ns: u64) -> Fate {
         let hops = self.hops(msg.src_node, msg.dst_node);
         let Some(cfg) = &self.config.ports else {
-            let signal = PathSignal { rtt_ns: there_ns + back_ns, queue_ns: 0, ecn: false, hops };
-            return Fate::Delivered { delay_ns: there_ns, back_ns, signal };
+            let delay_ns = retry_ns + there_ns;
+            let signal = PathSignal { rtt_ns: delay_ns + back_ns, queue_ns: 0, ecn: false, hops };
+            return Fate::Delivered { delay_ns, back_ns, signal };
         };
         let back_ns = back_ns + cfg.serialise_ns(msg.response_bytes);
         let mut ports = self.ports.lock().expect("model lock");
         let Some(port) = ports.get_mut(msg.dst_node as usize) else {
-            let signal = PathSignal { rtt_ns: there_ns + back_ns, queue_ns: 0, ecn: false, hops };
-            return Fate::Delivered { delay_ns: there_ns, back_ns, signal };
+            let delay_ns = retry_ns + there_ns;
+            let signal = PathSignal { rtt_ns: delay_ns + back_ns, queue_ns: 0, ecn: false, hops };
+            return Fate::Delivered { delay_ns, back_ns, signal };
         };
         let a = port.admit(cfg, now_ns + there_ns, msg.bytes);
-        let delay_ns = a.depart_ns - now_ns;
+        let delay_ns = retry_ns + a.depart_ns - now_ns;
         let signal = PathSignal { rtt_ns: delay_ns + back_ns, queue_ns: a.queue_ns + a.paused_ns, ecn: a.marked, hops };
         Fate::Delivered { delay_ns, back_ns, signal }
     }
