@@ -12,7 +12,7 @@
 
 use std::sync::Arc;
 
-use super::report::Percentiles;
+use super::report::{table, Percentiles, Row};
 use crate::fabric::conformance::{self, Side};
 use crate::fabric::emu::{Clock, EmuNode, ManualClock, ModelConfig, Network, PortConfig, PortStats, WIRE_HEADER_BYTES};
 use crate::fabric::swift::{Swift, SwiftConfig};
@@ -244,4 +244,53 @@ pub fn run(o: &IncastOptions) -> Result<IncastReport, String> {
         drain_ns,
         failed,
     })
+}
+
+/// Runs the incast with Swift and without (same seed and load) and prints each figure
+/// next to its reference from the same run: the port's capacity, the fair share, the
+/// run's own p50, the buffer, and the other run.
+pub fn render(o: &IncastOptions) -> Result<String, String> {
+    let cc = run(o)?;
+    let raw = run(&IncastOptions { swift: None, ..o.clone() })?;
+    let mut rows = Vec::new();
+    let row = |what: String, ours: f64, reference: &str, theirs: f64, unit: &'static str, higher: bool| Row {
+        what,
+        ours,
+        reference: reference.into(),
+        theirs,
+        unit,
+        higher_is_better: higher,
+    };
+    for (name, r) in [("swift", &cc), ("no CC", &raw)] {
+        rows.push(row(format!("{name}: acknowledged bytes"), r.utilisation, "the port's capacity", 1.0, "x", true));
+        rows.push(row(format!("{name}: smallest writer's share"), r.share_min, "fair share", 1.0, "x", true));
+        rows.push(row(format!("{name}: largest writer's share"), r.share_max, "fair share", 1.0, "x", false));
+        rows.push(row(
+            format!("{name}: round trip p99.9"),
+            r.rtt.p999 as f64,
+            "own p50",
+            r.rtt.p50 as f64,
+            "ns",
+            false,
+        ));
+        rows.push(row(
+            format!("{name}: largest queue"),
+            r.queue_bytes_max as f64,
+            "the buffer",
+            r.buffer_bytes as f64,
+            "bytes",
+            false,
+        ));
+    }
+    rows.push(row("swift: round trip p50".into(), cc.rtt.p50 as f64, "no CC p50", raw.rtt.p50 as f64, "ns", false));
+    let pauses = |r: &IncastReport| {
+        format!("{} of {} messages, {:.1} ms paused", r.port.pauses, r.port.messages, r.port.paused_ns as f64 / 1e6)
+    };
+    Ok(format!(
+        "{}PFC pauses: swift {}; no CC {}\nswift windows at the end: {:?}\n",
+        table(&rows),
+        pauses(&cc),
+        pauses(&raw),
+        cc.windows.iter().map(|w| (w * 100.0).round() / 100.0).collect::<Vec<_>>()
+    ))
 }

@@ -140,3 +140,40 @@ impl Pacer {
         PacerStats { swift: self.swift.stats(), ..self.stats }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::fabric::emu::{ModelConfig, Network, SystemClock};
+    use crate::fabric::{Access, Fabric, Memory};
+
+    fn signal(rtt_ns: u64) -> PathSignal {
+        PathSignal { rtt_ns, queue_ns: 0, ecn: false, hops: 1 }
+    }
+
+    #[test]
+    fn what_the_window_holds_goes_out_in_post_order_as_completions_open_it() {
+        let net = Network::new(ModelConfig::ideal(), Arc::new(SystemClock::new())).unwrap();
+        let node = net.node().unwrap();
+        let mr = node.register(Arc::new(Memory::anonymous(64).unwrap()), Access::ALL).unwrap();
+        let cfg = SwiftConfig { initial_window: 1.0, ..SwiftConfig::DATACENTER };
+        let mut p = Pacer::new(cfg, 10_000, 8);
+        assert!(p.may_post(0));
+        p.posted(0);
+        assert!(!p.may_post(0), "a window of one: one outstanding");
+        for i in 0..3 {
+            let wr_id = WrId::new(Kind::FragmentBytes, 1, i, 0);
+            p.hold(Held { wr_id, op: Op::Send, buf: mr.buf(0, 8).unwrap(), conn_gen: 0 });
+        }
+        assert!(!p.may_release(0));
+        p.completed(20_000, WcStatus::Success, signal(10_000));
+        assert!(p.may_release(20_000), "the completion opened the window");
+        assert_eq!(p.take().map(|h| h.wr_id.a), Some(0), "oldest first");
+        p.posted(20_000);
+        assert!(!p.may_post(20_000), "held requests go before new ones");
+        assert_eq!((p.held(), p.stats().held, p.stats().held_max), (2, 3, 3));
+        assert!(paced(Kind::Cas) && paced(Kind::GetRead) && !paced(Kind::Ack) && !paced(Kind::Heartbeat));
+    }
+}
