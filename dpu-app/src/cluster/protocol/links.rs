@@ -156,8 +156,7 @@ impl<Q: RawQp> Links<Q> {
     pub fn pump(&mut self, now_ns: u64) {
         self.now_ns = now_ns;
         for j in 0..self.pacers.len() {
-            loop {
-                let Some(pacer) = self.pacers[j].as_mut() else { break };
+            while let Some(pacer) = self.pacers[j].as_mut() {
                 let Some(p) = self.peers.get(j).and_then(Option::as_ref) else { break };
                 let (live, gen) = (p.conn.ready().is_some(), p.conn_gen);
                 let stale = pacer.held() > 0 && !live;
