@@ -293,7 +293,9 @@ fn a_suspicion_a_writer_took_to_its_crash_is_still_honored() {
     assert!(s.oracle.newest(key).is_some_and(|(_, id, _)| id == 2), "the newer value committed");
     s.c.crash(writer);
     s.c.run_until(Scripted::TICK_NS, 100_000, |_| false);
-    // (The partition was of the old fabric node: the restarted one reaches the host.)
+    // The link heals while the writer is down (a cut outlives a restart: it is of the
+    // node's place in the network), so the restarted writer reaches the host.
+    s.c.heal(writer, host);
     s.c.restart(writer).unwrap();
     s.until_leased(host);
     s.read(host, key);
