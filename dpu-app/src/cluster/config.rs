@@ -1050,6 +1050,28 @@ mod tests {
     }
 
     #[test]
+    fn network_places_each_node_in_its_region_or_names_what_is_wrong() {
+        let fx = Fixture::new("network");
+        let with = |network: &str, last_region: &str| {
+            let placed = (0..5).fold(EXAMPLE.to_owned(), |t, i| {
+                let region = if i == 4 { last_region } else { "store" };
+                t.replace(&format!("id = {i}\n"), &format!("id = {i}\nregion = \"{region}\"\n"))
+            });
+            let (head, nodes) = placed.split_once("[[node]]").unwrap();
+            fx.parse(&format!("{head}{network}\n[[node]]{nodes}"))
+        };
+        let net = "[network]\ncongestion_control = \"swift\"\nregions = [\"store\", \"far\"]\n\
+                   latency_us = [[500, 90000], [90000, 500]]\n";
+        let c = with(net, "far").unwrap();
+        assert_eq!(c.network.congestion, Congestion::Swift);
+        assert_eq!((c.network.base_rtt_ns(0, 1), c.network.base_rtt_ns(1, 4)), (1_000_000, 180_000_000));
+        let err = with(net, "mars").unwrap_err().to_string();
+        assert_names(&err, &["[[node]] id = 4: region = \"mars\"", "network.regions"]);
+        let err = with(&net.replace("[90000, 500]]", "[90001, 500]]"), "far").unwrap_err().to_string();
+        assert_names(&err, &["network.latency_us", "symmetric"]);
+    }
+
+    #[test]
     fn nodes_are_in_id_order_whatever_the_file_order() {
         let fx = Fixture::new("order");
         let (head, nodes) = EXAMPLE.split_once("[[node]]").unwrap();
