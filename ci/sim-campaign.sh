@@ -15,3 +15,5 @@ cargo run --release -p prescient-dpu -- sim --seeds 2 --from 95000 --steps 40000
 # sequencer, with its invariants (dpu-app/src/sim/sequencer.rs): 4 simulated seconds,
 # about 50 s here.
 cargo run --release -p prescient-dpu -- sim --seeds "${SIM_SEQUENCER_SEEDS:-4}" --from 96000 --steps 200000 --sequencer
+# Switch ports with bounded buffers and Swift on every node (about 36 s here).
+cargo run --release -p prescient-dpu -- sim --seeds 2 --from 97000 --steps 200000 --swift

@@ -136,6 +136,9 @@ enum Command {
         /// partitions aimed at it and the sequencer's invariants.
         #[arg(long)]
         sequencer: bool,
+        /// Switch ports with bounded buffers in the model and Swift congestion control.
+        #[arg(long)]
+        swift: bool,
     },
     /// Train and evaluate the write-stream predictor (same as `prescient-model`).
     Model {
@@ -297,6 +300,16 @@ enum BenchWhat {
         #[arg(long, default_value_t = 1)]
         seed: u64,
     },
+    /// Four writers WRITE to one holder at twice its switch port's rate on the modelled
+    /// fabric (manual clock: modelled time), with Swift and without.
+    Incast {
+        /// Seed of the network model.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Measured milliseconds of modelled time (after 5 ms of warm-up).
+        #[arg(long, default_value_t = 50)]
+        ms: u64,
+    },
     /// The write path of a 5-node in-process cluster per network model and invalidation
     /// policy, next to replication without invalidation and sealing + striping alone.
     Cluster {
@@ -415,7 +428,21 @@ fn run(cli: Cli) -> Result<(), Failure> {
             Ok(())
         }
         Command::Model { command } => Ok(prescient_models::cli::run(command)?),
-        Command::Sim { seed, seeds, from, steps, nodes, k, m, quorum, keys, no_faults, predictive, sequencer } => {
+        Command::Sim {
+            seed,
+            seeds,
+            from,
+            steps,
+            nodes,
+            k,
+            m,
+            quorum,
+            keys,
+            no_faults,
+            predictive,
+            sequencer,
+            swift,
+        } => {
             let dir = std::env::temp_dir().join("prescient-sim");
             let seeds: Vec<u64> = match seed {
                 Some(s) => vec![s],
@@ -435,6 +462,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
                     faults: !no_faults,
                     predictive,
                     sequencer,
+                    swift,
                     dir: dir.clone(),
                 };
                 let r = prescient_dpu::sim::run(&opts).map_err(|v| format!("invariant broken\n{v}"))?;
@@ -610,6 +638,17 @@ fn run(cli: Cli) -> Result<(), Failure> {
             println!(
                 "prescient-dpu bench scribble: honest host A under a scribbling host B, {seconds} s per phase, seed {seed}\n{}",
                 report.render()
+            );
+            Ok(())
+        }
+        Command::Bench { what: BenchWhat::Incast { seed, ms } } => {
+            let o = bench::incast::IncastOptions {
+                measure_ns: ms * 1_000_000,
+                ..bench::incast::IncastOptions::four_to_one(seed)
+            };
+            println!(
+                "prescient-dpu bench incast: 4 writers, 4 KiB WRITEs at 2x a 10 Gbit/s port (256 KiB buffer), {ms} ms modelled, seed {seed}\n{}",
+                bench::incast::render(&o)?
             );
             Ok(())
         }

@@ -3,6 +3,7 @@
 
 pub mod affinity;
 pub mod cluster;
+pub mod incast;
 pub mod report;
 pub mod ring;
 pub mod scribble;

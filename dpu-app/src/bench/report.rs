@@ -79,6 +79,7 @@ fn human(v: f64, unit: &str) -> String {
         "ns" if v >= 1e6 => format!("{:.2} ms", v / 1e6),
         "ns" if v >= 1e3 => format!("{:.2} us", v / 1e3),
         "ns" => format!("{v:.0} ns"),
+        "bytes" => format!("{:.1} KiB", v / 1024.0),
         _ => format!("{v:.3} {unit}"),
     }
 }

@@ -28,10 +28,12 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 mod fabric;
+mod network;
 mod ordering;
 pub use fabric::{
     FabricKind, NodeFabric, VerbsDevice, DEFAULT_DEVICE_PORT, DEFAULT_RETRY_COUNT, DEFAULT_RNR_RETRY_COUNT,
 };
+pub use network::{Congestion, NetworkConfig};
 pub use ordering::{Ordering, SequencerConfig, DEFAULT_STAMP_BLOCK};
 
 use crate::limits::{
@@ -245,6 +247,8 @@ pub struct ClusterConfig {
     pub rnr_retry_count: u8,
     /// How writes are ordered: per-key hybrid logical clocks, or one sequencer.
     pub ordering: Ordering,
+    /// Regions, the delays between them and congestion control (`[network]`).
+    pub network: NetworkConfig,
     /// The nodes (in id order once loaded).
     pub nodes: Vec<NodeConfig>,
 }
@@ -254,6 +258,7 @@ pub struct ClusterConfig {
 #[serde(deny_unknown_fields)]
 struct RawFile {
     cluster: RawCluster,
+    network: Option<network::RawNetwork>,
     #[serde(default)]
     node: Vec<RawNode>,
 }
@@ -299,6 +304,7 @@ struct RawNode {
     gid_index: Option<i64>,
     control: String,
     data_dir: String,
+    region: Option<String>,
 }
 
 impl ClusterConfig {
@@ -415,6 +421,11 @@ impl ClusterConfig {
                 data_dir: resolve(base_dir, &n.data_dir),
             });
         }
+        let mut node_regions: Vec<(u8, Option<String>)> =
+            nodes.iter().zip(&raw.node).map(|(n, r)| (n.id, r.region.clone())).collect();
+        node_regions.sort_by_key(|(id, _)| *id);
+        let network = network::parse(raw.network, &node_regions)
+            .map_err(|(field, value, allowed)| invalid(o, field, value, allowed))?;
         Ok(Self {
             origin: origin.clone(),
             name: c.name,
@@ -440,6 +451,7 @@ impl ClusterConfig {
             retry_count,
             rnr_retry_count,
             ordering,
+            network,
             nodes,
         })
     }
@@ -477,6 +489,7 @@ impl ClusterConfig {
             retry_count: DEFAULT_RETRY_COUNT,
             rnr_retry_count: DEFAULT_RNR_RETRY_COUNT,
             ordering: Ordering::Hlc,
+            network: NetworkConfig::default(),
             nodes: (0..nodes)
                 .map(|i| NodeConfig {
                     id: u8::try_from(i).unwrap_or(u8::MAX),
@@ -1034,6 +1047,28 @@ mod tests {
         let err = ClusterConfig::load(&missing).unwrap_err();
         assert!(matches!(err, ConfigError::Read { .. }));
         assert_names(&err.to_string(), &["absent.toml"]);
+    }
+
+    #[test]
+    fn network_places_each_node_in_its_region_or_names_what_is_wrong() {
+        let fx = Fixture::new("network");
+        let with = |network: &str, last_region: &str| {
+            let placed = (0..5).fold(EXAMPLE.to_owned(), |t, i| {
+                let region = if i == 4 { last_region } else { "store" };
+                t.replace(&format!("id = {i}\n"), &format!("id = {i}\nregion = \"{region}\"\n"))
+            });
+            let (head, nodes) = placed.split_once("[[node]]").unwrap();
+            fx.parse(&format!("{head}{network}\n[[node]]{nodes}"))
+        };
+        let net = "[network]\ncongestion_control = \"swift\"\nregions = [\"store\", \"far\"]\n\
+                   latency_us = [[500, 90000], [90000, 500]]\n";
+        let c = with(net, "far").unwrap();
+        assert_eq!(c.network.congestion, Congestion::Swift);
+        assert_eq!((c.network.base_rtt_ns(0, 1), c.network.base_rtt_ns(1, 4)), (1_000_000, 180_000_000));
+        let err = with(net, "mars").unwrap_err().to_string();
+        assert_names(&err, &["[[node]] id = 4: region = \"mars\"", "network.regions"]);
+        let err = with(&net.replace("[90000, 500]]", "[90001, 500]]"), "far").unwrap_err().to_string();
+        assert_names(&err, &["network.latency_us", "symmetric"]);
     }
 
     #[test]

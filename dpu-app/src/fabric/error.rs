@@ -60,6 +60,9 @@ pub enum FabricError {
         /// The limit.
         limit: usize,
     },
+    /// A network model's regions, latency matrix or ports are wrong.
+    #[error("network model: {0}")]
+    Topology(String),
     /// A message is larger than the fabric carries.
     #[error("message of {len} bytes exceeds the {max}-byte limit; split it")]
     TooLong {

@@ -23,6 +23,7 @@ mod memory;
 mod qp;
 mod qp_state;
 mod region;
+pub mod swift;
 #[cfg(feature = "verbs")]
 pub mod verbs;
 mod work;
@@ -36,7 +37,7 @@ pub use memory::Memory;
 pub use qp::{Endpoint, Init, QpOptions, QueuePair, RawQp, Reset, Rtr, Rts};
 pub use qp_state::{QpEvent, QpState, StateCell};
 pub use region::{Access, LocalBuf, MemoryRegion, Registration, RemoteAddr, RemoteRegion};
-pub use work::{Completion, Op, PostError, WcOpcode, WcStatus, WorkRequest};
+pub use work::{Completion, Op, PathSignal, PostError, WcOpcode, WcStatus, WorkRequest};
 
 /// A NIC context and protection domain: the root of every fabric resource.
 pub trait Fabric: Send + Sync + 'static {

@@ -256,6 +256,7 @@ impl VerbsCq {
             imm: (ok && opcode == WcOpcode::RecvWithImm).then_some(imm_data),
             qp_num: t.qpn,
             buf: Some(entry.buf),
+            path: crate::fabric::PathSignal::default(),
         })
     }
 

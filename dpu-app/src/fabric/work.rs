@@ -133,6 +133,25 @@ pub enum WcOpcode {
     RecvWithImm,
 }
 
+/// What the fabric measured of one request and its response: the sender's congestion
+/// signal, as a NIC's hardware timestamps and a switch's ECN bit would give it.
+///
+/// All zero where nothing was measured (the ideal emulated model, emu over TCP, verbs:
+/// this build reads no hardware timestamps), which a delay-based control reads as an
+/// empty fabric.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PathSignal {
+    /// Fabric round trip: both ways' propagation, serialisation, queueing and pauses,
+    /// without the time the request waited on its own send queue.
+    pub rtt_ns: u64,
+    /// The part of `rtt_ns` spent waiting in switch queues and paused.
+    pub queue_ns: u64,
+    /// A switch marked the request (its queue was above the marking threshold).
+    pub ecn: bool,
+    /// Switch hops on the path.
+    pub hops: u8,
+}
+
 /// A completion: what the NIC reports for a finished (or failed, or flushed) request.
 #[derive(Debug)]
 pub struct Completion {
@@ -150,6 +169,8 @@ pub struct Completion {
     pub qp_num: u32,
     /// The buffer the request carried, handed back.
     pub buf: Option<LocalBuf>,
+    /// What the fabric measured on the way (a successful send's; otherwise zero).
+    pub path: PathSignal,
 }
 
 impl Completion {

@@ -49,3 +49,21 @@ const _: () = assert!(REGIONS_PER_NODE_MAX <= 1 << 16 && QPS_PER_NODE_MAX <= 1 <
 const _: () = assert!(REGION_CACHE_ENTRIES > 0 && REGION_CACHE_ENTRIES <= REGIONS_PER_NODE_MAX);
 // Atomic words are interpreted in the responder's byte order; the wire says little-endian.
 const _: () = assert!(cfg!(target_endian = "little"));
+
+/// Most regions (sites) one emulation model may place nodes in.
+pub const NETWORK_REGIONS_MAX: usize = 16;
+/// Most nodes one emulation model's topology may place in regions (and so the most
+/// switch ports it models).
+pub const NETWORK_NODES_MAX: usize = 256;
+/// Smallest bandwidth of a modelled switch port, bytes per second (1 Mbit/s): below it a
+/// single 4 MiB message would hold a port for over half a minute.
+pub const PORT_BYTES_PER_S_MIN: u64 = 125_000;
+/// Smallest egress buffer of a modelled switch port: one jumbo frame. A message larger
+/// than the buffer is let in only when the queue is empty (a NIC sends it as frames the
+/// port drains as they come), so a pause always ends.
+pub const PORT_BUFFER_BYTES_MIN: u64 = 9_216;
+/// Most switch hops a path is counted as (Swift's target delay grows per hop).
+pub const PATH_HOPS_MAX: u8 = 8;
+
+const _: () = assert!(NETWORK_NODES_MAX <= NODES_PER_NETWORK_MAX);
+const _: () = assert!(NETWORK_REGIONS_MAX <= u8::MAX as usize && NETWORK_REGIONS_MAX <= NETWORK_NODES_MAX);

@@ -99,7 +99,7 @@ impl Network {
             Network::Lan | Network::LanLight => (5_000, 2_000),
             Network::Wan => (20_000_000, 1_000_000),
         };
-        ModelConfig { seed, latency_ns, jitter_ns, loss_ppm: 0, partitions: Vec::new() }
+        ModelConfig { seed, latency_ns, jitter_ns, ..ModelConfig::ideal() }
     }
 
     /// (heartbeat, lease, dead after, write timeout) in microseconds.

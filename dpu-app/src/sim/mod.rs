@@ -37,9 +37,9 @@ use std::sync::Arc;
 
 use prescient_shim::directory::{self, SlotState, SlotWord};
 
-use crate::cluster::config::{ClusterConfig, Invalidation, Ordering, SequencerConfig};
+use crate::cluster::config::{ClusterConfig, Congestion, Invalidation, NetworkConfig, Ordering, SequencerConfig};
 use crate::cluster::run::inprocess::{region_config_for, ClusterClock, InProcess};
-use crate::fabric::emu::ModelConfig;
+use crate::fabric::emu::{ModelConfig, PathDelay, PortConfig, Topology};
 use crate::histogram::Histogram;
 use client::{key_bytes, Client};
 use oracle::Oracle;
@@ -70,6 +70,9 @@ pub struct SimOptions {
     /// Order writes by a sequencer (node 0, shadows 1 and 2), with the sequencer's
     /// faults and invariants.
     pub sequencer: bool,
+    /// Switch ports of 10 Gbit/s with 64 KiB buffers in the model, and Swift on every
+    /// node's peers (off: the delay model alone, no congestion control).
+    pub swift: bool,
     /// Where the nodes' files go (a fresh folder per run is made inside).
     pub dir: PathBuf,
 }
@@ -88,6 +91,7 @@ impl SimOptions {
             faults: true,
             predictive: false,
             sequencer: false,
+            swift: false,
             dir,
         }
     }
@@ -106,6 +110,7 @@ impl SimOptions {
             if self.faults { "" } else { " --no-faults" },
         ) + if self.predictive { " --predictive" } else { "" }
             + if self.sequencer { " --sequencer" } else { "" }
+            + if self.swift { " --swift" } else { "" }
     }
 }
 
@@ -138,6 +143,9 @@ pub struct SimReport {
     /// GETs that READ their key's spill sets too, and fragments refused for room, by the
     /// nodes' last incarnations.
     pub store: (u64, u64),
+    /// Congestion control, by the nodes' last incarnations: requests held for a
+    /// window, decreases on delay; and the switch ports' PFC pauses.
+    pub paced: (u64, u64, u64),
 }
 
 impl SimReport {
@@ -162,13 +170,17 @@ impl SimReport {
         self.failover.0 += other.failover.0;
         self.failover.1.merge(&other.failover.1);
         self.failover.2.merge(&other.failover.2);
+        self.paced.0 += other.paced.0;
+        self.paced.1 += other.paced.1;
+        self.paced.2 += other.paced.2;
     }
 
     /// One line of counts.
     pub fn line(&self) -> String {
         format!(
             "{} steps, {} simulated; writes {} issued / {} committed / {} rolled back / {} undetermined; \
-             {} reads checked ({} from caches, {} GETs, {} unavailable); {} crashes, {} partitions; {} leases, {} lease hits; {} GETs read spill sets, {} fragments refused for room",
+             {} reads checked ({} from caches, {} GETs, {} unavailable); {} crashes, {} partitions; {} leases, {} lease hits; {} GETs read spill sets, {} fragments refused for room; \
+             {} requests held by congestion windows, {} window decreases, {} port pauses",
             self.steps,
             if self.sim_ns >= 1_000_000_000 {
                 format!("{:.2} s", self.sim_ns as f64 / 1e9)
@@ -188,7 +200,10 @@ impl SimReport {
             self.leases.0,
             self.leases.1,
             self.store.0,
-            self.store.1
+            self.store.1,
+            self.paced.0,
+            self.paced.1,
+            self.paced.2
         ) + &self.failover_line()
     }
 
@@ -234,6 +249,10 @@ impl std::fmt::Display for Violation {
     }
 }
 
+/// The model's one-way delay and jitter.
+const LATENCY_NS: u64 = 2_000;
+const JITTER_NS: u64 = 8_000;
+
 /// One simulated microsecond per step in these units.
 const TICK_NS: u64 = 5_000;
 /// How long a Fresh reader waits for a Pending slot before asking the DPU app.
@@ -266,6 +285,15 @@ fn config(opts: &SimOptions, dir: &std::path::Path) -> Result<ClusterConfig, Str
         let shadows = (1..opts.nodes.min(3)).collect();
         c.ordering = Ordering::Sequencer(SequencerConfig { sequencer: 0, shadows, stamp_block: 4 });
     }
+    if opts.swift {
+        // The model's one region (below), so each path's base round trip is known.
+        let delay = PathDelay { one_way_ns: LATENCY_NS, jitter_ns: JITTER_NS };
+        c.network = NetworkConfig {
+            topology: Some(Topology::flat(c.nodes.len(), delay).map_err(|e| e.to_string())?),
+            congestion: Congestion::Swift,
+            seed: 0,
+        };
+    }
     c.validate().map_err(|e| e.to_string())?;
     Ok(c)
 }
@@ -279,10 +307,18 @@ pub fn run(opts: &SimOptions) -> Result<SimReport, Violation> {
     let mut rng = Rng::new(opts.seed);
     let model = ModelConfig {
         seed: rng.next_u64(),
-        latency_ns: 2_000,
-        jitter_ns: 8_000,
+        latency_ns: LATENCY_NS,
+        jitter_ns: JITTER_NS,
         loss_ppm: if opts.faults { 2_000 } else { 0 },
-        partitions: vec![],
+        // 10 Gbit/s ports with 64 KiB buffers: the writes' bursts queue. (At 1 Gbit/s a
+        // GET's 7 KB store-set READ takes 58 us to serialise, above Swift's target, and
+        // the windows sit at their floor: the target does not grow with message size.)
+        ports: opts.swift.then_some(PortConfig {
+            bytes_per_s: 1_250_000_000,
+            buffer_bytes: 64 << 10,
+            ecn_bytes: 16 << 10,
+        }),
+        ..ModelConfig::ideal()
     };
     let region = region_config_for(&cfg, 1, 64);
     let clock = ClusterClock::manual(1_000_000);
@@ -519,7 +555,12 @@ pub fn run(opts: &SimOptions) -> Result<SimReport, Violation> {
         report.leases.1 += node.stats().predictor_hits;
         report.store.0 += node.stats().get_spill_rounds;
         report.store.1 += node.stats().store_full;
+        for (_, p, _) in node.pacing() {
+            report.paced.0 += p.held;
+            report.paced.1 += p.swift.decreases;
+        }
     }
+    report.paced.2 = (0..u32::from(n)).filter_map(|i| cluster.network().model().port_stats(i)).map(|s| s.pauses).sum();
     drop(clients);
     drop(cluster);
     let _ = std::fs::remove_dir_all(&dir);

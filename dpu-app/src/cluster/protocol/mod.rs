@@ -17,7 +17,7 @@
 //!   role's file or `node.rs`.
 //! - The shared lower modules the roles and the node both use: [`slots`] (generation
 //!   slot tables, typed handles), [`links`] (the peers; the one way work requests
-//!   leave), [`peer`] (one peer's state, a resync cursor's rewind), [`wr`] (work-request
+//!   leave), [`pacer`] (a peer's congestion window and the requests it holds), [`peer`] (one peer's state, a resync cursor's rewind), [`wr`] (work-request
 //!   ids), [`pool`] (staging pools, the node's `Pools`), [`stats`], `noisy.rs` (the
 //!   rate-limited conditions), `ack.rs` (the acknowledgement immediate), `time.rs`
 //!   (`Now`), `host_memory.rs` and `host_directory.rs` (the host's region and
@@ -35,6 +35,7 @@ pub mod links;
 mod membership;
 pub mod node;
 mod noisy;
+pub mod pacer;
 pub mod peer;
 pub mod pool;
 pub mod repair;

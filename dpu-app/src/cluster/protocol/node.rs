@@ -41,7 +41,7 @@ use super::replicate::Writer;
 use super::sequencer::Sequencer;
 use super::stats::NodeStats;
 use super::wr::{Kind, WrId};
-use crate::cluster::config::{ClusterConfig, Policy};
+use crate::cluster::config::{ClusterConfig, Congestion, Policy};
 use crate::cluster::format::control::{ControlBlock, CONTROL_BYTES};
 use crate::cluster::format::entry::HEADER_LEN as ENTRY_HEADER_LEN;
 use crate::cluster::format::log::{EntryBuf, FragmentLog};
@@ -49,6 +49,7 @@ use crate::cluster::format::outcome::OutcomeTable;
 use crate::cluster::format::store::{Store, StoreGeometry};
 use crate::cluster::hlc::{Hlc, HlcFloor};
 use crate::cluster::run::rendezvous::Mailbox;
+use crate::fabric::swift::SwiftConfig;
 use crate::fabric::{
     Access, Completion, CompletionQueue, Fabric, LocalBuf, MemoryRegion, QpOptions, WcOpcode, WcStatus,
 };
@@ -410,7 +411,15 @@ impl<F: Fabric> Node<F> {
             store_mr,
             holder: Holder::new(logs, entry_buf),
             outcomes,
-            links: Links::new(me, peers, qp_options, config.log_slots as u32 + 8, POLL_BATCH),
+            links: {
+                let links = Links::new(me, peers, qp_options, config.log_slots as u32 + 8, POLL_BATCH);
+                match config.network.congestion {
+                    Congestion::None => links,
+                    Congestion::Swift => {
+                        links.with_pacing(SwiftConfig::DATACENTER, |j| config.network.base_rtt_ns(me, j))
+                    }
+                }
+            },
             membership: Membership::new(&config, mailbox, now),
             writer: Writer::new(writes_max, side_free, next_write_seq, n),
             jobs: Jobs::new(jobs_max as u32),
@@ -472,6 +481,12 @@ impl<F: Fabric> Node<F> {
     /// Counters and histograms so far.
     pub fn stats(&self) -> &NodeStats {
         &self.stats
+    }
+
+    /// Congestion control toward each peer: its pacer's counts and window (none
+    /// without congestion control).
+    pub fn pacing(&self) -> impl Iterator<Item = (u8, super::pacer::PacerStats, f64)> + '_ {
+        self.links.pacing()
     }
 
     /// How full this node's fragment store is, and its file's size.
@@ -540,6 +555,7 @@ impl<F: Fabric> Node<F> {
     /// back off when nothing did).
     pub fn poll(&mut self, now: Now) -> bool {
         self.started_ns.get_or_insert(now.mono_ns);
+        self.links.pump(now.mono_ns);
         let mut busy = self.poll_completions(now);
         busy |= self.poll_mailbox(now);
         if self.sequencer.is_some() {
@@ -554,6 +570,8 @@ impl<F: Fabric> Node<F> {
         busy |= self.advance_repairs(now);
         busy |= self.run_timers(now);
         busy |= self.flush_notices(now);
+        // What completions opened each window for, posted in this poll.
+        self.links.pump(now.mono_ns);
         self.host.flush();
         busy
     }
@@ -579,7 +597,7 @@ impl<F: Fabric> Node<F> {
         let mut wc = std::mem::take(&mut self.wc);
         for _ in 0..POLL_ROUNDS_MAX {
             wc.clear();
-            self.links.take_deferred(&mut wc);
+            let deferred = self.links.take_deferred(&mut wc);
             let room = POLL_BATCH.saturating_sub(wc.len());
             let sends = self.send_cq.poll(&mut wc, room).unwrap_or_else(|e| {
                 tracing::error!(node = self.me, error = %e, "send completion queue failed");
@@ -594,8 +612,8 @@ impl<F: Fabric> Node<F> {
                 break;
             }
             any = true;
-            for c in wc.drain(..) {
-                self.on_completion(c, now);
+            for (i, c) in wc.drain(..).enumerate() {
+                self.on_completion(c, i >= deferred, now);
             }
             if sends + recvs < POLL_BATCH / 2 {
                 break;
@@ -605,11 +623,16 @@ impl<F: Fabric> Node<F> {
         any
     }
 
-    fn on_completion(&mut self, c: Completion, now: Now) {
+    /// Routes completion `c` to its owner; `posted`: it came from a queue pair (not a
+    /// request [`Links`] failed before posting).
+    fn on_completion(&mut self, c: Completion, posted: bool, now: Now) {
         let Some(id) = WrId::decode(c.wr_id) else {
             tracing::error!(node = self.me, wr_id = c.wr_id, "completion of a request this node never posted");
             return;
         };
+        if posted {
+            self.links.completed(id.peer, id, c.status, c.path, now.mono_ns);
+        }
         let ok = c.status == WcStatus::Success;
         if id.kind == Kind::Recv && self.links.peer(id.peer).is_none_or(|p| p.conn_gen & WR_INDEX_MAX != id.a) {
             // A receive of an earlier connection to this peer, flushed when that one

@@ -150,7 +150,9 @@ impl std::fmt::Debug for InProcess {
 
 impl InProcess {
     /// Creates one host region per node (under `region_dir`, with `region`'s sizes)
-    /// and starts every node on an emulated network with `model`.
+    /// and starts every node on an emulated network with `model` (placed in the cluster
+    /// file's regions when `model` has no topology of its own); node `i` sits at place
+    /// `i` of the model, through its restarts.
     pub fn start(
         config: Arc<ClusterConfig>,
         clock: ClusterClock,
@@ -159,6 +161,8 @@ impl InProcess {
         region_dir: &Path,
     ) -> Result<Self, Error> {
         let n = config.nodes.len();
+        // The cluster file's regions, unless the caller's model places the nodes itself.
+        let model = ModelConfig { topology: model.topology.or_else(|| config.network.topology.clone()), ..model };
         let network = Network::new(model, clock.fabric_clock()).map_err(Error::Fabric)?;
         std::fs::create_dir_all(region_dir).map_err(|source| Error::Io {
             what: "create the region folder",
@@ -270,7 +274,8 @@ impl InProcess {
     /// Starts node `id` (again) from its files, on a fresh fabric node.
     pub fn restart(&mut self, id: u8) -> Result<(), Error> {
         assert!(self.nodes[id as usize].is_none(), "node {id} is running");
-        let fabric = Arc::new(self.network.node().map_err(Error::Fabric)?);
+        // At the node's place: its region and switch port survive its restarts.
+        let fabric = Arc::new(self.network.node_at(u32::from(id)).map_err(Error::Fabric)?);
         let mailbox = self.mailboxes[id as usize].take().expect("a parked mailbox");
         let setup = NodeSetup {
             config: Arc::clone(&self.config),
@@ -288,22 +293,15 @@ impl InProcess {
         Ok(())
     }
 
-    fn fabric_id(&self, id: u8) -> Option<u32> {
-        self.fabrics[id as usize].as_ref().map(|f| f.id())
-    }
-
-    /// Cuts the link between nodes `a` and `b` (both must be running).
+    /// Cuts the link between nodes `a` and `b`, through their restarts, until
+    /// [`InProcess::heal`] (the model cuts places, and node `i` sits at place `i`).
     pub fn partition(&self, a: u8, b: u8) {
-        if let (Some(x), Some(y)) = (self.fabric_id(a), self.fabric_id(b)) {
-            self.network.model().partition(x, y);
-        }
+        self.network.model().partition(u32::from(a), u32::from(b));
     }
 
     /// Restores the link between `a` and `b`.
     pub fn heal(&self, a: u8, b: u8) {
-        if let (Some(x), Some(y)) = (self.fabric_id(a), self.fabric_id(b)) {
-            self.network.model().heal(x, y);
-        }
+        self.network.model().heal(u32::from(a), u32::from(b));
     }
 
     /// Steps (advancing a manual clock by `tick_ns` each time) until `done` holds or
@@ -349,6 +347,11 @@ impl InProcess {
                 });
             }
         });
+    }
+
+    /// The emulated network (its model's ports, partitions).
+    pub fn network(&self) -> &Network {
+        &self.network
     }
 
     /// Every running node.

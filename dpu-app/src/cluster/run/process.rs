@@ -69,8 +69,15 @@ pub fn serve(opts: &ServeCluster, stop: &AtomicBool) -> Result<String, Error> {
     let cfg = opts.config.node(u32::from(opts.id)).map_err(Error::Config)?;
     match &cfg.fabric {
         NodeFabric::Emu(listen) => {
-            let fabric = EmuNode::tcp(u32::from(opts.id), *listen, ModelConfig::ideal(), Arc::new(MonotonicClock))
-                .map_err(Error::Fabric)?;
+            // The cluster file's regions delay each message by its path (a function of
+            // the cluster's seed and the message, the same in every process).
+            let model = ModelConfig {
+                seed: opts.config.network.seed,
+                topology: opts.config.network.topology.clone(),
+                ..ModelConfig::ideal()
+            };
+            let fabric =
+                EmuNode::tcp(u32::from(opts.id), *listen, model, Arc::new(MonotonicClock)).map_err(Error::Fabric)?;
             serve_on(opts, Arc::new(fabric), stop)
         }
         NodeFabric::Verbs(device) => serve_verbs(opts, device, stop),

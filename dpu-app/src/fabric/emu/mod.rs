@@ -13,18 +13,22 @@ mod clock;
 mod cq;
 mod model;
 mod node;
+mod port;
 mod qp;
 mod region_cache;
 mod responder;
 mod spin;
 mod tcp;
+mod topology;
 pub mod wire;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use cq::EmuCq;
-pub use model::{Fate, Message, Model, ModelConfig, PartitionWindow};
+pub use model::{Fate, Message, Model, ModelConfig, PartitionWindow, WIRE_HEADER_BYTES};
 pub use node::{EmuNode, Network};
+pub use port::{Admission, Port, PortConfig, PortStats};
 pub use qp::EmuQp;
+pub use topology::{PathDelay, RegionId, Topology, HOPS_BETWEEN_REGIONS, HOPS_INSIDE_REGION};
 
 #[cfg(test)]
 mod tests {
@@ -186,9 +190,11 @@ mod tests {
                     dst_node: b.node.id(),
                     src_qpn: a.qp.qpn(),
                     psn: (first_psn + i as u32) & 0x00FF_FFFF,
+                    bytes: WIRE_HEADER_BYTES + 8,
+                    response_bytes: WIRE_HEADER_BYTES,
                 };
                 match net.model().transmit(msg, i * STEP_NS, opts.retry_count, u64::from(opts.timeout_us) * 1_000) {
-                    Fate::Delivered { delay_ns } => i * STEP_NS + delay_ns,
+                    Fate::Delivered { delay_ns, .. } => i * STEP_NS + delay_ns,
                     Fate::Lost { .. } => unreachable!("no loss configured"),
                 }
             })
@@ -262,8 +268,9 @@ mod tests {
     /// trace of completions with the clock time each became visible.
     fn trace(seed: u64) -> Vec<(u64, u64, WcStatus)> {
         let clock = Arc::new(ManualClock::new());
-        let model = ModelConfig { seed, latency_ns: 2_000, jitter_ns: 3_000, loss_ppm: 300_000, partitions: vec![] }
-            .with_random_partitions(2, 2, 400_000, 30_000);
+        let model =
+            ModelConfig { seed, latency_ns: 2_000, jitter_ns: 3_000, loss_ppm: 300_000, ..ModelConfig::ideal() }
+                .with_random_partitions(2, 2, 400_000, 30_000);
         let net = Network::new(model, clock.clone()).unwrap();
         let opts = QpOptions { retry_count: 2, timeout_us: 10, ..conformance::options() };
         let (a, b) = conformance::connect(Arc::new(net.node().unwrap()), Arc::new(net.node().unwrap()), opts);

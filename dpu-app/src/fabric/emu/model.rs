@@ -1,15 +1,25 @@
-//! The seeded network model: per-attempt latency, loss and partitions.
+//! The seeded network model: per-attempt latency, loss and partitions; optionally
+//! regions with a latency matrix ([`Topology`]) and switch ports with a line rate and a
+//! bounded buffer ([`PortConfig`]).
 //!
-//! Every decision is a pure function of the seed, the link (source and destination queue
-//! pair numbers, which follow from creation order), the packet sequence number, the
-//! attempt and the clock, never of thread timing: the same seed and the same program
-//! replay the same delays, losses and failures.
+//! Every delay, loss and failure is a pure function of the seed, the link (source and
+//! destination queue pair numbers, which follow from creation order), the packet
+//! sequence number, the attempt and the clock, never of thread timing: the same seed
+//! and the same program replay the same delays, losses and failures. Queueing at a port
+//! depends in addition on the order the messages toward it are posted in, which one
+//! thread stepping a manual clock (the simulator, the incast test) fixes.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
-use crate::fabric::{FabricError, Result};
-use crate::limits::PARTITION_WINDOWS_MAX;
+use super::port::{Port, PortConfig, PortStats};
+use super::topology::{PathDelay, Topology, HOPS_INSIDE_REGION};
+use crate::fabric::{FabricError, PathSignal, Result};
+use crate::limits::{NETWORK_NODES_MAX, PARTITION_WINDOWS_MAX};
+
+/// Bytes a message carries on the wire besides its payload (RoCEv2 headers, CRC):
+/// what an acknowledgement or an atomic's request costs a port.
+pub const WIRE_HEADER_BYTES: u64 = 64;
 
 /// A period during which two nodes cannot reach each other.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,6 +47,12 @@ pub struct ModelConfig {
     pub loss_ppm: u32,
     /// Scheduled partitions.
     pub partitions: Vec<PartitionWindow>,
+    /// Regions and the delay between them; a node it places takes its path's delay
+    /// and jitter instead of `latency_ns` and `jitter_ns`.
+    pub topology: Option<Topology>,
+    /// Every switch port toward a node (node ids below [`NETWORK_NODES_MAX`]): requests
+    /// queue there; their responses take the line rate's serialisation.
+    pub ports: Option<PortConfig>,
 }
 
 impl ModelConfig {
@@ -66,6 +82,9 @@ impl ModelConfig {
         if self.loss_ppm > 1_000_000 {
             return Err(FabricError::InvalidRequest("loss_ppm above 1000000"));
         }
+        if let Some(ports) = &self.ports {
+            ports.validate()?;
+        }
         Ok(())
     }
 }
@@ -73,10 +92,15 @@ impl ModelConfig {
 /// What happened to one message after all its transport retries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fate {
-    /// Delivered after `delay_ns` (one way, retransmissions included).
+    /// Delivered after `delay_ns` (one way, retransmissions, queueing and pauses
+    /// included); its response takes `back_ns`.
     Delivered {
         /// One-way delay.
         delay_ns: u64,
+        /// The response's one-way delay.
+        back_ns: u64,
+        /// What the sender learns of the trip.
+        signal: PathSignal,
     },
     /// Every attempt was lost; the requester learns at `after_ns` from now.
     Lost {
@@ -96,6 +120,10 @@ pub struct Message {
     pub src_qpn: u32,
     /// Packet sequence number.
     pub psn: u32,
+    /// Bytes of the request on the wire (payload and [`WIRE_HEADER_BYTES`]).
+    pub bytes: u64,
+    /// Bytes of its response on the wire.
+    pub response_bytes: u64,
 }
 
 /// The model, with runtime partitions that tests can set and heal.
@@ -105,15 +133,39 @@ pub struct Model {
     ideal: bool,
     cut: Mutex<Vec<(u32, u32)>>,
     any_cut: AtomicBool,
+    /// One egress port per node id, allocated at start when ports are modelled.
+    ports: Mutex<Vec<Port>>,
 }
 
 impl Model {
     /// A model from a validated configuration.
     pub fn new(config: ModelConfig) -> Result<Self> {
         config.validate()?;
-        let ideal =
-            config.latency_ns == 0 && config.jitter_ns == 0 && config.loss_ppm == 0 && config.partitions.is_empty();
-        Ok(Self { config, ideal, cut: Mutex::new(Vec::new()), any_cut: AtomicBool::new(false) })
+        let ideal = config.latency_ns == 0
+            && config.jitter_ns == 0
+            && config.loss_ppm == 0
+            && config.partitions.is_empty()
+            && config.topology.is_none()
+            && config.ports.is_none();
+        let ports = if config.ports.is_some() { vec![Port::default(); NETWORK_NODES_MAX] } else { Vec::new() };
+        Ok(Self {
+            config,
+            ideal,
+            cut: Mutex::new(Vec::new()),
+            any_cut: AtomicBool::new(false),
+            ports: Mutex::new(ports),
+        })
+    }
+
+    /// What the switch port toward `node` has seen; `None` without ports or for a node
+    /// past [`NETWORK_NODES_MAX`].
+    pub fn port_stats(&self, node: u32) -> Option<PortStats> {
+        self.ports.lock().expect("model lock").get(node as usize).map(Port::stats)
+    }
+
+    /// Switch hops between two nodes.
+    pub fn hops(&self, src: u32, dst: u32) -> u8 {
+        self.config.topology.as_ref().map_or(HOPS_INSIDE_REGION, |t| t.hops(src, dst))
     }
 
     /// The configuration.
@@ -154,9 +206,12 @@ impl Model {
     /// The fate of `msg` sent at `now_ns` with `retries` retransmissions of `timeout_ns`.
     pub fn transmit(&self, msg: Message, now_ns: u64, retries: u8, timeout_ns: u64) -> Fate {
         if self.ideal && !self.any_cut.load(Ordering::Acquire) {
-            return Fate::Delivered { delay_ns: 0 };
+            return Fate::Delivered { delay_ns: 0, back_ns: 0, signal: PathSignal::default() };
         }
         let c = &self.config;
+        let path = c.topology.as_ref().and_then(|t| t.path(msg.src_node, msg.dst_node));
+        let legacy = path.is_none() && c.ports.is_none();
+        let path = path.unwrap_or(PathDelay { one_way_ns: c.latency_ns, jitter_ns: c.jitter_ns });
         for attempt in 0..=u64::from(retries) {
             let at_ns = now_ns + attempt * timeout_ns;
             let r = mix(c.seed
@@ -166,11 +221,51 @@ impl Model {
                 ^ attempt << 60);
             let lost = self.partitioned(msg.src_node, msg.dst_node, at_ns) || (r % 1_000_000) < u64::from(c.loss_ppm);
             if !lost {
-                let jitter = if c.jitter_ns == 0 { 0 } else { (r >> 20) % c.jitter_ns };
-                return Fate::Delivered { delay_ns: attempt * timeout_ns + c.latency_ns + jitter };
+                let draw = |bits: u32| if path.jitter_ns == 0 { 0 } else { (r >> bits) % path.jitter_ns };
+                let retry_ns = attempt * timeout_ns;
+                let there_ns = path.one_way_ns + draw(20);
+                if legacy {
+                    // The single-latency model: the response takes the same delay.
+                    let delay_ns = retry_ns + there_ns;
+                    return Fate::Delivered { delay_ns, back_ns: delay_ns, signal: PathSignal::default() };
+                }
+                return self.trip(msg, now_ns, retry_ns, there_ns, path.one_way_ns + draw(40));
             }
         }
         Fate::Lost { after_ns: (u64::from(retries) + 1) * timeout_ns }
+    }
+}
+
+impl Model {
+    /// A delivered message's trip through the port toward its destination: it reaches
+    /// the port after `there_ns` of propagation (and `retry_ns` of lost attempts before
+    /// it), and its response takes `back_ns` of propagation plus its serialisation at
+    /// the line rate.
+    ///
+    /// The port takes messages in the order they are posted, so it is asked about each
+    /// as arriving after its first attempt's propagation: a retransmission admitted at
+    /// its real arrival, milliseconds ahead, would hold the port's schedule there and
+    /// queue every message posted after it behind a future. A retransmitted message's
+    /// queueing is thus its first attempt's; arrivals out of order by the jitter see at
+    /// most the jitter of extra backlog.
+    fn trip(&self, msg: Message, now_ns: u64, retry_ns: u64, there_ns: u64, back_ns: u64) -> Fate {
+        let hops = self.hops(msg.src_node, msg.dst_node);
+        let Some(cfg) = &self.config.ports else {
+            let delay_ns = retry_ns + there_ns;
+            let signal = PathSignal { rtt_ns: delay_ns + back_ns, queue_ns: 0, ecn: false, hops };
+            return Fate::Delivered { delay_ns, back_ns, signal };
+        };
+        let back_ns = back_ns + cfg.serialise_ns(msg.response_bytes);
+        let mut ports = self.ports.lock().expect("model lock");
+        let Some(port) = ports.get_mut(msg.dst_node as usize) else {
+            let delay_ns = retry_ns + there_ns;
+            let signal = PathSignal { rtt_ns: delay_ns + back_ns, queue_ns: 0, ecn: false, hops };
+            return Fate::Delivered { delay_ns, back_ns, signal };
+        };
+        let a = port.admit(cfg, now_ns + there_ns, msg.bytes);
+        let delay_ns = retry_ns + a.depart_ns - now_ns;
+        let signal = PathSignal { rtt_ns: delay_ns + back_ns, queue_ns: a.queue_ns + a.paused_ns, ecn: a.marked, hops };
+        Fate::Delivered { delay_ns, back_ns, signal }
     }
 }
 
@@ -187,12 +282,20 @@ mod tests {
     use super::*;
 
     fn msg(psn: u32) -> Message {
-        Message { src_node: 0, dst_node: 1, src_qpn: 3, psn }
+        Message {
+            src_node: 0,
+            dst_node: 1,
+            src_qpn: 3,
+            psn,
+            bytes: WIRE_HEADER_BYTES,
+            response_bytes: WIRE_HEADER_BYTES,
+        }
     }
 
     #[test]
     fn same_seed_same_fates_different_seed_different_fates() {
-        let cfg = |seed| ModelConfig { seed, latency_ns: 1_000, jitter_ns: 500, loss_ppm: 200_000, partitions: vec![] };
+        let cfg =
+            |seed| ModelConfig { seed, latency_ns: 1_000, jitter_ns: 500, loss_ppm: 200_000, ..ModelConfig::ideal() };
         let a = Model::new(cfg(7)).unwrap();
         let b = Model::new(cfg(7)).unwrap();
         let c = Model::new(cfg(8)).unwrap();
@@ -202,7 +305,7 @@ mod tests {
         assert_eq!(fa, fb);
         assert_ne!(fa, fc);
         assert!(
-            fa.iter().any(|f| matches!(f, Fate::Delivered { delay_ns } if *delay_ns >= 10_000)),
+            fa.iter().any(|f| matches!(f, Fate::Delivered { delay_ns, .. } if *delay_ns >= 10_000)),
             "some retransmissions"
         );
     }
@@ -214,13 +317,10 @@ mod tests {
             ..ModelConfig::ideal()
         })
         .unwrap();
-        assert_eq!(m.transmit(msg(0), 0, 1, 10), Fate::Delivered { delay_ns: 0 });
+        let delivered = |delay_ns| Fate::Delivered { delay_ns, back_ns: delay_ns, signal: PathSignal::default() };
+        assert_eq!(m.transmit(msg(0), 0, 1, 10), delivered(0));
         assert_eq!(m.transmit(msg(0), 150, 1, 10), Fate::Lost { after_ns: 20 });
-        assert_eq!(
-            m.transmit(msg(0), 190, 1, 10),
-            Fate::Delivered { delay_ns: 10 },
-            "the retry lands after the window"
-        );
+        assert_eq!(m.transmit(msg(0), 190, 1, 10), delivered(10), "the retry lands after the window");
         m.partition(0, 1);
         assert!(matches!(m.transmit(msg(1), 500, 2, 10), Fate::Lost { .. }));
         m.heal(1, 0);
@@ -234,5 +334,86 @@ mod tests {
         assert_eq!(a, b);
         assert_eq!(a.partitions.len(), 5);
         assert!(ModelConfig { loss_ppm: 2_000_000, ..ModelConfig::ideal() }.validate().is_err());
+    }
+
+    fn geo() -> Topology {
+        let d = |one_way_ns| PathDelay { one_way_ns, jitter_ns: 100 };
+        let m = vec![vec![d(500), d(40_000)], vec![d(40_000), d(500)]];
+        Topology::new(
+            vec!["store".into(), "cache".into()],
+            m,
+            vec![super::super::RegionId(0); 2].into_iter().chain([super::super::RegionId(1)]).collect(),
+        )
+        .unwrap()
+    }
+
+    fn to(src_node: u32, dst_node: u32, psn: u32, bytes: u64) -> Message {
+        Message { src_node, dst_node, src_qpn: src_node, psn, bytes, response_bytes: WIRE_HEADER_BYTES }
+    }
+
+    #[test]
+    fn regions_set_each_path_s_delay_and_hops() {
+        let m = Model::new(ModelConfig { seed: 3, topology: Some(geo()), ..ModelConfig::ideal() }).unwrap();
+        assert!(m.needs_clock());
+        let Fate::Delivered { delay_ns, back_ns, signal } = m.transmit(to(0, 1, 0, 100), 0, 1, 1_000_000) else {
+            panic!("no loss configured")
+        };
+        assert!((500..600).contains(&delay_ns) && (500..600).contains(&back_ns), "{delay_ns} {back_ns}");
+        assert_eq!((signal.rtt_ns, signal.hops), (delay_ns + back_ns, HOPS_INSIDE_REGION));
+        let Fate::Delivered { delay_ns, signal, .. } = m.transmit(to(2, 0, 0, 100), 0, 1, 1_000_000) else {
+            panic!("no loss configured")
+        };
+        assert!((40_000..40_100).contains(&delay_ns), "{delay_ns}");
+        assert_eq!(signal.hops, super::super::HOPS_BETWEEN_REGIONS);
+    }
+
+    /// Four senders each post a 4 KiB message toward node 4 every `gap_ns`; returns the
+    /// queueing delay of every message and the port's stats.
+    fn incast(seed: u64, gap_ns: u64) -> (Vec<u64>, PortStats) {
+        let ports = PortConfig { bytes_per_s: 1_000_000_000, buffer_bytes: 64 << 10, ecn_bytes: 16 << 10 };
+        let m = Model::new(ModelConfig {
+            seed,
+            latency_ns: 1_000,
+            jitter_ns: 500,
+            ports: Some(ports),
+            ..ModelConfig::ideal()
+        })
+        .unwrap();
+        let mut queued = Vec::new();
+        for i in 0..200u32 {
+            for src in 0..4 {
+                let now = u64::from(i) * gap_ns;
+                match m.transmit(to(src, 4, i, 4_096 + WIRE_HEADER_BYTES), now, 1, 1_000_000) {
+                    Fate::Delivered { signal, .. } => queued.push(signal.queue_ns),
+                    Fate::Lost { .. } => panic!("no loss configured"),
+                }
+            }
+        }
+        (queued, m.port_stats(4).unwrap())
+    }
+
+    #[test]
+    fn a_port_under_its_rate_does_not_queue_and_over_it_pauses_its_senders() {
+        // 4 x 4 KiB every 32 us is half the port's 1 byte/ns: the burst of each round
+        // drains before the next.
+        let (q, s) = incast(1, 32_768);
+        assert!(q.iter().all(|&ns| ns < 20_000), "{:?}", q.iter().max());
+        assert_eq!(s.pauses, 0);
+        // Every 8 us is twice the rate: the queue fills to the buffer and stays there.
+        let (q, s) = incast(1, 8_192);
+        assert!(s.pauses > 0 && s.paused_ns > 0, "{s:?}");
+        assert!(s.queue_bytes_max <= 64 << 10, "bounded by the buffer: {s:?}");
+        assert!(q.last().unwrap() > &50_000, "the last ones wait for a full buffer");
+        assert!(s.marks > 0);
+        assert_eq!(incast(1, 8_192), incast(1, 8_192), "the seed replays");
+    }
+
+    #[test]
+    fn between_processes_ports_are_refused() {
+        let ports = PortConfig { bytes_per_s: 1_000_000_000, buffer_bytes: 64 << 10, ecn_bytes: 16 << 10 };
+        let model = ModelConfig { ports: Some(ports), ..ModelConfig::ideal() };
+        let clock = std::sync::Arc::new(super::super::SystemClock::new());
+        let e = super::super::EmuNode::tcp(0, "127.0.0.1:0".parse().unwrap(), model, clock).unwrap_err();
+        assert!(e.to_string().contains("ports"), "{e}");
     }
 }

@@ -32,6 +32,9 @@ pub(crate) enum Attachment {
 
 pub(crate) struct NodeInner {
     pub(crate) id: u32,
+    /// Where the node sits in the model (its region, its switch port): its id, or the
+    /// place a restarted node takes over ([`Network::node_at`]).
+    pub(crate) place: u32,
     pub(crate) alive: AtomicBool,
     pub(crate) model: Arc<Model>,
     pub(crate) clock: Arc<dyn Clock>,
@@ -47,9 +50,10 @@ pub(crate) struct NodeInner {
 }
 
 impl NodeInner {
-    pub(crate) fn new(id: u32, model: Arc<Model>, clock: Arc<dyn Clock>, attachment: Attachment) -> Self {
+    pub(crate) fn new(id: u32, place: u32, model: Arc<Model>, clock: Arc<dyn Clock>, attachment: Attachment) -> Self {
         Self {
             id,
+            place,
             alive: AtomicBool::new(true),
             model,
             clock,
@@ -176,9 +180,15 @@ impl std::fmt::Debug for EmuNode {
 }
 
 impl EmuNode {
-    /// This node's id in the model.
+    /// This node's id in its network.
     pub fn id(&self) -> u32 {
         self.inner.id
+    }
+
+    /// Where the node sits in the model (regions, switch ports, partitions): its id
+    /// unless made with [`Network::node_at`].
+    pub fn place(&self) -> u32 {
+        self.inner.place
     }
 
     /// Kills the node as a crash would: its peers' requests go unanswered (they time out
@@ -274,8 +284,19 @@ impl Network {
         &self.inner.model
     }
 
-    /// A new node; ids count from 0 in creation order.
+    /// A new node; ids count from 0 in creation order, and its place in the model is
+    /// its id.
     pub fn node(&self) -> Result<EmuNode> {
+        self.node_in(None)
+    }
+
+    /// A new node at `place` in the model (a restarted node taking over its
+    /// predecessor's region, switch port and partitions).
+    pub fn node_at(&self, place: u32) -> Result<EmuNode> {
+        self.node_in(Some(place))
+    }
+
+    fn node_in(&self, place: Option<u32>) -> Result<EmuNode> {
         let mut nodes = self.inner.nodes.write().expect("nodes lock");
         if nodes.len() >= NODES_PER_NETWORK_MAX {
             return Err(FabricError::Limit { what: "nodes per network", limit: NODES_PER_NETWORK_MAX });
@@ -283,6 +304,7 @@ impl Network {
         let id = nodes.len() as u32;
         let inner = Arc::new(NodeInner::new(
             id,
+            place.unwrap_or(id),
             Arc::clone(&self.inner.model),
             Arc::clone(&self.inner.clock),
             Attachment::InProcess(Arc::downgrade(&self.inner)),

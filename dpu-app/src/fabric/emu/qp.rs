@@ -31,15 +31,15 @@ use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use super::cq::{CqInner, EmuCq};
-use super::model::{Fate, Message};
+use super::model::{Fate, Message, WIRE_HEADER_BYTES};
 use super::node::{in_process_gid, in_process_id, Attachment, NodeInner};
 use super::region_cache::RegionCache;
 use super::responder::{execute, Incoming, Nak, Payload, Sink};
 use super::spin::{SpinGuard, SpinLock};
 use super::tcp;
 use crate::fabric::{
-    Access, Completion, Endpoint, FabricError, InFlight, InFlightEntry, LocalBuf, Op, PostError, QpEvent, QpOptions,
-    QpState, RawQp, Result, StateCell, WcOpcode, WcStatus, WorkRequest,
+    Access, Completion, Endpoint, FabricError, InFlight, InFlightEntry, LocalBuf, Op, PathSignal, PostError, QpEvent,
+    QpOptions, QpState, RawQp, Result, StateCell, WcOpcode, WcStatus, WorkRequest,
 };
 use crate::limits::{ATOMIC_BYTES, MESSAGE_BYTES_MAX};
 
@@ -50,6 +50,7 @@ pub(crate) enum Link {
         /// Held strongly (no upgrade per request); a destroyed peer is seen by its
         /// `destroyed` flag, and the owner's drop clears this link, breaking the cycle.
         peer: Arc<QpInner>,
+        /// The peer node's place in the model.
         peer_node: u32,
     },
     Tcp {
@@ -82,8 +83,9 @@ pub(crate) enum Transit {
     /// As soon as it reaches the head of the send queue: the ideal model's fast path.
     /// TCP requests carry it unused (the TCP responder holds each request for its delay).
     Now,
-    /// Reaches the peer at clock time `at_ns`; the response takes `back_ns` more.
-    Deliver { at_ns: u64, back_ns: u64 },
+    /// Reaches the peer at clock time `at_ns`; the response takes `back_ns` more; the
+    /// completion carries `signal`.
+    Deliver { at_ns: u64, back_ns: u64, signal: PathSignal },
     /// Never reaches the peer (every attempt lost, or the local check failed): completes
     /// with `status` at clock time `at_ns` and moves the queue pair to ERR.
     Fail { status: WcStatus, at_ns: u64 },
@@ -173,8 +175,8 @@ pub(crate) enum Publish<'a> {
 /// What one attempt at the head request came to.
 enum Attempt {
     /// Completed (successfully or not), visible at clock time `ready_ns`, with an
-    /// atomic's old value.
-    Done { status: WcStatus, value: u64, ready_ns: u64 },
+    /// atomic's old value and what the fabric measured.
+    Done { status: WcStatus, value: u64, ready_ns: u64, path: PathSignal },
     /// Cannot run yet; fails with `status` once `budget_ns` has passed.
     Wait { status: WcStatus, budget_ns: u64 },
 }
@@ -261,6 +263,19 @@ impl QpInner {
 
     /// Completes send request `token` with `status`, visible at `ready_ns`.
     pub(crate) fn complete_send(&self, sq: &mut SendQueue, token: u64, status: WcStatus, value: u64, ready_ns: u64) {
+        self.complete_send_measured(sq, token, status, value, ready_ns, PathSignal::default());
+    }
+
+    /// [`QpInner::complete_send`] with what the fabric measured of the request.
+    fn complete_send_measured(
+        &self,
+        sq: &mut SendQueue,
+        token: u64,
+        status: WcStatus,
+        value: u64,
+        ready_ns: u64,
+        path: PathSignal,
+    ) {
         let Some(entry) = sq.inflight.remove(token) else {
             return;
         };
@@ -286,6 +301,7 @@ impl QpInner {
                 imm: None,
                 qp_num: self.qpn,
                 buf: Some(entry.buf),
+                path: if status == WcStatus::Success { path } else { PathSignal::default() },
             },
         );
     }
@@ -331,6 +347,7 @@ impl QpInner {
             imm,
             qp_num: self.qpn,
             buf: Some(entry.buf),
+            path: PathSignal::default(),
         };
         match publish {
             Publish::Defer(slot) => *slot = Some(c),
@@ -408,18 +425,20 @@ impl QpInner {
                 Transit::Now => self.attempt(sq, token, op, psn, now_ns),
                 // Still on its way (and everything behind it too).
                 Transit::Deliver { at_ns, .. } | Transit::Fail { at_ns, .. } if now_ns < at_ns => return self.hold(),
-                Transit::Deliver { at_ns, back_ns } => {
+                Transit::Deliver { at_ns, back_ns, signal } => {
                     // The first attempt lands at the delivery time; a retry (RNR, silent
                     // peer) lands when it is driven.
                     let arrive_ns = if deadline_ns == 0 { at_ns } else { now_ns };
-                    self.deliver(sq, token, op, arrive_ns, back_ns)
+                    self.deliver(sq, token, op, arrive_ns, back_ns, signal)
                 }
-                Transit::Fail { status, at_ns } => Attempt::Done { status, value: 0, ready_ns: at_ns },
+                Transit::Fail { status, at_ns } => {
+                    Attempt::Done { status, value: 0, ready_ns: at_ns, path: PathSignal::default() }
+                }
             };
             match attempt {
-                Attempt::Done { status, value, ready_ns } => {
+                Attempt::Done { status, value, ready_ns, path } => {
                     sq.waiting.pop_front();
-                    self.complete_send(sq, token, status, value, ready_ns);
+                    self.complete_send_measured(sq, token, status, value, ready_ns, path);
                     if status != WcStatus::Success {
                         self.fail(sq);
                         break;
@@ -456,10 +475,10 @@ impl QpInner {
         } else {
             let o = &self.options;
             let timeout_ns = u64::from(o.timeout_us) * 1_000;
-            let msg = Message { src_node: self.node.id, dst_node: peer_node, src_qpn: self.qpn, psn };
+            let msg = message(self.node.place, peer_node, self.qpn, psn, op, entry.buf.len());
             match self.node.model.transmit(msg, now_ns, o.retry_count, timeout_ns) {
-                Fate::Delivered { delay_ns } => {
-                    Transit::Deliver { at_ns: (now_ns + delay_ns).max(sq.last_due_ns), back_ns: delay_ns }
+                Fate::Delivered { delay_ns, back_ns, signal } => {
+                    Transit::Deliver { at_ns: (now_ns + delay_ns).max(sq.last_due_ns), back_ns, signal }
                 }
                 Fate::Lost { after_ns } => {
                     Transit::Fail { status: WcStatus::RetryExceeded, at_ns: (now_ns + after_ns).max(sq.last_due_ns) }
@@ -481,20 +500,34 @@ impl QpInner {
         let timeout_ns = u64::from(o.timeout_us) * 1_000;
         let entry = sq.inflight.get(token).expect("waiting requests are in flight");
         if let Some(status) = self.local_check(entry, op) {
-            return Attempt::Done { status, value: 0, ready_ns: now_ns };
+            return Attempt::Done { status, value: 0, ready_ns: now_ns, path: PathSignal::default() };
         }
-        let msg = Message { src_node: self.node.id, dst_node: *peer_node, src_qpn: self.qpn, psn };
+        let msg = message(self.node.place, *peer_node, self.qpn, psn, op, entry.buf.len());
         match self.node.model.transmit(msg, now_ns, o.retry_count, timeout_ns) {
-            Fate::Delivered { delay_ns } => self.deliver(sq, token, op, now_ns + delay_ns, delay_ns),
-            Fate::Lost { after_ns } => {
-                Attempt::Done { status: WcStatus::RetryExceeded, value: 0, ready_ns: now_ns + after_ns }
+            Fate::Delivered { delay_ns, back_ns, signal } => {
+                self.deliver(sq, token, op, now_ns + delay_ns, back_ns, signal)
             }
+            Fate::Lost { after_ns } => Attempt::Done {
+                status: WcStatus::RetryExceeded,
+                value: 0,
+                ready_ns: now_ns + after_ns,
+                path: PathSignal::default(),
+            },
         }
     }
 
     /// Performs request `token` at the peer as arriving at clock time `arrive_ns` (receive
-    /// completions there become visible then); its response takes `back_ns`.
-    fn deliver(&self, sq: &mut SendQueue, token: u64, op: Op, arrive_ns: u64, back_ns: u64) -> Attempt {
+    /// completions there become visible then); its response takes `back_ns`, and its
+    /// completion carries `signal`.
+    fn deliver(
+        &self,
+        sq: &mut SendQueue,
+        token: u64,
+        op: Op,
+        arrive_ns: u64,
+        back_ns: u64,
+        signal: PathSignal,
+    ) -> Attempt {
         let SendQueue { link, inflight, regions, .. } = sq;
         let Link::InProcess { peer, .. } = link else { unreachable!("run_waiting checks the link") };
         let o = &self.options;
@@ -513,7 +546,7 @@ impl QpInner {
         };
         let ready_ns = arrive_ns + back_ns;
         match execute(peer, Some(regions), incoming, arrive_ns, None) {
-            Ok(value) => Attempt::Done { status: WcStatus::Success, value, ready_ns },
+            Ok(value) => Attempt::Done { status: WcStatus::Success, value, ready_ns, path: signal },
             Err(Nak::Silent) => Attempt::Wait {
                 status: WcStatus::RetryExceeded,
                 budget_ns: (u64::from(o.retry_count) + 1) * u64::from(o.timeout_us) * 1_000,
@@ -522,8 +555,15 @@ impl QpInner {
                 status: WcStatus::RnrRetryExceeded,
                 budget_ns: (u64::from(o.rnr_retry_count) + 1) * u64::from(o.rnr_timer_us) * 1_000,
             },
-            Err(Nak::RemoteAccess) => Attempt::Done { status: WcStatus::RemoteAccess, value: 0, ready_ns },
-            Err(Nak::InvalidRequest) => Attempt::Done { status: WcStatus::RemoteInvalidRequest, value: 0, ready_ns },
+            Err(Nak::RemoteAccess) => {
+                Attempt::Done { status: WcStatus::RemoteAccess, value: 0, ready_ns, path: PathSignal::default() }
+            }
+            Err(Nak::InvalidRequest) => Attempt::Done {
+                status: WcStatus::RemoteInvalidRequest,
+                value: 0,
+                ready_ns,
+                path: PathSignal::default(),
+            },
         }
     }
 
@@ -637,8 +677,10 @@ impl QpInner {
                     // cannot run yet (no receive at the peer, a silent peer) is queued as
                     // the head below, where `run_waiting` tries again and starts its timer.
                     if sq.waiting.is_empty() {
-                        if let Attempt::Done { status, value, ready_ns } = self.attempt(&mut sq, token, op, psn, 0) {
-                            self.complete_send(&mut sq, token, status, value, ready_ns);
+                        if let Attempt::Done { status, value, ready_ns, path } =
+                            self.attempt(&mut sq, token, op, psn, 0)
+                        {
+                            self.complete_send_measured(&mut sq, token, status, value, ready_ns, path);
                             if status != WcStatus::Success {
                                 self.fail(&mut sq);
                             }
@@ -727,7 +769,20 @@ fn flushed(entry: InFlightEntry, qpn: u32) -> Completion {
         imm: None,
         qp_num: qpn,
         buf: Some(entry.buf),
+        path: PathSignal::default(),
     }
+}
+
+/// The model's view of a request of `op` with a local buffer of `len` bytes: what it
+/// and its response cost the ports on the way.
+pub(crate) fn message(src_node: u32, dst_node: u32, src_qpn: u32, psn: u32, op: Op, len: usize) -> Message {
+    let len = len as u64;
+    let (bytes, response_bytes) = match op {
+        Op::Write { .. } | Op::Send => (WIRE_HEADER_BYTES + len, WIRE_HEADER_BYTES),
+        Op::Read { .. } => (WIRE_HEADER_BYTES, WIRE_HEADER_BYTES + len),
+        Op::CompareSwap { .. } | Op::FetchAdd { .. } => (WIRE_HEADER_BYTES, WIRE_HEADER_BYTES),
+    };
+    Message { src_node, dst_node, src_qpn, psn, bytes, response_bytes }
 }
 
 /// A deterministic first PSN (hardware picks one at random; we derive it).
@@ -813,7 +868,7 @@ impl RawQp for EmuQp {
                     why: "no such queue pair".into(),
                 })?;
                 *inner.peer.lock().expect("peer lock") = Some(Arc::downgrade(&peer));
-                Link::InProcess { peer, peer_node }
+                Link::InProcess { peer, peer_node: node.place }
             }
             Attachment::Tcp(_) => tcp::connect(inner, remote)?,
         };

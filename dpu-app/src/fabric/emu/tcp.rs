@@ -14,7 +14,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use super::clock::Clock;
-use super::model::{Fate, Message, Model, ModelConfig};
+use super::model::{Fate, Model, ModelConfig};
 use super::node::{Attachment, EmuNode, NodeInner};
 use super::qp::{Link, QpInner, SendQueue, Transit, Waiting};
 use super::responder::{execute, Incoming, Nak, Payload, Sink};
@@ -45,10 +45,21 @@ fn addr_of(ep: &Endpoint) -> SocketAddr {
 impl EmuNode {
     /// A node reachable over TCP at `bind` (port 0 picks one), with node id `id` in the
     /// model. Its responder threads serve peers' requests until [`EmuNode::kill`] or exit.
+    ///
+    /// A model with switch ports is refused: a port's queue is shared by every sender
+    /// toward its node, and a process sees only its own; regions and their latency
+    /// matrix apply (each delay is a function of the seed and the message alone).
     pub fn tcp(id: u32, bind: SocketAddr, model: ModelConfig, clock: Arc<dyn Clock>) -> Result<EmuNode> {
+        if model.ports.is_some() {
+            return Err(FabricError::Topology(
+                "ports: switch ports are modelled only on an in-process network (a process sees only its own \
+                 senders' share of a port); leave them out between processes"
+                    .into(),
+            ));
+        }
         let listener = TcpListener::bind(bind).map_err(io("bind"))?;
         let addr = listener.local_addr().map_err(io("local_addr"))?;
-        let inner = Arc::new(NodeInner::new(id, Arc::new(Model::new(model)?), clock, Attachment::Tcp(addr)));
+        let inner = Arc::new(NodeInner::new(id, id, Arc::new(Model::new(model)?), clock, Attachment::Tcp(addr)));
         let weak = Arc::downgrade(&inner);
         std::thread::Builder::new()
             .name(format!("emu-accept-{id}"))
@@ -127,7 +138,7 @@ pub(crate) fn send_request(qp: &QpInner, sq: &mut SendQueue, token: u64, op: Op,
     let o = &qp.options;
     let timeout_ns = u64::from(o.timeout_us) * 1_000;
     let now_ns = qp.node.clock.now_ns();
-    let msg = Message { src_node: qp.node.id, dst_node: peer_node, src_qpn: qp.qpn, psn };
+    let msg = super::qp::message(qp.node.id, peer_node, qp.qpn, psn, op, entry.buf.len());
     if broken {
         let after_ns = (u64::from(o.retry_count) + 1) * timeout_ns;
         sq.waiting.push_back(waiting(token, op, psn, Some((WcStatus::RetryExceeded, after_ns))));
@@ -136,7 +147,7 @@ pub(crate) fn send_request(qp: &QpInner, sq: &mut SendQueue, token: u64, op: Op,
     }
     let doomed_ahead = sq.waiting.iter().any(|w| w.doomed.is_some());
     let delay_ns = match qp.node.model.transmit(msg, now_ns, o.retry_count, timeout_ns) {
-        Fate::Delivered { delay_ns } => delay_ns,
+        Fate::Delivered { delay_ns, .. } => delay_ns,
         Fate::Lost { after_ns } => {
             sq.waiting.push_back(waiting(token, op, psn, Some((WcStatus::RetryExceeded, after_ns))));
             qp.drain_doomed_head(sq);
