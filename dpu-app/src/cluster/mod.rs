@@ -10,7 +10,7 @@
 //!   heartbeat block), [`format::hello`] (connection setup messages),
 //!   [`format::crc_combine`] (entry checksums from the CRCs of their parts);
 //! - configuration and time, here: [`config`] (the cluster file), [`hlc`]
-//!   (versions); every limit is in [`crate::limits`];
+//!   (versions), [`sequence`] (sequencer stamps), [`order`] (their ordered apply); every limit is in [`crate::limits`];
 //! - [`protocol`]: one single-threaded state machine per node
 //!   ([`protocol::node::Node`], driven by `poll(now)`) and its roles;
 //! - [`run`]: [`run::rendezvous`] (hello delivery in one process or over TCP),
@@ -32,6 +32,7 @@
 pub mod config;
 pub mod format;
 pub mod hlc;
+pub mod order;
 pub mod protocol;
 pub mod run;
 pub mod sequence;

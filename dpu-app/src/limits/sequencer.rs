@@ -19,5 +19,20 @@ pub const STAMP_BLOCK_MAX: u32 = 1024;
 /// another claimant is active).
 pub const CLAIM_ROUNDS_MAX: u32 = 8;
 
+/// Stamps of the current epoch an ordered applier holds fates for, from its cursor up
+/// (`cluster::order`): a fate further ahead is refused until the cursor moves.
+pub const ORDER_WINDOW: u64 = 4096;
+/// Ranges of fates of later epochs an ordered applier holds until its cursor reaches
+/// their epoch (a write is one range, a block's unused stamps another).
+pub const ORDER_AHEAD_MAX: usize = 256;
+/// Closes of later epochs an ordered applier holds until its cursor reaches them.
+pub const ORDER_CLOSES_MAX: usize = 8;
+/// Times at which an ordered applier noticed holes (a stamp above them resolved); more
+/// are merged, which makes holes look older, never younger.
+pub const ORDER_NOTICED_MAX: usize = 64;
+
+const _: () = assert!(ORDER_WINDOW >= 2 * STAMP_BLOCK_MAX as u64, "a block's unused stamps fit the window");
+const _: () = assert!(ORDER_WINDOW.is_power_of_two() && ORDER_AHEAD_MAX >= 1 && ORDER_CLOSES_MAX >= 1);
+const _: () = assert!(ORDER_NOTICED_MAX >= 2);
 const _: () = assert!(SEQUENCE_BITS < SLOT_VERSION_BITS && EPOCH_BITS >= 8);
 const _: () = assert!((STAMP_BLOCK_MAX as u64) < 1 << SEQUENCE_BITS);
