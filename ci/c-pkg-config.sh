@@ -23,8 +23,13 @@ cc -std=c11 -Wall -Wextra -Werror -o "$work/client" tests/c/main.c tests/c/clien
 cc -std=c11 -Wall -Wextra -Werror -o "$work/client-static" tests/c/main.c tests/c/client.c \
   $(pkg-config --cflags prescient) "$work/prefix/lib/libprescient_shim.a" \
   $(pkg-config --static --libs-only-l prescient | sed 's/-lprescient_shim//')
-ldd "$work/client" | grep -q "$work/prefix/lib/libprescient_shim.so"
-if ldd "$work/client-static" | grep -q prescient_shim; then
+# ldd's output is read whole before grep looks at it: `ldd | grep -q` under pipefail
+# fails at random when grep exits at its match and ldd, still writing, gets SIGPIPE
+# (a CI run stopped here with no message).
+shared_deps=$(ldd "$work/client")
+static_deps=$(ldd "$work/client-static" || true)
+grep -qF "$work/prefix/lib/libprescient_shim.so" <<<"$shared_deps"
+if grep -q prescient_shim <<<"$static_deps"; then
   echo "ci/c-pkg-config.sh: the static client still needs libprescient_shim.so" >&2
   exit 1
 fi
