@@ -337,3 +337,28 @@ impl NodeStats {
         s
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_summary_shows_the_tuned_threshold_only_when_tuned() {
+        let mut s = NodeStats::new(3);
+        assert!(!s.render(0, &[]).contains("lease threshold"));
+        s.lease_tuning = Some(LeaseTuning {
+            threshold: 0.65,
+            decisions: 12,
+            moves_down: 2,
+            moves_up: 1,
+            precision: 0.97,
+            hit_saved_ns: Some(12_500.0),
+            false_positive_ns: None,
+        });
+        let text = s.render(0, &[]);
+        assert!(
+            text.contains("lease threshold: 0.65, tuned from cost (windowed precision 0.9700; 12 decisions, 2 down, 1 up; a hit saved 12.5 us, a false positive cost -)"),
+            "{text}"
+        );
+    }
+}
