@@ -5,9 +5,9 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 
-use crate::eval::{evaluate, format_table, reference_recall, Mode};
+use crate::eval::{evaluate, evaluate_tuned, format_table, format_tuned, reference_recall, Mode};
 use crate::trace::{read_trace, shared_traces_dir, TraceFormat};
-use crate::{Model, ModelConfig, ModelError, Predictor};
+use crate::{Model, ModelConfig, ModelError, Predictor, TuningConfig};
 
 /// The trainer's and evaluator's subcommands (`prescient-model ...`, and
 /// `prescient-dpu model ...`).
@@ -133,7 +133,8 @@ pub fn run(command: Command) -> Result<(), ModelError> {
             for path in traces {
                 let keys = load(&path, None)?;
                 let name = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into());
-                let rows = evaluate(&format!("{name}: {} writes", keys.len()), &keys, config, &thetas)?;
+                let label = format!("{name}: {} writes", keys.len());
+                let rows = evaluate(&label, &keys, config, &thetas)?;
                 print!("{}", format_table(&rows));
                 let at = |mode| {
                     rows.iter().find(|r| r.mode == mode && r.predictor == "model" && r.theta == Some(config.theta))
@@ -149,6 +150,7 @@ pub fn run(command: Command) -> Result<(), ModelError> {
                         );
                     }
                 }
+                print!("{}", format_tuned(&evaluate_tuned(&label, &keys, config, TuningConfig::default())?));
             }
         }
         Command::Check { model, trace } => {

@@ -32,7 +32,30 @@ pub const COUNT_DECAY_AT_MAX: u16 = u16::MAX / 2;
 /// context misses in its set; the coldest way is the one replaced.
 pub const HEAT_MAX: u8 = 15;
 
+/// The lowest lease threshold the tuner may choose. At or above one half, a context
+/// predicts at most one successor (shares sum to one), so a write opens at most one
+/// lease per context order and the tuner's shadow leases stay within
+/// [`LEASES_OPEN_MAX`].
+pub const THRESHOLD_FLOOR: f32 = 0.5;
+/// Distance between two thresholds the tuner considers: also its largest move per
+/// decision.
+pub const THRESHOLD_STEP: f32 = 0.05;
+/// Thresholds the tuner considers: `THRESHOLD_FLOOR + i * THRESHOLD_STEP` for `i` in
+/// `0..THRESHOLD_LEVELS`, the last one 1.0 (only a successor that always followed).
+pub const THRESHOLD_LEVELS: usize = 11;
+/// Observations the tuned threshold's score counts as gone elsewhere: a successor
+/// seen `c` times in `n` scores `c / (n + SCORE_UNSEEN)`, so a context seen twice
+/// scores at most 2/3 and the top level (1.0) is never reached: leasing off.
+pub const SCORE_UNSEEN: u16 = 1;
+
 const _: () = assert!(PREDICTIONS_MAX <= 16, "predictions are returned inline");
+const _: () = assert!(THRESHOLD_FLOOR >= 0.5, "one successor per context at the floor");
+const _: () = assert!(
+    (THRESHOLD_FLOOR + (THRESHOLD_LEVELS - 1) as f32 * THRESHOLD_STEP - 1.0)
+        * (THRESHOLD_FLOOR + (THRESHOLD_LEVELS - 1) as f32 * THRESHOLD_STEP - 1.0)
+        < 1e-9,
+    "the top level is 1.0"
+);
 const _: () = assert!(TABLE_WAYS.is_power_of_two());
 const _: () = assert!(MEMORY_BYTES_MIN < MEMORY_BYTES_MAX);
 const _: () = assert!(MEMORY_BYTES_MAX / 32 <= u32::MAX as u64, "slot index is a u32");

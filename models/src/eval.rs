@@ -13,6 +13,8 @@ use crate::error::ModelError;
 use crate::lease::{LeaseStats, LeaseTracker};
 use crate::model::Model;
 use crate::prediction::Predictions;
+use crate::predictor::Predictor;
+use crate::threshold::TuningConfig;
 
 /// Something that predicts which keys to lease after each write.
 pub trait Forecaster {
@@ -274,6 +276,117 @@ pub fn format_table(rows: &[Row]) -> String {
         );
     }
     s
+}
+
+/// One trace replayed online through the predictor three ways in one run: at the
+/// model's fixed theta, at the tuner's floor, and with the threshold tuned online.
+#[derive(Debug, Clone)]
+pub struct TunedRow {
+    /// Trace name.
+    pub trace: String,
+    /// The fixed theta (the model's).
+    pub fixed_theta: f32,
+    /// Lease counters at the fixed theta.
+    pub fixed: LeaseStats,
+    /// Lease counters at the floor threshold (every lease the tuner could open).
+    pub floor: LeaseStats,
+    /// Lease counters with the tuned threshold.
+    pub tuned: LeaseStats,
+    /// The threshold at the end of the trace.
+    pub threshold_end: f32,
+    /// The lowest and highest threshold it leased at.
+    pub threshold_range: (f32, f32),
+    /// The threshold averaged over writes.
+    pub threshold_mean: f64,
+    /// Decisions, moves down, moves up for precision, moves up for cost.
+    pub decisions: (u64, u64, u64, u64),
+}
+
+impl TunedRow {
+    /// Share of the floor's hits the tuned threshold kept.
+    pub fn share_of_floor_hits(&self) -> f64 {
+        if self.floor.hits == 0 {
+            0.0
+        } else {
+            self.tuned.hits as f64 / self.floor.hits as f64
+        }
+    }
+}
+
+/// Replays `keys` online through a predictor of `config` with the threshold tuned by
+/// `tuning` (costs: the prior, since a trace has no fabric to measure), next to the
+/// same predictor at `config.theta` and at the floor.
+pub fn evaluate_tuned(
+    trace: &str,
+    keys: &[u64],
+    config: ModelConfig,
+    tuning: TuningConfig,
+) -> Result<TunedRow, ModelError> {
+    let fixed = replay_predictor(keys, Predictor::new(config)?);
+    let floor =
+        replay_predictor(keys, Predictor::new(ModelConfig { theta: crate::config::THRESHOLD_FLOOR, ..config })?);
+    let mut p = Predictor::new(config)?.tuned(tuning)?;
+    let (mut low, mut high, mut sum) = (f32::MAX, f32::MIN, 0.0f64);
+    for &k in keys {
+        let t = p.threshold();
+        low = low.min(t);
+        high = high.max(t);
+        sum += f64::from(t);
+        p.on_write(k, |_| {});
+    }
+    let tuner = p.tuner().expect("tuned");
+    Ok(TunedRow {
+        trace: trace.to_string(),
+        fixed_theta: config.theta,
+        fixed,
+        floor,
+        tuned: p.stats(),
+        threshold_end: p.threshold(),
+        threshold_range: (low, high),
+        threshold_mean: sum / keys.len().max(1) as f64,
+        decisions: tuner.controller().decisions(),
+    })
+}
+
+fn replay_predictor(keys: &[u64], mut p: Predictor) -> LeaseStats {
+    for &k in keys {
+        p.on_write(k, |_| {});
+    }
+    p.stats()
+}
+
+/// The tuned row as text, each figure next to the fixed theta's of the same run.
+pub fn format_tuned(r: &TunedRow) -> String {
+    let (d, down, up_p, up_c) = r.decisions;
+    let line = |name: String, s: &LeaseStats, share: String| {
+        format!("{name:<22} {:>9.4} {:>7.4} {:>8.4} {:>9}\n", s.precision(), s.recall(), s.leases_per_write(), share)
+    };
+    let share = |s: &LeaseStats| {
+        if r.floor.hits == 0 {
+            "-".to_string()
+        } else {
+            format!("{:.3}", s.hits as f64 / r.floor.hits as f64)
+        }
+    };
+    let mut out = format!(
+        "\n{} (online, threshold tuned from cost)\n{:<22} {:>9} {:>7} {:>8} {:>9}\n",
+        r.trace, "lease threshold", "precision", "recall", "leases/w", "of floor"
+    );
+    out += &line(format!("tuned, ends {:.2}", r.threshold_end), &r.tuned, share(&r.tuned));
+    out += &line(format!("fixed {:.2}", r.fixed_theta), &r.fixed, share(&r.fixed));
+    out += &line(format!("floor {:.2}", crate::config::THRESHOLD_FLOOR), &r.floor, share(&r.floor));
+    let ratio = |a: f64, b: f64| if b > 0.0 { format!("{:.2}x", a / b) } else { "-".into() };
+    let _ = writeln!(
+        out,
+        "tuned vs fixed {:.2} (same run): precision {}, recall {}; threshold mean {:.3}, range {:.2}-{:.2}; {d} decisions: {down} down, {up_p} up for precision, {up_c} up for cost",
+        r.fixed_theta,
+        ratio(r.tuned.precision(), r.fixed.precision()),
+        ratio(r.tuned.recall(), r.fixed.recall()),
+        r.threshold_mean,
+        r.threshold_range.0,
+        r.threshold_range.1,
+    );
+    out
 }
 
 #[cfg(test)]

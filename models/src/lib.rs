@@ -8,7 +8,8 @@
 //!
 //! Layers, bottom up: [`config`] (limits) → `table` (bounded context table) →
 //! [`Model`] → [`mod@format`] (model files) and [`lease`] → [`Predictor`] (model + leases,
-//! the DPU app's entry point); [`trace`] and [`eval`] serve the command line.
+//! the DPU app's entry point), with [`ledger`], [`threshold`] and [`Tuner`] when its
+//! threshold is tuned online from cost; [`trace`] and [`eval`] serve the command line.
 #![forbid(unsafe_code)]
 
 pub mod cli;
@@ -17,11 +18,14 @@ mod error;
 pub mod eval;
 pub mod format;
 pub mod lease;
+pub mod ledger;
 mod model;
 mod prediction;
 mod predictor;
 mod table;
+pub mod threshold;
 pub mod trace;
+mod tuner;
 
 pub use config::ModelConfig;
 pub use error::ModelError;
@@ -29,3 +33,5 @@ pub use lease::{Lease, LeaseStats, LeaseTracker, OpenOutcome, WriteOutcome};
 pub use model::Model;
 pub use prediction::{Prediction, Predictions};
 pub use predictor::{Predictor, WriteReport};
+pub use threshold::TuningConfig;
+pub use tuner::Tuner;

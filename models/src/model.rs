@@ -125,6 +125,15 @@ impl Model {
 
     /// [`Model::predict`] with another threshold (the evaluation's theta sweep).
     pub fn predict_at(&self, key: u64, theta: f32) -> Predictions {
+        self.predict_scored(key, theta, 0)
+    }
+
+    /// The successors of `key` whose *evidence-weighted share* `count / (total +
+    /// unseen)` reaches `theta`: the share as if `unseen` more observations had gone
+    /// to other successors. With `unseen = 1`, a successor that followed every one of
+    /// `n` observations scores `n / (n + 1)`, so a high threshold asks for evidence as
+    /// well as a high share (the tuned threshold's score; see `crate::threshold`).
+    pub fn predict_scored(&self, key: u64, theta: f32, unseen: u16) -> Predictions {
         let mut out = Predictions::new();
         let h = &self.history;
         let (slot1, ctx2) = if h.last == Some(key) {
@@ -133,13 +142,13 @@ impl Model {
             (self.order1.find(key), h.last.map(|l| (None, order2_tag(l, key))))
         };
         if let Some(slot) = slot1 {
-            self.push_confident(&self.order1, slot, key, key, theta, &mut out);
+            self.push_confident(&self.order1, slot, key, key, (theta, unseen), &mut out);
         }
         if self.config.order2 {
             if let Some((slot, tag)) = ctx2 {
                 let slot = slot.or_else(|| self.order2.find(tag));
                 if let Some(slot) = slot {
-                    self.push_confident(&self.order2, slot, tag, key, theta, &mut out);
+                    self.push_confident(&self.order2, slot, tag, key, (theta, unseen), &mut out);
                 }
             }
         }
@@ -148,9 +157,10 @@ impl Model {
 
     /// Pushes the successors of the context `tag` in `slot` that reach `theta`, if the
     /// context has the evidence; never `key` itself.
-    fn push_confident(&self, table: &Table, slot: usize, tag: u64, key: u64, theta: f32, out: &mut Predictions) {
+    fn push_confident(&self, table: &Table, slot: usize, tag: u64, key: u64, at: (f32, u16), out: &mut Predictions) {
+        let (theta, unseen) = at;
         let total = match table.total(slot, tag) {
-            Some(total) if total >= self.config.min_observations => f32::from(total),
+            Some(total) if total >= self.config.min_observations => f32::from(total) + f32::from(unseen),
             _ => return,
         };
         let e = table.successors(slot);

@@ -98,6 +98,9 @@ pub struct Cell {
     pub watch: WatchStats,
     /// The predictor, while measuring.
     pub predictor: PredictorCounts,
+    /// The lowest and highest tuned lease threshold over the nodes at the end (None:
+    /// no node tunes one).
+    pub thresholds: Option<(f32, f32)>,
     /// Fault counters, while measuring.
     pub faults: Vec<(&'static str, u64)>,
     /// Directory jobs on peers, their CAS rounds, and those that stayed contended,
@@ -255,6 +258,7 @@ fn run_cell(spec: &ClusterSpec, stream: &KeyStream, warmup: f64, seconds: f64, s
         host: driver.stats.clone(),
         watch: driver.watches.stats.clone(),
         predictor: PredictorCounts::of(&cluster).since(predictor),
+        thresholds: tally::lease_thresholds(&cluster),
         faults: tally::faults_since(&tally::faults(&cluster), &faults),
         cas: {
             let now = cas_counts(&cluster);
@@ -506,8 +510,19 @@ impl ClusterReport {
         let _ = writeln!(s, "\nReaders and predictor (while measuring; predictor counters summed over the nodes)");
         let _ = writeln!(
             s,
-            "{:<5} {:<23} {:>8} {:>7} {:>7} {:>9} {:>9} {:>7} {:>8} {:>8} {:>9}",
-            "net", "policy", "reads", "hit %", "GETs", "GET p50", "GET p99", "hits", "leases", "unused", "lease ok%"
+            "{:<5} {:<23} {:>8} {:>7} {:>7} {:>9} {:>9} {:>7} {:>8} {:>8} {:>9} {:>9}",
+            "net",
+            "policy",
+            "reads",
+            "hit %",
+            "GETs",
+            "GET p50",
+            "GET p99",
+            "hits",
+            "leases",
+            "unused",
+            "lease ok%",
+            "threshold"
         );
         for c in &self.cells {
             let h = &c.host;
@@ -515,7 +530,7 @@ impl ClusterReport {
             let p = c.predictor;
             let _ = writeln!(
                 s,
-                "{:<5} {:<23} {:>8} {:>6.1}% {:>7} {:>9} {:>9} {:>7} {:>8} {:>8} {:>8.1}%",
+                "{:<5} {:<23} {:>8} {:>6.1}% {:>7} {:>9} {:>9} {:>7} {:>8} {:>8} {:>8.1}% {:>9}",
                 c.network.name(),
                 c.policy.name(),
                 h.reads,
@@ -526,7 +541,12 @@ impl ClusterReport {
                 p.hits,
                 p.leases,
                 p.rolled_back,
-                if p.leases == 0 { 0.0 } else { 100.0 * p.hits as f64 / p.leases as f64 }
+                if p.leases == 0 { 0.0 } else { 100.0 * p.hits as f64 / p.leases as f64 },
+                match c.thresholds {
+                    None => "-".to_string(),
+                    Some((low, high)) if low == high => format!("{low:.2}"),
+                    Some((low, high)) => format!("{low:.2}-{high:.2}"),
+                }
             );
         }
         let faulty: Vec<String> = self

@@ -213,6 +213,10 @@ pub struct ClusterConfig {
     pub invalidation: Invalidation,
     /// Whether predictor leases pre-invalidate predicted keys.
     pub predictive: bool,
+    /// Whether the predictor's lease threshold is tuned online from measured cost
+    /// (`lease_tuning`); `None`: on exactly when leases run (speculative and
+    /// predictive). See [`ClusterConfig::tunes_leases`].
+    pub lease_tuning: Option<bool>,
     /// Largest value a PUT may carry, in bytes.
     pub value_bytes_max: usize,
     /// Bytes of each node's fragment store file (allocated when it is created): as many
@@ -274,6 +278,7 @@ struct RawCluster {
     model: Option<String>,
     invalidation: Option<String>,
     predictive: Option<bool>,
+    lease_tuning: Option<bool>,
     value_bytes_max: Option<i64>,
     store_bytes: Option<i64>,
     log_slots: Option<i64>,
@@ -436,6 +441,7 @@ impl ClusterConfig {
             model: c.model.as_deref().map(|m| resolve(base_dir, m)),
             invalidation,
             predictive: c.predictive.unwrap_or(DEFAULT_PREDICTIVE),
+            lease_tuning: c.lease_tuning,
             value_bytes_max: sized("cluster.value_bytes_max", c.value_bytes_max, DEFAULT_VALUE_BYTES_MAX)?,
             store_bytes: sized("cluster.store_bytes", c.store_bytes, DEFAULT_STORE_BYTES)?,
             log_slots: sized("cluster.log_slots", c.log_slots, DEFAULT_LOG_SLOTS)?,
@@ -474,6 +480,7 @@ impl ClusterConfig {
             model: None,
             invalidation: DEFAULT_INVALIDATION,
             predictive: DEFAULT_PREDICTIVE,
+            lease_tuning: None,
             value_bytes_max: DEFAULT_VALUE_BYTES_MAX,
             store_bytes: DEFAULT_STORE_BYTES,
             log_slots: DEFAULT_LOG_SLOTS,
@@ -533,6 +540,17 @@ impl ClusterConfig {
         config.dead_after_us = config.dead_after_us.max(config.lease_us + 1);
         config.nodes[0].data_dir = data_dir;
         config
+    }
+
+    /// Whether predictor leases run: speculative invalidation with `predictive`.
+    pub fn leases_run(&self) -> bool {
+        self.invalidation == Invalidation::Speculative && self.predictive
+    }
+
+    /// Whether the node tunes its lease threshold from measured cost: as
+    /// `lease_tuning` says, by default whenever leases run.
+    pub fn tunes_leases(&self) -> bool {
+        self.lease_tuning.unwrap_or_else(|| self.leases_run())
     }
 
     /// Runs every check of loading: the first rule broken is the error.
@@ -741,6 +759,13 @@ impl ClusterConfig {
                 "cluster.invalidation",
                 "\"none\"",
                 "lets caches serve stale values forever and is a benchmark reference only; use \"speculative\" or \"after-commit\", or set allow_unsafe_no_invalidation = true to measure it",
+            ));
+        }
+        if self.lease_tuning == Some(true) && !self.leases_run() {
+            return Err(self.invalid(
+                "cluster.lease_tuning",
+                "true",
+                "tunes the threshold of predictor leases, which run only with invalidation = \"speculative\" and predictive = true; set those, or leave lease_tuning out",
             ));
         }
         Ok(())
@@ -1097,6 +1122,23 @@ mod tests {
         let full = fx.parse(EXAMPLE).unwrap();
         assert_eq!(c.model, None);
         assert_eq!(c, ClusterConfig { model: None, origin: c.origin.clone(), ..full });
+    }
+
+    #[test]
+    fn lease_tuning_follows_the_policy_and_is_refused_without_leases() {
+        let fx = Fixture::new("tuning");
+        let c = fx.parse(EXAMPLE).unwrap();
+        assert_eq!((c.lease_tuning, c.tunes_leases()), (None, true), "on by default where leases run");
+        let set = |v: &str| EXAMPLE.replace("# lease_tuning = false", &format!("lease_tuning = {v}"));
+        assert!(!fx.parse(&set("false")).unwrap().tunes_leases());
+        let after_commit = |text: String| text.replace("\"speculative\"", "\"after-commit\"");
+        assert!(!fx.parse(&after_commit(EXAMPLE.into())).unwrap().tunes_leases(), "no leases, nothing to tune");
+        let err = fx.parse(&after_commit(set("true"))).unwrap_err().to_string();
+        assert_names(&err, &["cluster.lease_tuning = true", "speculative", "predictive = true"]);
+        let err = fx.parse(&set("true").replace("predictive = true", "predictive = false")).unwrap_err().to_string();
+        assert_names(&err, &["cluster.lease_tuning = true"]);
+        let err = fx.parse(&set("1")).unwrap_err().to_string();
+        assert_names(&err, &["lease_tuning"]);
     }
 
     #[test]

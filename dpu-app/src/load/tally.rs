@@ -47,6 +47,15 @@ impl PredictorCounts {
     }
 }
 
+/// The lowest and highest tuned lease threshold over `cluster`'s running nodes now
+/// (None: no node tunes one).
+pub fn lease_thresholds(cluster: &InProcess) -> Option<(f32, f32)> {
+    cluster.nodes().filter_map(|n| n.stats().lease_tuning.map(|t| t.threshold)).fold(None, |range, t| match range {
+        None => Some((t, t)),
+        Some((low, high)) => Some((low.min(t), high.max(t))),
+    })
+}
+
 /// The fault counters of every node, summed, as (what, count), in a fixed order.
 /// Each node's revocation at its own start is not counted.
 pub fn faults(cluster: &InProcess) -> Vec<(&'static str, u64)> {

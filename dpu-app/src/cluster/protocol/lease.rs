@@ -3,7 +3,9 @@
 //! arrives. A PUT that finds its key leased upgrades the lease's marks (it knows their
 //! exact words, so each CAS takes in one try); a lease that ends unused - the
 //! predictor's window passed, or [`LEASE_MARK_MAX_NS`] - is rolled back to what it
-//! replaced.
+//! replaced. Each lease times its marking round trip (opened to its last mark job's
+//! end): what a write that takes it does not wait for, and what its rollback costs
+//! again (the predictor's threshold tuner weighs the two).
 
 use prescient_shim::directory::{self, SlotState, SlotWord};
 
@@ -76,6 +78,8 @@ pub struct Lease {
     key_id: u64,
     /// When it was opened.
     opened_ns: u64,
+    /// When its latest mark job ended (0: none has).
+    marked_ns: u64,
     /// Where it stands.
     state: LeaseState,
     /// Per host.
@@ -109,6 +113,16 @@ impl Lease {
     fn running(&self) -> bool {
         self.marks.iter().any(|m| matches!(m, LeaseMark::Running { .. }))
     }
+
+    /// Its marking round trip at `now_ns`: opened to its last mark job's end, or to
+    /// now while one still runs; 0 when no mark is placed (it saves and costs nothing).
+    fn marking_ns(&self, now_ns: u64) -> u64 {
+        if !self.marks.iter().any(|m| matches!(m, LeaseMark::Placed { .. })) {
+            return 0;
+        }
+        let end = if self.running() { now_ns } else { self.marked_ns };
+        end.saturating_sub(self.opened_ns)
+    }
 }
 
 /// What a write takes of the lease of its key.
@@ -118,6 +132,20 @@ pub struct TakenLease {
     pub id: LeaseId,
     /// Its marks per host, as the write found them.
     pub marks: [LeaseMark; NODES_MAX],
+    /// The marking round trip the write did not wait for (0: no mark was placed).
+    pub saved_ns: u64,
+}
+
+/// A lease rolled back unused.
+#[derive(Clone, Copy, Debug)]
+pub struct RolledBack {
+    /// Its key.
+    pub key_id: u64,
+    /// Per host, the placed mark to roll back with a detached job.
+    pub rollbacks: [Option<Rollback>; NODES_MAX],
+    /// Its marking round trip (0: no mark was placed): the rollback's CASes cost
+    /// about as much again.
+    pub marking_ns: u64,
 }
 
 /// A placed lease mark to roll back with a detached job (the lease lets go of it).
@@ -179,8 +207,13 @@ impl Leases {
                 return None;
             }
         };
-        let lease =
-            Lease { key_id, opened_ns: now.mono_ns, state: LeaseState::Open, marks: [LeaseMark::None; NODES_MAX] };
+        let lease = Lease {
+            key_id,
+            opened_ns: now.mono_ns,
+            marked_ns: 0,
+            state: LeaseState::Open,
+            marks: [LeaseMark::None; NODES_MAX],
+        };
         self.table.put(id, lease);
         stats.leases_opened += 1;
         Some((id, version))
@@ -191,13 +224,21 @@ impl Leases {
         self.table.get_mut(id).expect("a lease whose job just started").set_mark(id, j, LeaseMark::Running { job });
     }
 
-    /// The lease's mark job on host `j` ended with `f`. Returns the mark to roll back
-    /// at once: one that landed after a write took the lease (the write marked on its
-    /// own) or after it was rolled back.
-    pub(super) fn job_done(&mut self, id: LeaseId, j: u8, intent: Intent, f: Finished) -> Option<Rollback> {
+    /// The lease's mark job on host `j` ended with `f` at `now_ns`. Returns the mark
+    /// to roll back at once: one that landed after a write took the lease (the write
+    /// marked on its own) or after it was rolled back.
+    pub(super) fn job_done(
+        &mut self,
+        id: LeaseId,
+        j: u8,
+        intent: Intent,
+        f: Finished,
+        now_ns: u64,
+    ) -> Option<Rollback> {
         assert!(matches!(intent, Intent::Mark { .. }), "a lease's jobs only mark: {intent:?}");
         // A lease is freed only once none of its jobs runs.
         let l = self.table.get_mut(id).unwrap_or_else(|| panic!("a job of lease {id:?}, which is gone"));
+        l.marked_ns = l.marked_ns.max(now_ns);
         let open = l.state == LeaseState::Open;
         let rollback = match f {
             Finished::Done { placed, replaced } => {
@@ -223,13 +264,14 @@ impl Leases {
         rollback
     }
 
-    /// Hands the marks of `key_id`'s open lease to the write that found it (the lease
-    /// stays until [`Leases::release`], so jobs still running find it).
-    pub fn take_for(&mut self, key_id: u64) -> Option<TakenLease> {
+    /// Hands the marks of `key_id`'s open lease to the write that found it at
+    /// `now_ns` (the lease stays until [`Leases::release`], so jobs still running find
+    /// it).
+    pub fn take_for(&mut self, key_id: u64, now_ns: u64) -> Option<TakenLease> {
         let id = self.find(key_id)?;
         let l = self.table.get_mut(id).expect("found");
         l.set_state(id, LeaseState::Taken);
-        Some(TakenLease { id, marks: l.marks })
+        Some(TakenLease { id, marks: l.marks, saved_ns: l.marking_ns(now_ns) })
     }
 
     /// Frees lease `id` once no job runs for it (a job that ends later frees it then).
@@ -251,11 +293,13 @@ impl Leases {
         (l.state == LeaseState::Open && now_ns >= l.opened_ns + LEASE_MARK_MAX_NS).then_some(id)
     }
 
-    /// Rolls open lease `id` back: its key, and per host the placed mark to roll back
-    /// with a detached job (the lease is freed, or is once its jobs still running end).
-    pub(super) fn roll_back(&mut self, id: LeaseId) -> (u64, [Option<Rollback>; NODES_MAX]) {
+    /// Rolls open lease `id` back at `now_ns`: its key, per host the placed mark to
+    /// roll back with a detached job, and its marking round trip (the lease is freed,
+    /// or is once its jobs still running end).
+    pub(super) fn roll_back(&mut self, id: LeaseId, now_ns: u64) -> RolledBack {
         let l = self.table.get_mut(id).expect("rolling back a lease that is open");
         l.set_state(id, LeaseState::RolledBack);
+        let marking_ns = l.marking_ns(now_ns);
         let mut rollbacks = [None; NODES_MAX];
         for (j, rollback) in rollbacks.iter_mut().enumerate() {
             if let LeaseMark::Placed { placed, prior } = l.marks[j] {
@@ -265,7 +309,7 @@ impl Leases {
         }
         let key_id = l.key_id;
         self.release(id);
-        (key_id, rollbacks)
+        RolledBack { key_id, rollbacks, marking_ns }
     }
 }
 
@@ -298,15 +342,16 @@ mod tests {
         leases.started(id, 2, job(1));
         let placed = word(SlotState::Pending, 0, version);
         let done = Finished::Done { placed, replaced: word(SlotState::Valid, 0, 5) };
-        assert_eq!(leases.job_done(id, 1, Intent::Mark { version }, done), None);
-        let taken = leases.take_for(7).expect("open");
+        assert_eq!(leases.job_done(id, 1, Intent::Mark { version }, done, 40), None);
+        let taken = leases.take_for(7, 50).expect("open");
+        assert_eq!(taken.saved_ns, 50, "host 2's mark still runs: marking so far");
         assert_eq!(taken.marks[1], LeaseMark::Placed { placed, prior: SlotState::Valid });
         assert!(matches!(taken.marks[2], LeaseMark::Running { .. }));
-        assert!(leases.take_for(7).is_none(), "a taken lease is not found again");
+        assert!(leases.take_for(7, 60).is_none(), "a taken lease is not found again");
         leases.release(id);
         assert!(leases.table.get(id).is_some(), "a job still runs for it");
         // The job on host 2 lands after the write took the lease: undone at once.
-        let r = leases.job_done(id, 2, Intent::Mark { version }, done).expect("a rollback");
+        let r = leases.job_done(id, 2, Intent::Mark { version }, done, 70).expect("a rollback");
         assert_eq!(r, Rollback { host: 2, placed, prior: SlotState::Valid });
         assert!(leases.table.get(id).is_none(), "freed with its last job");
     }
@@ -322,12 +367,14 @@ mod tests {
             0,
             Intent::Mark { version },
             Finished::Done { placed, replaced: word(SlotState::Invalid, 1, 3) },
+            130,
         );
-        leases.job_done(id, 1, Intent::Mark { version }, Finished::Failed);
+        leases.job_done(id, 1, Intent::Mark { version }, Finished::Failed, 160);
         assert_eq!(leases.timed_out(id.slot(), 100 + LEASE_MARK_MAX_NS - 1), None);
         assert_eq!(leases.timed_out(id.slot(), 100 + LEASE_MARK_MAX_NS), Some(id));
-        let (key_id, rollbacks) = leases.roll_back(id);
+        let RolledBack { key_id, rollbacks, marking_ns } = leases.roll_back(id, 100 + LEASE_MARK_MAX_NS);
         assert_eq!(key_id, 9);
+        assert_eq!(marking_ns, 60, "opened at 100, its last job ended at 160");
         assert_eq!(rollbacks[0], Some(Rollback { host: 0, placed, prior: SlotState::Invalid }));
         assert!(rollbacks[1..].iter().all(Option::is_none));
         assert_eq!(leases.table.in_use(), 0);
@@ -338,7 +385,13 @@ mod tests {
     #[should_panic(expected = "Settled => ")]
     fn a_mark_cannot_come_back_after_it_settled() {
         let id = LeaseId::from_parts(0, 1);
-        let mut l = Lease { key_id: 3, opened_ns: 0, state: LeaseState::Open, marks: [LeaseMark::None; NODES_MAX] };
+        let mut l = Lease {
+            key_id: 3,
+            opened_ns: 0,
+            marked_ns: 0,
+            state: LeaseState::Open,
+            marks: [LeaseMark::None; NODES_MAX],
+        };
         let placed = word(SlotState::Pending, 0, 9);
         l.set_mark(id, 1, LeaseMark::Running { job: job(0) });
         l.set_mark(id, 1, LeaseMark::Settled);
@@ -349,7 +402,13 @@ mod tests {
     #[should_panic(expected = "Taken => RolledBack")]
     fn a_taken_lease_is_not_rolled_back() {
         let id = LeaseId::from_parts(0, 1);
-        let mut l = Lease { key_id: 3, opened_ns: 0, state: LeaseState::Open, marks: [LeaseMark::None; NODES_MAX] };
+        let mut l = Lease {
+            key_id: 3,
+            opened_ns: 0,
+            marked_ns: 0,
+            state: LeaseState::Open,
+            marks: [LeaseMark::None; NODES_MAX],
+        };
         l.set_state(id, LeaseState::Taken);
         l.set_state(id, LeaseState::RolledBack);
     }

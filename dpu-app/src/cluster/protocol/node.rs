@@ -23,7 +23,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use prescient_models::{Model, Predictor};
+use prescient_models::{Model, Predictor, TuningConfig};
 use prescient_shim::layout::header;
 use prescient_shim::region::Region;
 
@@ -337,6 +337,14 @@ impl<F: Fabric> Node<F> {
                     .map_err(|e| Error::Model { path: PathBuf::from("(online)"), source: e })?,
             ),
             None => None,
+        };
+        // One tuning setting for every node and trace (`TuningConfig::default`).
+        let predictor = match predictor {
+            Some(p) if config.tunes_leases() => {
+                let path = config.model.clone().unwrap_or_else(|| PathBuf::from("(online)"));
+                Some(p.tuned(TuningConfig::default()).map_err(|e| Error::Model { path, source: e })?)
+            }
+            p => p,
         };
         let hlc_floor = HlcFloor::open(&data_dir.join("hlc-floor")).map_err(Error::Hlc)?;
         let hlc = Hlc::new(me, hlc_floor.floor().max(now.wall_us));

@@ -1,5 +1,6 @@
 //! What a node counts and times, and the summary it prints.
 
+use prescient_models::Tuner;
 use prescient_shim::Status;
 
 use super::write::Write;
@@ -11,6 +12,43 @@ pub const STATUS_CODES: usize = 32;
 
 /// Commit points kept for measurement (the newest; older ones are overwritten).
 pub const COMMIT_LOG_ENTRIES: usize = 1 << 16;
+
+/// The predictor's tuned lease threshold, as of the node's last write.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LeaseTuning {
+    /// The threshold leases open at.
+    pub threshold: f32,
+    /// Decisions the tuner took.
+    pub decisions: u64,
+    /// Decisions that lowered the threshold.
+    pub moves_down: u64,
+    /// Decisions that raised it (for precision or for cost).
+    pub moves_up: u64,
+    /// The windowed precision at the threshold (0 before any lease ended).
+    pub precision: f64,
+    /// What a hit saved, averaged (the lease's marking round trip), if measured.
+    pub hit_saved_ns: Option<f64>,
+    /// What a false positive cost, averaged (its marking and rollback rounds), if measured.
+    pub false_positive_ns: Option<f64>,
+}
+
+impl LeaseTuning {
+    /// A snapshot of `tuner`.
+    pub fn of(tuner: &Tuner) -> Self {
+        let c = tuner.controller();
+        let (decisions, down, up_precision, up_cost) = c.decisions();
+        let (hit_saved_ns, false_positive_ns) = tuner.measured_costs_ns();
+        Self {
+            threshold: tuner.threshold(),
+            decisions,
+            moves_down: down,
+            moves_up: up_precision + up_cost,
+            precision: c.precision_at(c.level()),
+            hit_saved_ns,
+            false_positive_ns,
+        }
+    }
+}
 
 /// A node's counters and latency histograms (fixed memory, allocated at start).
 #[derive(Debug)]
@@ -58,6 +96,8 @@ pub struct NodeStats {
     pub leases_timed_out: u64,
     /// Leases not marked for lack of room.
     pub leases_dropped: u64,
+    /// The tuned lease threshold (None: the model's fixed theta, or no predictor).
+    pub lease_tuning: Option<LeaseTuning>,
     /// Suspicions raised (a host directory could not be reached).
     pub suspicions: u64,
     /// Whole-directory revocations.
@@ -125,6 +165,7 @@ impl NodeStats {
             leases_rolled_back: 0,
             leases_timed_out: 0,
             leases_dropped: 0,
+            lease_tuning: None,
             suspicions: 0,
             revocations: 0,
             dead_declared: 0,
@@ -252,6 +293,19 @@ impl NodeStats {
                 self.predictor_hits, self.leases_opened, self.leases_rolled_back, self.leases_timed_out
             ));
         }
+        if let Some(t) = self.lease_tuning {
+            let us = |ns: Option<f64>| ns.map_or("-".to_string(), |ns| format!("{:.1} us", ns / 1e3));
+            s.push_str(&format!(
+                "  lease threshold: {:.2}, tuned from cost (windowed precision {:.4}; {} decisions, {} down, {} up; a hit saved {}, a false positive cost {})\n",
+                t.threshold,
+                t.precision,
+                t.decisions,
+                t.moves_down,
+                t.moves_up,
+                us(t.hit_saved_ns),
+                us(t.false_positive_ns)
+            ));
+        }
         s.push_str("  bytes moved:");
         for (peer, out, inn) in bytes {
             s.push_str(&format!(" ->{peer} {:.1} MB / <-{peer} {:.1} MB;", *out as f64 / 1e6, *inn as f64 / 1e6));
@@ -281,5 +335,30 @@ impl NodeStats {
             s.push_str(&format!("  faults: {}\n", shown.join(", ")));
         }
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_summary_shows_the_tuned_threshold_only_when_tuned() {
+        let mut s = NodeStats::new(3);
+        assert!(!s.render(0, &[]).contains("lease threshold"));
+        s.lease_tuning = Some(LeaseTuning {
+            threshold: 0.65,
+            decisions: 12,
+            moves_down: 2,
+            moves_up: 1,
+            precision: 0.97,
+            hit_saved_ns: Some(12_500.0),
+            false_positive_ns: None,
+        });
+        let text = s.render(0, &[]);
+        assert!(
+            text.contains("lease threshold: 0.65, tuned from cost (windowed precision 0.9700; 12 decisions, 2 down, 1 up; a hit saved 12.5 us, a false positive cost -)"),
+            "{text}"
+        );
     }
 }

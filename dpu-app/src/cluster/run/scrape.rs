@@ -26,7 +26,7 @@ use crate::metrics::{Metrics, OpKind};
 type NodeCounter = (&'static str, &'static str, fn(&NodeStats) -> u64);
 
 /// The node counters on the page, beside the request counts and histograms.
-const NODE_COUNTERS: [NodeCounter; 26] = [
+const NODE_COUNTERS: [NodeCounter; 27] = [
     ("prescient_predictor_hits_total", "Writes that found their key leased by the predictor (hits).", |s| {
         s.predictor_hits
     }),
@@ -40,6 +40,11 @@ const NODE_COUNTERS: [NodeCounter; 26] = [
     ("prescient_predictor_leases_dropped_total", "Predictions not marked for lack of a lease entry.", |s| {
         s.leases_dropped
     }),
+    (
+        "prescient_predictor_threshold_moves_total",
+        "Moves of the predictor's lease threshold, tuned from cost (0 when it is fixed).",
+        |s| s.lease_tuning.map_or(0, |t| t.moves_down + t.moves_up),
+    ),
     ("prescient_get_retries_total", "GET gather rounds repeated because sets of different ages disagreed.", |s| {
         s.get_retries
     }),

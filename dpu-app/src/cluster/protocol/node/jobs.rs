@@ -57,7 +57,7 @@ impl<F: Fabric> Node<F> {
         }
         match owner {
             Owner::Write(id) => self.write_job_done(id, host, slot, intent, finished, now),
-            Owner::Lease(id) => self.lease_job_done(id, host, slot, intent, finished),
+            Owner::Lease(id) => self.lease_job_done(id, host, slot, intent, finished, now),
             Owner::Detached => {}
         }
     }

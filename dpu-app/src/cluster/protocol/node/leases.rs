@@ -1,8 +1,9 @@
 //! The node's dispatch for the leases (`protocol/lease.rs`): opens and rolls back the
-//! marks the leases ask for as directory jobs, and tells a lease how its jobs ended.
+//! marks the leases ask for as directory jobs, tells a lease how its jobs ended, and
+//! tells the predictor's threshold tuner what each lease saved or cost.
 
 use super::Node;
-use crate::cluster::protocol::lease::Rollback;
+use crate::cluster::protocol::lease::{Rollback, RolledBack};
 use crate::cluster::protocol::peer::Trust;
 use crate::cluster::protocol::slotjob::{Finished, Intent, Owner, Started};
 use crate::cluster::protocol::slots::LeaseId;
@@ -20,7 +21,7 @@ impl<F: Fabric> Node<F> {
             }
             let dir_slot = self.slot_for(j, key_id);
             match self.start_job(Owner::Lease(id), j, dir_slot, intent, None) {
-                Started::Finished(f) => self.lease_job_done(id, j, dir_slot, intent, f),
+                Started::Finished(f) => self.lease_job_done(id, j, dir_slot, intent, f, now),
                 Started::Running(job) => self.leases.started(id, j, job),
             }
         }
@@ -34,16 +35,17 @@ impl<F: Fabric> Node<F> {
         dir_slot: u32,
         intent: Intent,
         f: Finished,
+        now: Now,
     ) {
-        if let Some(r) = self.leases.job_done(id, j, intent, f) {
+        if let Some(r) = self.leases.job_done(id, j, intent, f, now.mono_ns) {
             self.start_rollback(r, dir_slot);
         }
     }
 
     /// The predictor says `key_id`'s lease ended unused: roll its marks back.
-    pub(in crate::cluster::protocol) fn lease_expired(&mut self, key_id: u64, _now: Now) {
+    pub(in crate::cluster::protocol) fn lease_expired(&mut self, key_id: u64, now: Now) {
         let Some(id) = self.leases.open_lease_of(key_id) else { return };
-        self.roll_back_lease(id);
+        self.roll_back_lease(id, now);
         self.stats.leases_rolled_back += 1;
     }
 
@@ -51,14 +53,21 @@ impl<F: Fabric> Node<F> {
     pub(in crate::cluster::protocol) fn expire_leases(&mut self, now: Now) {
         for slot in 0..self.leases.capacity() {
             if let Some(id) = self.leases.timed_out(slot, now.mono_ns) {
-                self.roll_back_lease(id);
+                self.roll_back_lease(id, now);
                 self.stats.leases_timed_out += 1;
             }
         }
     }
 
-    fn roll_back_lease(&mut self, id: LeaseId) {
-        let (key_id, rollbacks) = self.leases.roll_back(id);
+    /// Rolls lease `id` back; a lease that placed marks tells the tuner its cost:
+    /// its marking round trip, and as much again for the rollback's CASes.
+    fn roll_back_lease(&mut self, id: LeaseId, now: Now) {
+        let RolledBack { key_id, rollbacks, marking_ns } = self.leases.roll_back(id, now.mono_ns);
+        if marking_ns > 0 {
+            if let Some(t) = self.predictor.as_mut().and_then(|p| p.tuner_mut()) {
+                t.measured_false_positive(2 * marking_ns);
+            }
+        }
         for r in rollbacks.into_iter().flatten() {
             let dir_slot = self.slot_for(r.host, key_id);
             self.start_rollback(r, dir_slot);

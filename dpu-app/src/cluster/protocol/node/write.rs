@@ -26,6 +26,7 @@ use crate::cluster::protocol::replicate::{
 };
 use crate::cluster::protocol::slotjob::{Finished, Intent, Owner};
 use crate::cluster::protocol::slots::WriteId;
+use crate::cluster::protocol::stats::LeaseTuning;
 use crate::cluster::protocol::time::Now;
 use crate::cluster::protocol::wr::WrId;
 use crate::cluster::protocol::write::Mark;
@@ -214,7 +215,12 @@ impl<F: Fabric> Node<F> {
         // None: refused and completed to the host; nothing to hold.
         let id = writer.begin(&mut cx, held, started, predicted, now)?;
         // A write that found its key leased upgrades the lease's marks.
-        let lease = if hit { self.leases.take_for(key_id) } else { None };
+        let lease = if hit { self.leases.take_for(key_id, now.mono_ns) } else { None };
+        if let Some(saved_ns) = lease.map(|l| l.saved_ns).filter(|&s| s > 0) {
+            if let Some(t) = self.predictor.as_mut().and_then(|p| p.tuner_mut()) {
+                t.measured_hit(saved_ns);
+            }
+        }
         // The writer takes the lease's placed marks as its own (`Mark::Placed`).
         let marks = lease.map(|l| {
             l.marks.map(|m| match m {
@@ -242,6 +248,9 @@ impl<F: Fabric> Node<F> {
         });
         let hit = report.outcome == WriteOutcome::Hit;
         self.stats.predictor_hits += u64::from(hit);
+        if let Some(t) = predictor.tuner() {
+            self.stats.lease_tuning = Some(LeaseTuning::of(t));
+        }
         if self.policy.predictive && self.policy.invalidation == Invalidation::Speculative {
             for p in &report.opened {
                 self.open_lease(p.key, now);
