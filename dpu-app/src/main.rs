@@ -139,6 +139,10 @@ enum Command {
         /// Switch ports with bounded buffers in the model and Swift congestion control.
         #[arg(long)]
         swift: bool,
+        /// The last N nodes are cache-only members (no fragments; their directories
+        /// are invalidated, their GETs read the storage nodes).
+        #[arg(long, default_value_t = 0)]
+        cache_members: u8,
     },
     /// Train and evaluate the write-stream predictor (same as `prescient-model`).
     Model {
@@ -442,6 +446,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             predictive,
             sequencer,
             swift,
+            cache_members,
         } => {
             let dir = std::env::temp_dir().join("prescient-sim");
             let seeds: Vec<u64> = match seed {
@@ -463,6 +468,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
                     predictive,
                     sequencer,
                     swift,
+                    cache_members,
                     dir: dir.clone(),
                 };
                 let r = prescient_dpu::sim::run(&opts).map_err(|v| format!("invariant broken\n{v}"))?;

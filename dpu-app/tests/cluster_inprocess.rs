@@ -288,3 +288,103 @@ fn a_full_store_refuses_writes_cleanly_and_keeps_every_acknowledged_one() {
     drop(c);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Five storage nodes and a cache-only member (node 5, `role = "cache"`): it holds no
+/// fragment of anything written, from a storage node or from itself; its host's
+/// directory slot is invalidated by every write; its GETs read the storage nodes; and
+/// with it down, a storage node's `Fresh` GET still succeeds with m storage nodes down
+/// (m + 1 nodes unreachable, but only m of them store).
+#[test]
+fn a_cache_only_member_holds_nothing_is_invalidated_and_reads_through() {
+    use prescient_dpu::cluster::config::Role;
+    let dir = std::env::temp_dir().join(format!("prescient-inproc-cache-member-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("keys")).unwrap();
+    let key = dir.join("keys/1.key");
+    std::fs::write(&key, [5u8; 32]).unwrap();
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let mut config = ClusterConfig::in_process(6, 3, 2, &dir);
+    config.key_dir = dir.join("keys");
+    config.nodes[5].role = Role::Cache;
+    config.value_bytes_max = 4096;
+    config.store_bytes = prescient_dpu::cluster::protocol::node::store_bytes_for_keys(&config, 4096).unwrap();
+    config.log_slots = 64;
+    config.outcome_entries = 4096;
+    config.validate().unwrap();
+    assert_eq!(config.placement().storage(), &[0, 1, 2, 3, 4]);
+    let region = region_config_for(&config, 1, 1024);
+    let mut c = InProcess::start(Arc::new(config), ClusterClock::Real, ModelConfig::ideal(), region, &dir.join("regions"))
+        .unwrap();
+    until(&mut c, |c| (0..6).all(|i| (0..6).all(|j| i == j || c.node(i).is_some_and(|n| n.peer_up(j)))));
+    let now = || prescient_shim::sys::monotonic_ns();
+    until(&mut c, |c| (0..6).all(|i| c.host(i).lease_valid(now())));
+
+    let put = |c: &mut InProcess, node: u8, key: &[u8], fill: u8| {
+        let host = Arc::clone(c.host(node));
+        let mut qp = host.queue_pair(0).unwrap();
+        let mut buf = host.take_buffer().unwrap();
+        buf.value_mut()[..2000].fill(fill);
+        qp.submit(Request::put(key, buf, 2000).user_data(1)).map_err(|(e, _)| e).unwrap();
+        let done = wait_one(c, node, &mut qp);
+        assert_eq!(done.status, Status::Ok, "PUT at node {node}: {done:?}");
+        done.version
+    };
+    let get = |c: &mut InProcess, node: u8, key: &[u8], sla: ReadSla| {
+        let host = Arc::clone(c.host(node));
+        let mut qp = host.queue_pair(0).unwrap();
+        let buf = host.take_buffer().unwrap();
+        qp.submit(Request::get(key, buf).sla(sla).user_data(2)).map_err(|(e, _)| e).unwrap();
+        let got = wait_one(c, node, &mut qp);
+        let value = (got.status == Status::Ok).then(|| qp.take_value(&got).expect("a GET's buffer").to_vec());
+        (got.status, got.version, value)
+    };
+
+    // Twenty keys from storage nodes and twenty from the cache-only member itself.
+    let mut written = Vec::new();
+    for i in 0..40u32 {
+        let writer = if i < 20 { (i % 5) as u8 } else { 5 };
+        let key = format!("member:{i}").into_bytes();
+        let version = put(&mut c, writer, &key, i as u8);
+        written.push((key, version, i as u8));
+    }
+    let (usage, _) = c.node(5).unwrap().store_usage();
+    assert_eq!(usage.live, 0, "the cache-only member holds no fragment");
+    let held: u64 = (0..5).map(|i| c.node(i).unwrap().store_usage().0.live).sum();
+    assert!(held >= 40 * 4, "every write's fragments went to the storage nodes ({held} records)");
+    for (key, version, fill) in &written {
+        let (status, got, value) = get(&mut c, 5, key, ReadSla::FRESH_NOW);
+        assert_eq!((status, got), (Status::Ok, *version), "the cache-only member reads {key:?} through");
+        assert!(value.unwrap()[..2000].iter().all(|b| b == fill));
+    }
+
+    // The member's host caches a key (miss, GET, refill); a storage node's write
+    // invalidates it.
+    let (key, _, _) = &written[3];
+    let member = Arc::clone(c.host(5));
+    let prescient_shim::ReadCheck::Miss(token) = member.check_read(key, now()) else {
+        panic!("nothing cached yet, so the first read misses")
+    };
+    assert_eq!(get(&mut c, 5, key, ReadSla::FRESH_NOW).0, Status::Ok);
+    assert!(member.refill(token), "no write since the token was taken");
+    assert_eq!(member.slot_state(key).unwrap().state, SlotState::Valid);
+    let newer = put(&mut c, 2, key, 0xee);
+    let slot = member.slot_state(key).unwrap();
+    assert_ne!(slot.state, SlotState::Valid, "a write must invalidate the cache-only member's slot: {slot:?}");
+    assert_eq!(get(&mut c, 5, key, ReadSla::FRESH_NOW).1, newer);
+
+    // The member down and two storage nodes down: three nodes unreachable, but only m =
+    // 2 of them store, so a Fresh GET still proves what is committed.
+    c.crash(5);
+    c.crash(3);
+    c.crash(4);
+    until(&mut c, |c| !c.node(0).unwrap().peer_up(3) && !c.node(0).unwrap().peer_up(4) && !c.node(0).unwrap().peer_up(5));
+    let (key, version, fill) = &written[25];
+    let (status, got, value) = get(&mut c, 0, key, ReadSla::FRESH_NOW);
+    assert_eq!((status, got), (Status::Ok, *version), "with m storage nodes down a Fresh GET still answers");
+    assert!(value.unwrap()[..2000].iter().all(|b| b == fill));
+    // And a key never written is proven absent, not Unavailable: the member's missing
+    // sets are not ones that could hold its decision.
+    assert_eq!(get(&mut c, 0, b"member:never", ReadSla::FRESH_NOW).0, Status::NotFound);
+    drop(c);
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -62,6 +62,26 @@ fn swift_seeds_700_to_760() {
     assert_eq!(total.paced.2, 0, "no PFC pause: {}", total.line());
 }
 
+/// Seven nodes, the last two cache-only members (k + m = 5 on the other five): writes
+/// from every node, crashes and cuts of members and storage nodes alike, and the
+/// predictor's leases marking the members' directories too.
+#[test]
+fn cache_member_seeds_800_to_840() {
+    let dir = std::env::temp_dir().join("prescient-sim-tests");
+    let mut total = prescient_dpu::sim::SimReport::default();
+    for seed in 800..840 {
+        let mut opts = SimOptions::new(seed, dir.clone());
+        (opts.nodes, opts.cache_members, opts.predictive) = (7, 2, seed % 2 == 0);
+        match run(&opts) {
+            Ok(r) => total.merge(&r),
+            Err(v) => panic!("{v}"),
+        }
+    }
+    assert!(total.writes.1 > 100 * 40 && total.reads_checked > 100 * 40, "{}", total.line());
+    assert!(total.crashes > 0 && total.partitions > 0 && total.leases.1 > 0, "{}", total.line());
+    eprintln!("cache-member seeds 800..840: {}", total.line());
+}
+
 #[test]
 fn predictive_seeds_500_to_560() {
     seeds(500, 60, true);

@@ -27,6 +27,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+pub use crate::cluster::placement::Role;
+use crate::cluster::placement::Placement;
+
 mod fabric;
 mod network;
 mod ordering;
@@ -176,6 +179,9 @@ pub struct NodeConfig {
     pub control: SocketAddr,
     /// Folder of the fragment logs, the store, the outcome table and the epoch files.
     pub data_dir: PathBuf,
+    /// Whether it holds fragments (`role = "storage"`, the default) or is a cache-only
+    /// member (`role = "cache"`): see [`crate::cluster::placement`].
+    pub role: Role,
 }
 
 /// The whole cluster's configuration. Build one with [`ClusterConfig::load`],
@@ -310,6 +316,7 @@ struct RawNode {
     control: String,
     data_dir: String,
     region: Option<String>,
+    role: Option<String>,
 }
 
 impl ClusterConfig {
@@ -419,11 +426,23 @@ impl ClusterConfig {
                 },
             )
             .map_err(|(name, value, allowed)| invalid(o, format!("[[node]] id = {id}: {name}"), value, allowed))?;
+            let role = match n.role.as_deref() {
+                None => Role::Storage,
+                Some(name) => Role::parse(name).ok_or_else(|| {
+                    invalid(
+                        o,
+                        format!("[[node]] id = {id}: role"),
+                        format!("{name:?}"),
+                        "must be \"storage\" (holds fragments; the default) or \"cache\" (a cache-only member: holds none, its directory is invalidated, its GETs read from the storage nodes)",
+                    )
+                })?,
+            };
             nodes.push(NodeConfig {
                 id,
                 fabric: node_fabric,
                 control: address("control", &n.control)?,
                 data_dir: resolve(base_dir, &n.data_dir),
+                role,
             });
         }
         let mut node_regions: Vec<(u8, Option<String>)> =
@@ -503,6 +522,7 @@ impl ClusterConfig {
                     fabric: NodeFabric::Emu(SocketAddr::from(([127, 0, 0, 1], port(7100, i)))),
                     control: SocketAddr::from(([127, 0, 0, 1], port(7200, i))),
                     data_dir: base_dir.join(format!("node{i}")),
+                    role: Role::Storage,
                 })
                 .collect(),
         }
@@ -573,6 +593,19 @@ impl ClusterConfig {
         }
     }
 
+    /// The storage nodes and the holders of each key on them (every node a storage
+    /// node unless some `[[node]]` says `role = "cache"`).
+    pub fn placement(&self) -> Placement {
+        let mut roles = [Role::Storage; crate::limits::NODES_MAX];
+        for node in &self.nodes {
+            if let Some(role) = roles.get_mut(usize::from(node.id)) {
+                *role = node.role;
+            }
+        }
+        Placement::new(&roles[..self.nodes.len().clamp(1, roles.len())])
+            .unwrap_or_else(|| Placement::all_storage(self.nodes.len()))
+    }
+
     fn invalid(&self, field: impl Into<String>, value: impl Display, allowed: impl Into<String>) -> ConfigError {
         invalid(&self.origin, field, value, allowed)
     }
@@ -612,11 +645,17 @@ impl ClusterConfig {
                 format!("at most {FRAGMENTS_MAX} fragments per stripe; lower k or m"),
             ));
         }
-        if k + m > n {
+        let storage = self.nodes.iter().filter(|node| node.role == Role::Storage).count();
+        if k + m > storage {
+            let cache = n - storage;
             return Err(self.invalid(
                 "cluster.k + cluster.m",
                 format!("{k} + {m} = {}", k + m),
-                format!("each fragment goes to its own node, and there are {n} [[node]] entries: lower k or m, or add nodes"),
+                if cache == 0 {
+                    format!("each fragment goes to its own node, and there are {n} [[node]] entries: lower k or m, or add nodes")
+                } else {
+                    format!("each fragment goes to its own storage node, and {storage} of the {n} [[node]] entries store ({cache} {} role = \"cache\"): lower k or m, or add storage nodes", if cache == 1 { "is" } else { "are" })
+                },
             ));
         }
         let low = k.max(m + 1);
@@ -909,6 +948,11 @@ impl ClusterConfig {
         order.sort_by_key(|n| n.id);
         for node in order {
             ctx.update(&[node.id]);
+            if node.role == Role::Cache {
+                // Only for cache-only members, so a cluster of storage nodes hashes as
+                // it always did.
+                ctx.update(b"cache");
+            }
             let fabric = match &node.fabric {
                 NodeFabric::Emu(a) => Some(*a),
                 NodeFabric::Verbs(_) => {
@@ -1094,6 +1138,23 @@ mod tests {
         assert_names(&err, &["[[node]] id = 4: region = \"mars\"", "network.regions"]);
         let err = with(&net.replace("[90000, 500]]", "[90001, 500]]"), "far").unwrap_err().to_string();
         assert_names(&err, &["network.latency_us", "symmetric"]);
+    }
+
+    #[test]
+    fn a_node_may_be_a_cache_only_member_and_the_code_must_fit_the_storage_nodes() {
+        let fx = Fixture::new("roles");
+        let cache_4 = EXAMPLE.replace("id = 4\n", "id = 4\nrole = \"cache\"\n");
+        assert_ne!(cache_4, EXAMPLE);
+        let err = fx.parse(&cache_4).unwrap_err().to_string();
+        assert_names(&err, &["cluster.k + cluster.m = 3 + 2", "4 of the 5 [[node]] entries store", "role = \"cache\""]);
+        let c = fx.parse(&cache_4.replace("k = 3 ", "k = 2 ")).unwrap();
+        assert_eq!((c.nodes[4].role, c.nodes[0].role), (Role::Cache, Role::Storage));
+        assert_eq!(c.placement().storage(), &[0, 1, 2, 3]);
+        let all = fx.parse(&EXAMPLE.replace("k = 3 ", "k = 2 ")).unwrap();
+        assert_ne!(c.cluster_hash(), all.cluster_hash(), "a member's role is part of the cluster's identity");
+        assert_eq!(all.placement(), crate::cluster::placement::Placement::all_storage(5));
+        let err = fx.parse(&EXAMPLE.replace("id = 2\n", "id = 2\nrole = \"mirror\"\n")).unwrap_err().to_string();
+        assert_names(&err, &["[[node]] id = 2: role = \"mirror\"", "\"storage\"", "\"cache\""]);
     }
 
     #[test]

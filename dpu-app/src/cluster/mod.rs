@@ -9,7 +9,8 @@
 //!   (a writer's durable record of what it decided), [`format::control`] (the
 //!   heartbeat block), [`format::hello`] (connection setup messages),
 //!   [`format::crc_combine`] (entry checksums from the CRCs of their parts);
-//! - configuration and time, here: [`config`] (the cluster file), [`hlc`]
+//! - configuration and time, here: [`config`] (the cluster file), [`placement`]
+//!   (storage nodes, cache-only members, and each key's holders), [`hlc`]
 //!   (versions), [`sequence`] (sequencer stamps), [`order`] (their ordered apply); every limit is in [`crate::limits`];
 //! - [`protocol`]: one single-threaded state machine per node
 //!   ([`protocol::node::Node`], driven by `poll(now)`) and its roles;
@@ -33,6 +34,7 @@ pub mod config;
 pub mod format;
 pub mod hlc;
 pub mod order;
+pub mod placement;
 pub mod protocol;
 pub mod run;
 pub mod sequence;

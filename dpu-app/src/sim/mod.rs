@@ -73,6 +73,10 @@ pub struct SimOptions {
     /// Switch ports of 10 Gbit/s with 64 KiB buffers in the model, and Swift on every
     /// node's peers (off: the delay model alone, no congestion control).
     pub swift: bool,
+    /// The last this-many nodes are cache-only members (`role = "cache"`): they hold
+    /// no fragments, their directories are invalidated, they write and read through the
+    /// storage nodes, and they crash and are cut off like any other node.
+    pub cache_members: u8,
     /// Where the nodes' files go (a fresh folder per run is made inside).
     pub dir: PathBuf,
 }
@@ -92,6 +96,7 @@ impl SimOptions {
             predictive: false,
             sequencer: false,
             swift: false,
+            cache_members: 0,
             dir,
         }
     }
@@ -111,6 +116,7 @@ impl SimOptions {
         ) + if self.predictive { " --predictive" } else { "" }
             + if self.sequencer { " --sequencer" } else { "" }
             + if self.swift { " --swift" } else { "" }
+            + &if self.cache_members > 0 { format!(" --cache-members {}", self.cache_members) } else { String::new() }
     }
 }
 
@@ -266,6 +272,10 @@ fn config(opts: &SimOptions, dir: &std::path::Path) -> Result<ClusterConfig, Str
     std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).map_err(|e| e.to_string())?;
     let mut c = ClusterConfig::in_process(opts.nodes.into(), opts.k.into(), opts.m.into(), dir);
     c.quorum = opts.quorum.into();
+    let storage = usize::from(opts.nodes.saturating_sub(opts.cache_members));
+    for node in c.nodes.iter_mut().skip(storage) {
+        node.role = crate::cluster::config::Role::Cache;
+    }
     c.key_dir = keys;
     c.value_bytes_max = 1024;
     // A store of two sets (32 records) for the dozen keys, so that hot keys' versions
@@ -509,7 +519,9 @@ pub fn run(opts: &SimOptions) -> Result<SimReport, Violation> {
     for round in 0..2 {
         if round == 1 {
             while down.len() < opts.m as usize {
-                let victim = rng.below(u64::from(n)) as u8;
+                // Storage nodes: m of them down is what every read must survive.
+                let storage = cfg.placement();
+                let victim = storage.storage()[rng.below(storage.storage_nodes() as u64) as usize];
                 if !down.contains(&victim) {
                     cluster.crash(victim);
                     down.push(victim);

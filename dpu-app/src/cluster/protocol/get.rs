@@ -137,6 +137,8 @@ impl Get {
 pub(super) struct ReadCx<'a, F: Fabric> {
     pub me: u8,
     pub n: usize,
+    /// The storage nodes: the ones a GET reads sets from.
+    pub placement: &'a crate::cluster::placement::Placement,
     pub k: usize,
     pub m: usize,
     pub write_timeout_ns: u64,
@@ -237,7 +239,9 @@ impl Reader {
         g.attempts += 1;
         g.arrived = 0;
         g.arrived_spill = 0;
-        for j in 0..cx.n as u8 {
+        // From the storage nodes only: a cache-only member holds no fragment, and may
+        // be a far region away.
+        for &j in cx.placement.storage() {
             if j == cx.me {
                 continue;
             }
@@ -298,8 +302,14 @@ impl Reader {
         let g = self.gets.get_mut(id).expect("ready GET");
         let sets = &mut self.sets[slot];
         let with_spill = g.with_spill();
-        let (home, spill) = cx.store.read_key_sets(g.set, g.spill.filter(|_| with_spill), sets, me);
-        for (result, arrived) in [(Some(home), &mut g.arrived), (spill, &mut g.arrived_spill)] {
+        let (home, spill) = if cx.placement.stores(cx.me) {
+            let (home, spill) = cx.store.read_key_sets(g.set, g.spill.filter(|_| with_spill), sets, me);
+            (Some(home), spill)
+        } else {
+            // A cache-only member's store holds nothing: the storage nodes' sets are all.
+            (None, None)
+        };
+        for (result, arrived) in [(home, &mut g.arrived), (spill, &mut g.arrived_spill)] {
             match result {
                 Some(Ok(())) => *arrived |= 1 << me,
                 Some(Err(e)) => tracing::error!(node = cx.me, error = %e, "cannot read the local store set"),
@@ -392,17 +402,19 @@ struct Candidate {
 }
 
 /// Picks the version to return from the sets that arrived (`sets[node]`, `None` for
-/// a node that could not be reached); a fragment is named by (node, way), ways of the
-/// spill set following the home set's ([`KeySets::record`]). Pure, so the rules are
-/// tested on their own.
+/// a node that could not be reached) for the code RS(`k`, `m`); a fragment is named by (node, way), ways of the
+/// spill set following the home set's ([`KeySets::record`]). Only the nodes of
+/// `storage` (a bit mask of node ids) count as unreachable when their sets are `None`:
+/// a cache-only member holds nothing to miss. Pure, so the rules are tested on their
+/// own.
 pub fn choose(
     sets: &[Option<KeySets<'_>>],
     geometry: &StoreGeometry,
     key_hash: u64,
-    k: usize,
-    m: usize,
+    (k, m): (usize, usize),
     skip: &[(u8, u8)],
     fresh: bool,
+    storage: u32,
 ) -> Choice {
     const CANDIDATES_MAX: usize = 8;
     let mut candidates = [Candidate {
@@ -414,7 +426,9 @@ pub fn choose(
         count: 0,
     }; CANDIDATES_MAX];
     let mut used = 0;
-    let unreachable = sets.iter().filter(|s| s.is_none()).count();
+    // Only storage nodes count: a cache-only member holds nothing to miss.
+    let unreachable =
+        sets.iter().enumerate().filter(|(j, s)| s.is_none() && *j < 32 && storage & (1 << j) != 0).count();
     for (node, set) in sets.iter().enumerate() {
         let Some(set) = set else { continue };
         for way in 0..set.ways(geometry) {
@@ -493,11 +507,12 @@ fn rebuild<F: Fabric>(cx: &mut ReadCx<'_, F>, g: &Get, sets_buf: &[u8], frame: &
         // A node counts once what this round READ of it arrived: its home set, and its
         // spill set when the round READ that too.
         let sets: [Option<KeySets<'_>>; crate::limits::NODES_MAX] = std::array::from_fn(|j| {
-            let home_in = j < cx.n && g.arrived & (1 << j) != 0;
+            let home_in = j < cx.n && cx.placement.stores(j as u8) && g.arrived & (1 << j) != 0;
             let spill_in = !with_spill || g.arrived_spill & (1 << j) != 0;
             (home_in && spill_in).then(|| KeySets::gathered(sets_buf, j, set_bytes, with_spill))
         });
-        let choice = choose(&sets[..cx.n], &geometry, g.key_hash, cx.k, cx.m, &skip[..skipped], g.fresh);
+        let choice =
+            choose(&sets[..cx.n], &geometry, g.key_hash, (cx.k, cx.m), &skip[..skipped], g.fresh, cx.placement.mask());
         tracing::trace!(node = cx.me, key_hash = g.key_hash, arrived = g.arrived, ?choice, skipped, "GET choice");
         if tracing::enabled!(tracing::Level::TRACE) && matches!(choice, Choice::Unavailable { .. }) {
             for (j, set) in sets[..cx.n].iter().enumerate() {

@@ -99,6 +99,8 @@ pub struct NodeSetup<F: Fabric> {
 pub struct Node<F: Fabric> {
     pub(super) me: u8,
     pub(super) n: usize,
+    /// The storage nodes and each key's holders.
+    pub(super) placement: crate::cluster::placement::Placement,
     pub(super) k: usize,
     pub(super) m: usize,
     pub(super) quorum: u32,
@@ -399,6 +401,7 @@ impl<F: Fabric> Node<F> {
         let mut node = Self {
             me,
             n,
+            placement: config.placement(),
             k,
             m,
             quorum: config.quorum as u32,

@@ -112,6 +112,8 @@ impl Repair {
 pub(super) struct RepairCx<'a, F: Fabric> {
     pub me: u8,
     pub n: usize,
+    /// The storage nodes and each key's holders.
+    pub placement: &'a crate::cluster::placement::Placement,
     pub k: usize,
     pub m: usize,
     pub incarnation: u32,
@@ -292,7 +294,8 @@ impl Repairer {
         // Repairs are background work: they READ the key's spill set (first, on the same
         // queue pair, as a GET's second round does) whether or not it holds anything.
         let (set, spill) = (cx.store.home_of(key_hash), cx.store.spill_of(key_hash));
-        for j in 0..cx.n as u8 {
+        // From the storage nodes only: a cache-only member holds no fragment.
+        for &j in cx.placement.storage() {
             if j == cx.me {
                 continue;
             }
@@ -517,12 +520,10 @@ impl Repairer {
             r.set_state(RepairState::Over);
             return None;
         }
-        let home = (r.key_hash % n as u64) as usize;
-        let index = (r.target as usize + n - home) % n;
-        if index >= layout.fragments() {
+        let Some(index) = cx.placement.fragment_of(r.key_hash, layout.fragments(), r.target) else {
             r.set_state(RepairState::Over);
             return None;
-        }
+        };
         let f = layout.fragment_len();
         let frag = fragment(&layout, data, side, index);
         if r.target == me {

@@ -154,6 +154,7 @@ pub enum HeldNext {
 pub struct WriteCx<'a, Q: RawQp> {
     pub(super) me: u8,
     pub(super) n: usize,
+    pub(super) placement: &'a crate::cluster::placement::Placement,
     pub(super) k: usize,
     pub(super) m: usize,
     pub(super) quorum: u32,
@@ -522,12 +523,9 @@ impl Writer {
         encode_stripe(cx.rs, &layout, StripeId { key_hash, version: stamp }, data, side_buf).map_err(|e| failed(&e))?;
         times[WriteStage::Encode as usize] = at();
 
-        // Holders: the stripe's k + m fragments on consecutive nodes from the key's home.
-        let mut holders = [0u8; crate::limits::FRAGMENTS_MAX];
-        let home = (key_hash % cx.n as u64) as usize;
-        for (i, h) in holders.iter_mut().take(layout.fragments()).enumerate() {
-            *h = ((home + i) % cx.n) as u8;
-        }
+        // Holders: the stripe's k + m fragments on consecutive storage nodes from the
+        // key's home.
+        let holders = cx.placement.holders(key_hash, layout.fragments());
         let holder_mask = holders[..layout.fragments()].iter().fold(0u32, |m, &h| m | 1 << h);
         cx.outcomes
             .begin(write_seq, key_hash, stamp, holder_mask, u32::from(tombstone))

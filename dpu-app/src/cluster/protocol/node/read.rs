@@ -15,6 +15,7 @@ impl<F: Fabric> Node<F> {
         let cx = ReadCx {
             me: self.me,
             n: self.n,
+            placement: &self.placement,
             k: self.k,
             m: self.m,
             write_timeout_ns: self.write_timeout_ns,

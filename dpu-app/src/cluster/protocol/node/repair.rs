@@ -17,6 +17,7 @@ impl<F: Fabric> Node<F> {
         let cx = RepairCx {
             me: self.me,
             n: self.n,
+            placement: &self.placement,
             k: self.k,
             m: self.m,
             incarnation: self.incarnation,

@@ -41,6 +41,7 @@ impl<F: Fabric> Node<F> {
         let cx = WriteCx {
             me: self.me,
             n: self.n,
+            placement: &self.placement,
             k: self.k,
             m: self.m,
             quorum: self.quorum,
