@@ -1,5 +1,6 @@
 //! The emulated completion queue: completions with the clock time they become visible
-//! (the model's latency), handed out in order; busy polling, and waits that spin, then
+//! (the model's latency), handed out in that order (each queue pair's in its own
+//! order); busy polling, and waits that spin, then
 //! block on a condition variable. Every poll and wait first drives the attached queue
 //! pairs that are pending - requests due for delivery, receiver-not-ready retries,
 //! timeouts - as the NIC would on its own: in process, the NIC's work runs on the
@@ -124,7 +125,14 @@ impl CqInner {
             drop(c);
             return;
         }
-        e.queue.push_back((ready_ns, c));
+        // In the order completions become visible, as a NIC writes them: an entry goes
+        // behind every entry visible no later than it, and behind every entry of its
+        // own queue pair (a queue pair's completions keep their order). So a request
+        // to a near peer completes while one posted before it to a far peer is still on
+        // its way, instead of waiting behind it. Mostly the back: one comparison.
+        let qp = c.qp_num;
+        let at = e.queue.iter().rposition(|(r, other)| *r <= ready_ns || other.qp_num == qp).map_or(0, |i| i + 1);
+        e.queue.insert(at, (ready_ns, c));
         // Release: a poll that sees the new length finds the entry under the lock.
         self.queued.store(e.queue.len(), Ordering::Release);
         let waiters = e.waiters;
@@ -219,5 +227,48 @@ impl CompletionQueue for EmuCq {
             }
             inner.entries.lock().waiters -= 1;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fabric::emu::clock::ManualClock;
+    use crate::fabric::{WcOpcode, WcStatus};
+
+    fn completion(wr_id: u64, qp_num: u32) -> Completion {
+        Completion {
+            wr_id,
+            status: WcStatus::Success,
+            opcode: WcOpcode::Read,
+            byte_len: 0,
+            imm: None,
+            qp_num,
+            buf: None,
+            path: Default::default(),
+        }
+    }
+
+    /// A near peer's completion is not held behind a far peer's posted before it on
+    /// another queue pair; one queue pair's completions keep their order.
+    #[test]
+    fn completions_come_out_when_visible_and_each_queue_pair_in_order() {
+        let clock = Arc::new(ManualClock::new());
+        let cq = EmuCq::new(16, clock.clone()).unwrap();
+        let inner = &cq.inner;
+        inner.push(180_000, completion(1, 7)); // far, queue pair 7
+        inner.push(1_000, completion(2, 8)); // near, queue pair 8
+        inner.push(500, completion(3, 7)); // behind 1 on its queue pair, whatever its time
+        inner.push(0, completion(4, 9)); // visible at once
+        let mut out = Vec::new();
+        clock.advance(1_000);
+        assert_eq!(cq.poll(&mut out, 16).unwrap(), 2);
+        assert_eq!(out.iter().map(|c| c.wr_id).collect::<Vec<_>>(), [4, 2]);
+        out.clear();
+        clock.advance(178_999);
+        assert_eq!(cq.poll(&mut out, 16).unwrap(), 0, "the far response is still on its way");
+        clock.advance(1);
+        assert_eq!(cq.poll(&mut out, 16).unwrap(), 2);
+        assert_eq!(out.iter().map(|c| c.wr_id).collect::<Vec<_>>(), [1, 3]);
     }
 }
