@@ -103,6 +103,8 @@ pub fn run(demo: &ClusterDemo) -> Result<String, Error> {
     let ready_s = started.elapsed().as_secs_f64();
     let config = LoadConfig {
         writer_depth: network.writer_depth(),
+        writer_nodes: network.writer_nodes(),
+        write_interval_ns: network.write_interval_ns(),
         ramp_ns: 100_000_000,
         value_bytes: VALUE_BYTES,
         readers: true,

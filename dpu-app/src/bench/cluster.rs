@@ -64,12 +64,14 @@ pub struct ClusterBench {
 fn load_config(network: Network, warmup: f64, seed: u64) -> LoadConfig {
     LoadConfig {
         writer_depth: network.writer_depth(),
+        writer_nodes: network.writer_nodes(),
+        write_interval_ns: network.write_interval_ns(),
         ramp_ns: (warmup * 0.5e9) as u64,
         value_bytes: VALUE_BYTES,
         readers: true,
         reader_gets_max: match network {
             Network::Lan | Network::LanLight => 4,
-            Network::Wan => 8,
+            Network::Wan | Network::Geo => 8,
         },
         reads_per_tick: 1,
         cache_entries: 4096,
@@ -213,7 +215,7 @@ pub fn run(bench: &ClusterBench) -> Result<ClusterReport, Error> {
                 (false, s) => (network.warmup_seconds(), s.unwrap_or(network.cell_seconds())),
             };
             let spec = ClusterSpec {
-                nodes: NODES,
+                nodes: network.nodes(),
                 k,
                 m,
                 network,

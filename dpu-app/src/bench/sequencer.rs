@@ -86,6 +86,8 @@ fn put_cell(network: Network, sequenced: bool, seconds: f64, stream: &KeyStream,
     let mut cluster = setup::start_configured(&spec, config, &dir)?;
     let load = LoadConfig {
         writer_depth: network.writer_depth(),
+        writer_nodes: network.writer_nodes(),
+        write_interval_ns: network.write_interval_ns(),
         ramp_ns: (warmup * 0.5e9) as u64,
         value_bytes: 4096,
         readers: false,

@@ -1,6 +1,8 @@
 //! The load on an in-process cluster, stepped from one thread on the real clock: on
-//! every node a writer that keeps `writer_depth` PUTs in flight over its part of the key
-//! stream, and a reader that reads keys the other nodes wrote recently through the
+//! every writing node (all, or those of `writer_nodes`) a writer that keeps
+//! `writer_depth` PUTs in flight over its part of the key stream - or, with a
+//! `write_interval_ns`, submits one PUT per interval (an open loop, at most
+//! `writer_depth` in flight) - and on every node a reader that reads keys the other nodes wrote recently through the
 //! cache directory (check, on a miss a `Fresh` GET, cache the value under the word its
 //! refill CASes in, serve only while the slot holds exactly that word).
 //!
@@ -55,6 +57,11 @@ const _: () = assert!(NEWEST_ENTRIES.is_power_of_two());
 pub struct LoadConfig {
     /// PUTs each writer keeps in flight.
     pub writer_depth: u32,
+    /// The nodes that write, a bit mask of node ids (`u32::MAX`: every node).
+    pub writer_nodes: u32,
+    /// Nanoseconds between one writer's PUTs (0: a closed loop, as fast as
+    /// `writer_depth` allows); writers start staggered over one interval.
+    pub write_interval_ns: u64,
     /// How long the writers take to reach `writer_depth`, from 1 in flight, growing
     /// linearly from the driver's start (a slow start: a cluster fed its whole depth
     /// at once decides a burst of writes in one round trip).
@@ -101,6 +108,12 @@ pub struct HostStats {
     pub cache_hits: u64,
     /// Reads that waited on a Pending slot.
     pub waited: u64,
+    /// Reads that found their slot Pending while no PUT of the key was in flight from
+    /// any writer: a predictor lease's mark (or a mark not yet cleared after its write
+    /// completed; the policies without leases show how many of those there are).
+    pub pending_without_write: u64,
+    /// How long those reads waited (until the slot left Pending or the wait ran out).
+    pub pending_without_write_wait: Histogram,
     /// Waits that ran out (the read then asked the DPU app without refilling).
     pub wait_timeouts: u64,
     /// GETs completed Ok.
@@ -139,15 +152,24 @@ pub struct Window {
 impl HostStats {
     fn clear(&mut self) {
         let (mut put, mut get) = (std::mem::take(&mut self.put_latency), std::mem::take(&mut self.get_latency));
+        let mut lease_wait = std::mem::take(&mut self.pending_without_write_wait);
         put.clear();
         get.clear();
+        lease_wait.clear();
         let (mut windows, window_ns) = (std::mem::take(&mut self.windows), self.window_ns);
         for w in &mut windows {
             w.puts_ok = 0;
             w.puts_failed = 0;
             w.put_latency.clear();
         }
-        *self = Self { put_latency: put, get_latency: get, windows, window_ns, ..Self::default() };
+        *self = Self {
+            put_latency: put,
+            get_latency: get,
+            pending_without_write_wait: lease_wait,
+            windows,
+            window_ns,
+            ..Self::default()
+        };
     }
 }
 
@@ -170,6 +192,8 @@ struct Writer {
     /// The watches of the next `lookahead` keys of the stream, in order.
     upcoming: VecDeque<Option<WatchId>>,
     seq: u64,
+    /// With a write interval: when the next PUT is due.
+    next_due_ns: u64,
 }
 
 /// One GET in flight.
@@ -186,6 +210,8 @@ struct Waiting {
     key_id: u64,
     began_ns: u64,
     until_ns: u64,
+    /// No PUT of the key was in flight when the read found it Pending.
+    without_write: bool,
 }
 
 /// A node's reader.
@@ -264,19 +290,24 @@ impl Driver {
             hosts[node as usize].queue_pair(index).map_err(|source| Error::Host { node, source })
         };
         let depth = config.writer_depth.max(1);
-        let mut writers = Vec::with_capacity(n.into());
+        let writing: Vec<u8> = (0..n).filter(|&i| i >= 32 || config.writer_nodes & (1 << i) != 0).collect();
+        let mut writers = Vec::with_capacity(writing.len());
         let mut readers = Vec::with_capacity(n.into());
-        for node in 0..n {
+        let start = monotonic_ns();
+        for (i, &node) in writing.iter().enumerate() {
             writers.push(Writer {
                 node,
                 host: Arc::clone(&hosts[node as usize]),
                 qp: qp(node, 0)?,
-                cursor: stream.cursor(node, n),
+                cursor: stream.cursor(i as u8, writing.len() as u8),
                 slots: vec![None; depth as usize],
                 free: (0..depth).rev().collect(),
                 upcoming: VecDeque::with_capacity(config.lookahead + 1),
                 seq: 0,
+                next_due_ns: start + config.write_interval_ns * i as u64 / writing.len() as u64,
             });
+        }
+        for node in 0..n {
             let gets = config.reader_gets_max.max(1);
             readers.push(Reader {
                 host: Arc::clone(&hosts[node as usize]),
@@ -423,8 +454,12 @@ impl Driver {
     fn submit_puts(&mut self, w: usize, now: u64) -> Result<(), Error> {
         let mut skips = 0;
         let depth = self.depth_at(now);
+        let interval = self.config.write_interval_ns;
         while let Some(&index) = self.writers[w].free.last() {
             if self.writers[w].slots.len() - self.writers[w].free.len() >= depth {
+                break;
+            }
+            if interval > 0 && now < self.writers[w].next_due_ns {
                 break;
             }
             let key = self.writers[w].cursor.peek(0);
@@ -461,6 +496,11 @@ impl Driver {
             }
             writer.free.pop();
             writer.seq += 1;
+            if interval > 0 {
+                // Due again one interval on; a writer that fell behind (its depth full)
+                // starts again from now rather than catching up in a burst.
+                writer.next_due_ns = (writer.next_due_ns + interval).max(now);
+            }
             let submitted_ns = monotonic_ns();
             let passed = self.advance(w, now);
             let watch = passed.filter(|&id| self.watches.submitted(id, submitted_ns));
@@ -507,7 +547,7 @@ impl Driver {
             }
             if self.config.readers {
                 for (r, reader) in self.readers.iter_mut().enumerate() {
-                    if r != w {
+                    if r != usize::from(node) {
                         if reader.recent.len() == RECENT_KEYS {
                             reader.recent.pop_front();
                         }
@@ -552,12 +592,22 @@ impl Driver {
             ReadCheck::Pending(_) if self.readers[r].waiting.len() < WAITING_MAX => {
                 self.stats.waited += 1;
                 let until_ns = now + self.config.fresh_wait_ns;
-                self.readers[r].waiting.push(Waiting { key_id: key, began_ns, until_ns });
+                let without_write = !self.in_flight_anywhere(key);
+                self.stats.pending_without_write += u64::from(without_write);
+                self.readers[r].waiting.push(Waiting { key_id: key, began_ns, until_ns, without_write });
             }
-            ReadCheck::Pending(_) => self.get(r, key, began_ns, None),
+            ReadCheck::Pending(_) => {
+                self.stats.pending_without_write += u64::from(!self.in_flight_anywhere(key));
+                self.get(r, key, began_ns, None);
+            }
             ReadCheck::Miss(token) => self.get(r, key, began_ns, Some(token)),
             ReadCheck::NoLease | ReadCheck::NoDirectory => self.get(r, key, began_ns, None),
         }
+    }
+
+    /// Whether some writer has a PUT of `key` in flight.
+    fn in_flight_anywhere(&self, key: u64) -> bool {
+        self.writers.iter().any(|w| w.slots.iter().flatten().any(|s| s.key_id == key))
     }
 
     fn serve_cached(&mut self, r: usize, key: u64, word: SlotWord, began_ns: u64) {
@@ -595,11 +645,15 @@ impl Driver {
         while i < self.readers[r].waiting.len() {
             let w = self.readers[r].waiting[i];
             let check = self.readers[r].host.check_read(&key_bytes(w.key_id), now);
+            if matches!(check, ReadCheck::Pending(_)) && now < w.until_ns {
+                i += 1;
+                continue;
+            }
+            if w.without_write {
+                self.stats.pending_without_write_wait.record(now.saturating_sub(w.began_ns));
+            }
+            // The wait ended: on to the read's next step.
             match check {
-                ReadCheck::Pending(_) if now < w.until_ns => {
-                    i += 1;
-                    continue;
-                }
                 ReadCheck::Pending(_) => {
                     self.stats.wait_timeouts += 1;
                     self.readers[r].waiting.swap_remove(i);

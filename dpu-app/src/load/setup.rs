@@ -57,11 +57,33 @@ pub enum Network {
     /// 20 ms one way, 1 ms jitter; heartbeat 10 ms, lease 200 ms, dead after 1 s, write
     /// timeout 5 s.
     Wan,
+    /// Three regions ([`GEO_REGIONS`]): five storage nodes in `store` (0.5 ms one way
+    /// inside it), and a cache-only member in each of `cache-a` (40 ms from `store`)
+    /// and `cache-b` (90 ms from `store` and from `cache-a`). Only the storage nodes
+    /// write, each one PUT every [`GEO_WRITE_INTERVAL_NS`] (an open loop: a far round
+    /// trip is 180 ms, so a lease opened at one write has its far marks placed by the
+    /// next); every node reads. Heartbeat 20 ms, lease 1 s, dead after 2 s, write
+    /// timeout 10 s. Where the predictor's leases pay: a write cannot complete before
+    /// every far directory is marked.
+    Geo,
 }
+
+/// The geo model's regions, in matrix order.
+pub const GEO_REGIONS: [&str; 3] = ["store", "cache-a", "cache-b"];
+/// The geo model's one-way delays between [`GEO_REGIONS`], microseconds.
+pub const GEO_LATENCY_US: [[u64; 3]; 3] = [[500, 40_000, 90_000], [40_000, 500, 90_000], [90_000, 90_000, 500]];
+/// The geo model's jitter bounds between [`GEO_REGIONS`], microseconds.
+pub const GEO_JITTER_US: [[u64; 3]; 3] = [[50, 1_000, 1_000], [1_000, 50, 1_000], [1_000, 1_000, 50]];
+/// Storage nodes of the geo model, all in `store`; node ids after them are its
+/// cache-only members, one per cache region.
+pub const GEO_STORAGE_NODES: u8 = 5;
+/// How often each geo writer submits a PUT: above the farthest round trip (2 x 90 ms
+/// plus jitter), so a lease opened at a write can be placed before the next.
+pub const GEO_WRITE_INTERVAL_NS: u64 = 200_000_000;
 
 impl Network {
     /// Every model, in report order.
-    pub const ALL: [Network; 3] = [Network::LanLight, Network::Lan, Network::Wan];
+    pub const ALL: [Network; 4] = [Network::LanLight, Network::Lan, Network::Wan, Network::Geo];
 
     /// The name in options and reports.
     pub const fn name(self) -> &'static str {
@@ -69,7 +91,56 @@ impl Network {
             Network::Lan => "LAN",
             Network::LanLight => "LAN-1",
             Network::Wan => "WAN",
+            Network::Geo => "geo",
         }
+    }
+
+    /// Nodes of a cluster on this model: 5, or on the geo model its 5 storage nodes and
+    /// one cache-only member per cache region.
+    pub const fn nodes(self) -> u8 {
+        match self {
+            Network::Geo => GEO_STORAGE_NODES + GEO_REGIONS.len() as u8 - 1,
+            _ => 5,
+        }
+    }
+
+    /// The nodes that write (a bit mask of node ids): every node, or on the geo model
+    /// the storage nodes only.
+    pub const fn writer_nodes(self) -> u32 {
+        match self {
+            Network::Geo => (1 << GEO_STORAGE_NODES) - 1,
+            _ => u32::MAX,
+        }
+    }
+
+    /// Nanoseconds between one writer's PUTs (0: as fast as its depth allows).
+    pub const fn write_interval_ns(self) -> u64 {
+        match self {
+            Network::Geo => GEO_WRITE_INTERVAL_NS,
+            _ => 0,
+        }
+    }
+
+    /// The regions of the nodes and the delays between them (`None`: one latency for
+    /// every link, [`Self::model`]'s).
+    pub fn network_config(self, seed: u64) -> crate::cluster::config::NetworkConfig {
+        use crate::cluster::config::{Congestion, NetworkConfig};
+        use crate::fabric::emu::{PathDelay, RegionId, Topology};
+        let Network::Geo = self else { return NetworkConfig { seed, ..NetworkConfig::default() } };
+        let delay = (0..GEO_REGIONS.len())
+            .map(|a| {
+                (0..GEO_REGIONS.len())
+                    .map(|b| PathDelay {
+                        one_way_ns: GEO_LATENCY_US[a][b] * 1_000,
+                        jitter_ns: GEO_JITTER_US[a][b] * 1_000,
+                    })
+                    .collect()
+            })
+            .collect();
+        let regions = (0..self.nodes()).map(|i| RegionId(i.saturating_sub(GEO_STORAGE_NODES - 1))).collect();
+        let topology = Topology::new(GEO_REGIONS.iter().map(|r| r.to_string()).collect(), delay, regions)
+            .expect("the geo model's constants are a valid topology (a unit test builds it)");
+        NetworkConfig { topology: Some(topology), congestion: Congestion::None, seed }
     }
 
     /// Whether this is the LAN latency model (under either load).
@@ -87,7 +158,7 @@ impl Network {
         text.split(',')
             .map(|name| {
                 Self::parse(name).ok_or_else(|| {
-                    format!("--networks: unknown network model {name:?}; use lan-1, lan or wan (comma-separated)")
+                    format!("--networks: unknown network model {name:?}; use lan-1, lan, wan or geo (comma-separated)")
                 })
             })
             .collect()
@@ -98,6 +169,8 @@ impl Network {
         let (latency_ns, jitter_ns) = match self {
             Network::Lan | Network::LanLight => (5_000, 2_000),
             Network::Wan => (20_000_000, 1_000_000),
+            // Each node's delays are its regions' (`network_config`).
+            Network::Geo => (0, 0),
         };
         ModelConfig { seed, latency_ns, jitter_ns, ..ModelConfig::ideal() }
     }
@@ -107,6 +180,7 @@ impl Network {
         match self {
             Network::Lan | Network::LanLight => (1_000, 20_000, 250_000, 2_000_000),
             Network::Wan => (10_000, 200_000, 1_000_000, 5_000_000),
+            Network::Geo => (20_000, 1_000_000, 2_000_000, 10_000_000),
         }
     }
 
@@ -116,6 +190,9 @@ impl Network {
             Network::Lan => 16,
             Network::LanLight => 1,
             Network::Wan => 64,
+            // Open loop: a far round trip (180 ms) is below the write interval, so one
+            // or two in flight; the rest is room for a slow moment.
+            Network::Geo => 8,
         }
     }
 
@@ -124,6 +201,8 @@ impl Network {
         match self {
             Network::Lan | Network::LanLight => 3.0,
             Network::Wan => 8.0,
+            // 5 writers at 5 PUTs/s: 500 PUTs a cell.
+            Network::Geo => 20.0,
         }
     }
 
@@ -133,6 +212,7 @@ impl Network {
         match self {
             Network::Lan | Network::LanLight => 0.5,
             Network::Wan => 1.5,
+            Network::Geo => 3.0,
         }
     }
 
@@ -141,6 +221,7 @@ impl Network {
         match self {
             Network::Lan | Network::LanLight => 1_000_000,
             Network::Wan => 200_000_000,
+            Network::Geo => 400_000_000,
         }
     }
 
@@ -149,6 +230,7 @@ impl Network {
         match self {
             Network::Lan | Network::LanLight => 20_000_000,
             Network::Wan => 1_000_000_000,
+            Network::Geo => 2_000_000_000,
         }
     }
 
@@ -156,7 +238,7 @@ impl Network {
     const fn ready_timeout(self) -> Duration {
         match self {
             Network::Lan | Network::LanLight => Duration::from_secs(20),
-            Network::Wan => Duration::from_secs(60),
+            Network::Wan | Network::Geo => Duration::from_secs(60),
         }
     }
 }
@@ -268,6 +350,12 @@ impl ClusterSpec {
         c.predictive = self.policy.predictive();
         c.allow_unsafe_no_invalidation = self.policy == Policy::None;
         c.model = if self.policy.predictive() { self.model_file.clone() } else { None };
+        c.network = self.network.network_config(self.seed);
+        if self.network == Network::Geo {
+            for node in c.nodes.iter_mut().skip(GEO_STORAGE_NODES.into()) {
+                node.role = crate::cluster::config::Role::Cache;
+            }
+        }
         let (heartbeat_us, lease_us, dead_after_us, write_timeout_us) = self.network.timings_us();
         (c.heartbeat_us, c.lease_us, c.dead_after_us, c.write_timeout_us) =
             (heartbeat_us, lease_us, dead_after_us, write_timeout_us);

@@ -16,8 +16,20 @@ use super::time::Now;
 use crate::cluster::hlc::Hlc;
 use crate::limits::NODES_MAX;
 
-/// Longest a lease mark stays without its PUT, whatever the predictor's window.
+/// Longest a lease mark stays without its PUT, whatever the predictor's window, on a
+/// network whose round trips are short (see [`lease_mark_max_ns`]).
 pub const LEASE_MARK_MAX_NS: u64 = 20_000_000;
+/// Round trips to the farthest directory a lease mark may stay without its PUT, where
+/// that is longer than [`LEASE_MARK_MAX_NS`]: a mark across regions takes a far round
+/// trip to be placed, and a lease that ended before it was placed saved nothing.
+pub const LEASE_MARK_FAR_ROUND_TRIPS: u64 = 4;
+
+/// How long a lease mark may stay without its PUT on a network whose farthest base
+/// round trip is `farthest_rtt_ns`: [`LEASE_MARK_MAX_NS`], or
+/// [`LEASE_MARK_FAR_ROUND_TRIPS`] far round trips where that is longer.
+pub fn lease_mark_max_ns(farthest_rtt_ns: u64) -> u64 {
+    LEASE_MARK_MAX_NS.max(farthest_rtt_ns.saturating_mul(LEASE_MARK_FAR_ROUND_TRIPS))
+}
 
 /// The state of a lease's mark in one host's directory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -163,12 +175,14 @@ pub struct Rollback {
 #[derive(Debug)]
 pub struct Leases {
     table: SlotTable<Lease, LeaseId>,
+    mark_max_ns: u64,
 }
 
 impl Leases {
-    /// Room for `capacity` leases.
-    pub fn new(capacity: u32) -> Self {
-        Self { table: SlotTable::new(capacity) }
+    /// Room for `capacity` leases, each rolled back after `mark_max_ns` without its
+    /// PUT ([`lease_mark_max_ns`]).
+    pub fn new(capacity: u32, mark_max_ns: u64) -> Self {
+        Self { table: SlotTable::new(capacity), mark_max_ns }
     }
 
     /// Slots in all.
@@ -286,11 +300,12 @@ impl Leases {
         self.find(key_id)
     }
 
-    /// The lease in `slot`, if it is open and older than [`LEASE_MARK_MAX_NS`] at `now_ns`.
+    /// The lease in `slot`, if it is open and older than its mark's longest life at
+    /// `now_ns`.
     pub(super) fn timed_out(&self, slot: u32, now_ns: u64) -> Option<LeaseId> {
         let id = self.table.current(slot)?;
         let l = self.table.get(id).expect("current");
-        (l.state == LeaseState::Open && now_ns >= l.opened_ns + LEASE_MARK_MAX_NS).then_some(id)
+        (l.state == LeaseState::Open && now_ns >= l.opened_ns + self.mark_max_ns).then_some(id)
     }
 
     /// Rolls open lease `id` back at `now_ns`: its key, per host the placed mark to
@@ -335,7 +350,7 @@ mod tests {
 
     #[test]
     fn a_taken_lease_stays_until_its_jobs_end_and_rolls_back_a_late_mark() {
-        let mut leases = Leases::new(2);
+        let mut leases = Leases::new(2, LEASE_MARK_MAX_NS);
         let (id, version) = opened(&mut leases, 7, 0);
         assert_eq!(version, 1_000);
         leases.started(id, 1, job(0));
@@ -357,8 +372,19 @@ mod tests {
     }
 
     #[test]
+    fn a_far_network_keeps_lease_marks_for_some_far_round_trips() {
+        assert_eq!(lease_mark_max_ns(0), LEASE_MARK_MAX_NS);
+        assert_eq!(lease_mark_max_ns(1_000_000), LEASE_MARK_MAX_NS, "a LAN's round trips change nothing");
+        assert_eq!(lease_mark_max_ns(180_000_000), 720_000_000, "four 90 ms-each-way round trips");
+        let mut leases = Leases::new(1, lease_mark_max_ns(180_000_000));
+        let (id, _) = opened(&mut leases, 9, 100);
+        assert_eq!(leases.timed_out(id.slot(), 100 + LEASE_MARK_MAX_NS), None, "a far mark is still on its way");
+        assert_eq!(leases.timed_out(id.slot(), 100 + 720_000_000), Some(id));
+    }
+
+    #[test]
     fn an_old_open_lease_times_out_and_rolls_back_only_what_it_placed() {
-        let mut leases = Leases::new(1);
+        let mut leases = Leases::new(1, LEASE_MARK_MAX_NS);
         let (id, version) = opened(&mut leases, 9, 100);
         let placed = word(SlotState::Pending, 0, version);
         leases.started(id, 0, job(0));

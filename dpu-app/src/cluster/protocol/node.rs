@@ -435,7 +435,12 @@ impl<F: Fabric> Node<F> {
             writer: Writer::new(writes_max, side_free, next_write_seq, n),
             jobs: Jobs::new(jobs_max as u32),
             reader: Reader::new(gets_max, n, geometry.set_bytes(), stripe_max.data_len()),
-            leases: Leases::new(LEASES_MAX as u32),
+            leases: Leases::new(
+                LEASES_MAX as u32,
+                super::lease::lease_mark_max_ns(
+                    (0..n as u8).map(|j| config.network.base_rtt_ns(me, j)).max().unwrap_or(0),
+                ),
+            ),
             // Its staging follows the reader's in the sets pool, the writer's in the header pool.
             repairer: Repairer::new(n, geometry.set_bytes(), gets_max, writes_max * (k + m) as u32),
             sealer,

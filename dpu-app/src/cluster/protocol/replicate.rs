@@ -899,9 +899,19 @@ impl Writer {
             Phase::Deciding => {
                 self.renotify(cx, id);
                 let w = self.writes.get_mut(id).expect("write exists");
-                if w.decided.count_ones() >= decide_min && w.marks_settled(n) {
+                let decided = w.decided.count_ones() >= decide_min;
+                if decided && w.marks_settled(n) {
                     w.stamp_stage(WriteStage::Decide, now.mono_ns);
                     self.commit(cx, id, now);
+                    true
+                } else if decided
+                    && !w.completed
+                    && w.wrs == 0
+                    && cx.policy.invalidation == Invalidation::Speculative
+                    && w.marks_in_force(n)
+                {
+                    w.stamp_stage(WriteStage::Decide, now.mono_ns);
+                    self.complete_early(cx, id, now);
                     true
                 } else if now.mono_ns >= w.deadline_ns {
                     w.set_phase(Phase::Finished(End::Undecided));
@@ -1103,11 +1113,24 @@ impl Writer {
         }
     }
 
+    /// Decided on m + 1 holders with every mark placed, and no work request carries
+    /// its buffer: the host gets its completion now, before the marks move to the
+    /// committed version (see `write.rs`). The write keeps its slot until they have.
+    fn complete_early<Q: RawQp>(&mut self, cx: &mut WriteCx<'_, Q>, id: WriteId, now: Now) {
+        let w = self.writes.get_mut(id).expect("write exists");
+        w.completed = true;
+        cx.stats.record_commit(w.stamp, now.mono_ns);
+        cx.stats.record_write(w, now.mono_ns, Status::Ok);
+        cx.host.complete(&w.taken, Outcome::ok(w.stamp), cx.metrics);
+    }
+
     /// Decided on m + 1 holders and every mark settled: the write is committed.
     fn commit<Q: RawQp>(&mut self, cx: &mut WriteCx<'_, Q>, id: WriteId, now: Now) {
         let w = self.writes.get_mut(id).expect("write exists");
         w.stamp_stage(WriteStage::Commit, now.mono_ns);
-        cx.stats.record_commit(w.stamp, now.mono_ns);
+        if !w.completed {
+            cx.stats.record_commit(w.stamp, now.mono_ns);
+        }
         if cx.policy.invalidation == Invalidation::AfterCommit {
             w.set_phase(Phase::Invalidating);
             let version = w.stamp >> 8;
@@ -1147,8 +1170,10 @@ impl Writer {
                 }
             }
         }
-        cx.stats.record_write(&w, now.mono_ns, outcome.status);
-        cx.host.complete(&w.taken, outcome, cx.metrics);
+        if !w.completed {
+            cx.stats.record_write(&w, now.mono_ns, outcome.status);
+            cx.host.complete(&w.taken, outcome, cx.metrics);
+        }
     }
 
     /// After a restart: finishes what the previous incarnation of node `me` decided. A

@@ -14,14 +14,21 @@
 //!   the deadline passed first (rolled back).
 //! - `Deciding -> Finished(Committed)`: m + 1 holders persisted the decision and every
 //!   host's mark is settled; `Deciding -> Invalidating` instead under the after-commit
-//!   (baseline) policy, which invalidates the directories only now.
+//!   (baseline) policy, which invalidates the directories only now. Under the
+//!   speculative policy the host gets its completion earlier, still in `Deciding`:
+//!   once m + 1 holders persisted the decision, every mark is placed (no cache serves
+//!   an older value; a reader that finds the Pending mark reads through) and no work
+//!   request carries its buffer. Moving the marks to the committed version, which
+//!   lets caches refill, goes on after: on a far directory that is a whole round trip
+//!   the writer's host does not wait for.
 //! - `Invalidating -> Finished(Committed)`: every host's mark is settled.
 //! - `Deciding` or `Invalidating -> Finished(Undecided)`: the deadline passed first.
 //!
 //! [`Phase`] names the states and [`Phase::next_allowed`] the arrows; a write's phase
 //! changes only through [`Write::set_phase`], which checks the arrow and logs it. A
 //! `Finished` write waits only for the work requests that carry its buffers to
-//! complete; then it completes to the host and leaves the table.
+//! complete; then it completes to the host (unless it did already) and leaves the
+//! table.
 
 use prescient_shim::directory::{SlotState, SlotWord};
 
@@ -191,6 +198,12 @@ pub struct Write {
     marks: [Mark; NODES_MAX],
     /// Work requests carrying this write's buffers, not completed yet.
     pub wrs: u32,
+    /// Completed to the host already (speculative: decided on m + 1 holders with every
+    /// mark placed; the marks' move to the committed version goes on after).
+    pub completed: bool,
+    /// Hosts whose mark was placed at some point (its move to the committed version
+    /// may be running since).
+    ever_placed: u32,
     /// When it must be over.
     pub deadline_ns: u64,
     /// When each stage ended (ns, 0 = not yet), indexed by `WriteStage`.
@@ -238,6 +251,8 @@ impl Write {
             phase: Phase::Replicating,
             marks: [Mark::None; NODES_MAX],
             wrs: 0,
+            completed: false,
+            ever_placed: 0,
             deadline_ns,
             times,
             arrived_ns,
@@ -255,6 +270,9 @@ impl Write {
     /// [`Mark::can_become`] allows (anything else is a programmer error).
     pub fn set_mark(&mut self, j: u8, to: Mark) {
         let from = self.marks[j as usize];
+        if matches!(to, Mark::Placed { .. }) {
+            self.ever_placed |= 1 << j;
+        }
         assert!(
             Mark::can_become(from, to),
             "write {} (writer {}): mark on host {j} {from:?} => {to:?} is not a transition",
@@ -308,6 +326,15 @@ impl Write {
     /// Whether every host's mark is in place (the speculative invalidation is done).
     pub fn marks_placed(&self, nodes: usize) -> bool {
         self.marks[..nodes].iter().all(Mark::is_placed)
+    }
+
+    /// Whether every host's mark was placed and is still in force: placed, moving to
+    /// the committed version (its commit job runs), resolved, or not needed. A failed
+    /// job does not count: that host waits for its exclusion.
+    pub fn marks_in_force(&self, nodes: usize) -> bool {
+        self.marks[..nodes].iter().enumerate().all(|(j, m)| {
+            m.is_placed() || (matches!(m, Mark::Running { .. }) && self.ever_placed & (1 << j) != 0)
+        })
     }
 
     /// Records that `stage` ended at `now_ns` (the first time only).

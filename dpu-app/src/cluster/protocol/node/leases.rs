@@ -49,7 +49,8 @@ impl<F: Fabric> Node<F> {
         self.stats.leases_rolled_back += 1;
     }
 
-    /// Rolls back leases older than [`crate::cluster::protocol::lease::LEASE_MARK_MAX_NS`].
+    /// Rolls back leases older than their marks' longest life
+    /// ([`crate::cluster::protocol::lease::lease_mark_max_ns`]).
     pub(in crate::cluster::protocol) fn expire_leases(&mut self, now: Now) {
         for slot in 0..self.leases.capacity() {
             if let Some(id) = self.leases.timed_out(slot, now.mono_ns) {
