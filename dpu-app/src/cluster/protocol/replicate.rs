@@ -25,6 +25,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use prescient_shim::completion::FLAG_LEASED;
 use prescient_shim::config::VALUE_OFFSET;
 use prescient_shim::descriptor::OpCode;
 use prescient_shim::directory::{self, SlotState};
@@ -544,6 +545,7 @@ impl Writer {
             for (j, mark) in marks.iter().enumerate() {
                 if let Mark::Placed { prior, .. } = mark {
                     w.lease_priors[j] = Some(*prior);
+                    w.leased = true;
                 }
             }
         }
@@ -1126,11 +1128,14 @@ impl Writer {
         let Some(w) = self.writes.remove(id) else { return };
         self.side_free.push(w.side);
         let Some(end) = w.phase().end() else { unreachable!("retiring write {} before it finished", w.write_seq) };
-        let outcome = match end {
+        let mut outcome = match end {
             End::Committed => Outcome::ok(w.stamp),
             End::NotDurable => Outcome::failed(Status::NotDurable, w.acked.count_ones()),
             End::Undecided => Outcome::failed(Status::Unavailable, w.decided.count_ones()),
         };
+        if w.leased {
+            outcome.flags |= FLAG_LEASED;
+        }
         // Holders that never persisted their fragment of a committed write get it
         // rebuilt (the resync of each comes back to this write).
         if matches!(end, End::Committed | End::Undecided) {
