@@ -507,10 +507,14 @@ impl ClusterReport {
             );
         }
 
-        let _ = writeln!(s, "\nReaders and predictor (while measuring; predictor counters summed over the nodes)");
         let _ = writeln!(
             s,
-            "{:<5} {:<23} {:>8} {:>7} {:>7} {:>9} {:>9} {:>7} {:>8} {:>8} {:>9} {:>9}",
+            "\nReaders and predictor (while measuring; predictor counters summed over the nodes; leased: PUTs whose key held\n\
+             a lease with a mark placed when they arrived (FLAG_LEASED), their share and PUT p50 next to the other PUTs')"
+        );
+        let _ = writeln!(
+            s,
+            "{:<5} {:<23} {:>8} {:>7} {:>7} {:>9} {:>9} {:>7} {:>8} {:>8} {:>9} {:>9} {:>8} {:>10} {:>10}",
             "net",
             "policy",
             "reads",
@@ -522,7 +526,10 @@ impl ClusterReport {
             "leases",
             "unused",
             "lease ok%",
-            "threshold"
+            "threshold",
+            "leased%",
+            "leased p50",
+            "others p50"
         );
         for c in &self.cells {
             let h = &c.host;
@@ -530,7 +537,7 @@ impl ClusterReport {
             let p = c.predictor;
             let _ = writeln!(
                 s,
-                "{:<5} {:<23} {:>8} {:>6.1}% {:>7} {:>9} {:>9} {:>7} {:>8} {:>8} {:>8.1}% {:>9}",
+                "{:<5} {:<23} {:>8} {:>6.1}% {:>7} {:>9} {:>9} {:>7} {:>8} {:>8} {:>8.1}% {:>9} {:>7.1}% {:>10} {:>10}",
                 c.network.name(),
                 c.policy.name(),
                 h.reads,
@@ -546,7 +553,14 @@ impl ClusterReport {
                     None => "-".to_string(),
                     Some((low, high)) if low == high => format!("{low:.2}"),
                     Some((low, high)) => format!("{low:.2}-{high:.2}"),
-                }
+                },
+                if h.put_latency.count() == 0 {
+                    0.0
+                } else {
+                    100.0 * h.put_latency_leased.count() as f64 / h.put_latency.count() as f64
+                },
+                pct(&h.put_latency_leased, 0.5),
+                pct(&h.put_latency_unleased, 0.5)
             );
         }
         let faulty: Vec<String> = self
