@@ -476,7 +476,8 @@ impl ClusterReport {
         let _ = writeln!(
             s,
             "\nSwitch ports toward the {NODES} nodes (while measuring, summed; port rate {:.1} MB/s, buffer {} KiB each): \
-             MB/s a port admitted (wire bytes), load that over what it can carry; queue max is over the whole run;\n\
+             MB/s a port admitted (wire bytes), load that over what it can carry; queue us the mean wait a message;\n\
+             pauses the messages whose sender was paused (PFC) and paused ms their pauses summed; q max over the whole run;\n\
              held and decreases are the Swift windows' (requests held back, decreases on delay)",
             setup::INCAST_PORT_BYTES_PER_S as f64 / 1e6,
             setup::INCAST_PORT_BUFFER_BYTES >> 10
