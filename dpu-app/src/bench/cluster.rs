@@ -293,12 +293,8 @@ pub fn run(bench: &ClusterBench) -> Result<ClusterReport, Error> {
 }
 
 fn run_cell(spec: &ClusterSpec, stream: &KeyStream, warmup: f64, seconds: f64, seed: u64) -> Result<Cell, Error> {
-    let name = format!(
-        "bench-{}-{}-{}",
-        spec.network.name(),
-        spec.policy.name().replace('+', "-"),
-        spec.congestion.name()
-    );
+    let name =
+        format!("bench-{}-{}-{}", spec.network.name(), spec.policy.name().replace('+', "-"), spec.congestion.name());
     let dir = RunDir::create(&name, spec.files_bytes()?)?;
     let mut cluster = setup::start(spec, &dir)?;
     let mut driver = Driver::new(&cluster, stream, load_config(spec.network, warmup, seed))?;
@@ -381,8 +377,7 @@ impl ClusterReport {
         for (network, congestion) in
             Network::ALL.into_iter().filter(|&n| n != Network::Incast).flat_map(|n| Congestion::ALL.map(|c| (n, c)))
         {
-            let Some(none) =
-                self.cell(network, Policy::None, congestion).filter(|c| c.host.put_latency.count() > 0)
+            let Some(none) = self.cell(network, Policy::None, congestion).filter(|c| c.host.put_latency.count() > 0)
             else {
                 continue;
             };
@@ -485,7 +480,17 @@ impl ClusterReport {
         let _ = writeln!(
             s,
             "{} {:>8} {:>7} {:>9} {:>8} {:>10} {:>9} {:>10} {:>9} {:>9} {:>10}",
-            LABEL_HEADER, "MB/s", "load", "queue us", "pauses", "paused ms", "ECN %", "q max KiB", "buf KiB", "held", "decreases"
+            LABEL_HEADER,
+            "MB/s",
+            "load",
+            "queue us",
+            "pauses",
+            "paused ms",
+            "ECN %",
+            "q max KiB",
+            "buf KiB",
+            "held",
+            "decreases"
         );
         for c in &self.cells {
             let Some(p) = c.ports else { continue };

@@ -120,7 +120,9 @@ impl Network {
         text.split(',')
             .map(|name| {
                 Self::parse(name).ok_or_else(|| {
-                    format!("--networks: unknown network model {name:?}; use lan-1, lan, wan or incast (comma-separated)")
+                    format!(
+                        "--networks: unknown network model {name:?}; use lan-1, lan, wan or incast (comma-separated)"
+                    )
                 })
             })
             .collect()
@@ -460,7 +462,8 @@ mod tests {
                 assert_eq!(network.model(1).ports.is_some(), network == Network::Incast);
             }
         }
-        let swift = ClusterSpec { congestion: Congestion::Swift, ..spec(5, (3, 2), Network::Incast, Policy::None, 1 << 17) };
+        let swift =
+            ClusterSpec { congestion: Congestion::Swift, ..spec(5, (3, 2), Network::Incast, Policy::None, 1 << 17) };
         assert_eq!(swift.config(dir.path()).unwrap().network.congestion, Congestion::Swift);
         let spec = spec(5, (4, 1), Network::Lan, Policy::Speculative, STORE_KEYS_MIN);
         assert_eq!(spec.config(dir.path()).unwrap().quorum, 4);

@@ -260,8 +260,7 @@ impl Model {
         let mut ports = self.ports.lock().expect("model lock");
         let Some(port) = ports.get_mut(msg.dst_node as usize) else {
             let delay_ns = retry_ns + there_ns;
-            let signal =
-                PathSignal {
+            let signal = PathSignal {
                 rtt_ns: delay_ns + back_ns,
                 hops,
                 serialise_ns: response_ns,
