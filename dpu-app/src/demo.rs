@@ -95,6 +95,7 @@ pub fn run(demo: &ClusterDemo) -> Result<String, Error> {
         model_file: model_file.clone(),
         value_bytes: VALUE_BYTES,
         seed: demo.seed,
+        congestion: crate::cluster::config::Congestion::None,
         store_keys: setup::store_keys_for(demo.seconds, stream.distinct()),
     };
     let dir = RunDir::create("demo", spec.files_bytes()?)?;

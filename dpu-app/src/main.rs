@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use prescient_dpu::cluster::config::ClusterConfig;
+use prescient_dpu::cluster::config::{ClusterConfig, Congestion};
 use prescient_dpu::cluster::run::one_node::{ServeRegions, STORE_BYTES_DEFAULT};
 use prescient_dpu::cluster::run::process::{self, ServeCluster};
 use prescient_dpu::load::setup::{Network, Policy};
@@ -327,9 +327,15 @@ enum BenchWhat {
         #[arg(long)]
         quick: bool,
         /// Network models, comma-separated: lan-1 (the LAN, one PUT in flight per
-        /// writer: latency), lan (16 in flight: throughput), wan.
+        /// writer: latency), lan (16 in flight: throughput), wan, incast (the LAN with
+        /// every switch port a bottleneck at about half the offered load), geo (five
+        /// storage nodes in one region, cache-only members 40 and 90 ms away).
         #[arg(long, default_value = "lan-1,lan,wan")]
         networks: String,
+        /// Congestion control per cell: none, swift or both (default: none on lan-1,
+        /// lan and wan, both on incast).
+        #[arg(long)]
+        congestion: Option<String>,
         /// Policies, comma-separated: none, after-commit, speculative,
         /// speculative+predictive.
         #[arg(long, default_value = "none,after-commit,speculative,speculative+predictive")]
@@ -593,7 +599,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             Ok(())
         }
         Command::Bench {
-            what: BenchWhat::Cluster { stripe, seconds, quick, networks, policies, trace, model, seed },
+            what: BenchWhat::Cluster { stripe, seconds, quick, networks, policies, congestion, trace, model, seed },
         } => {
             let (k, m) = parse_stripe(&stripe)?;
             if usize::from(k) + usize::from(m) > usize::from(bench::cluster::NODES) {
@@ -608,6 +614,15 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 stripe: (k, m),
                 networks: Network::parse_list(&networks)?,
                 policies: Policy::parse_list(&policies)?,
+                congestion: match congestion.as_deref().map(str::trim) {
+                    None => None,
+                    Some("none") => Some(vec![Congestion::None]),
+                    Some("swift") => Some(vec![Congestion::Swift]),
+                    Some("both") => Some(Congestion::ALL.to_vec()),
+                    Some(other) => {
+                        return Err(format!("--congestion {other:?}: use none, swift or both").into());
+                    }
+                },
                 seconds,
                 quick,
                 trace: trace.unwrap_or_else(|| shared_traces_dir().join("OLTP.lis.zst")),

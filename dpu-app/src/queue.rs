@@ -57,7 +57,7 @@ pub struct Outcome {
     pub version: u64,
     /// Error detail or value length.
     pub detail: u32,
-    /// Completion flags (a GET's `FLAG_NEWER_PENDING`).
+    /// Completion flags (a GET's `FLAG_NEWER_PENDING`, a write's `FLAG_LEASED`).
     pub flags: u8,
 }
 

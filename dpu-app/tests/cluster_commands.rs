@@ -70,14 +70,48 @@ fn the_quick_cluster_bench_prints_its_tables_and_moves_writes() {
     ] {
         assert!(out.contains(heading), "no {heading:?} in:\n{out}");
     }
-    for (net, policy) in [("LAN-1", "none "), ("LAN-1", "speculative "), ("LAN", "none "), ("LAN", "speculative ")] {
-        let row = format!("{net:<5} {policy}");
-        let secs_then_rate =
-            out.lines().find(|l| l.starts_with(&row)).unwrap_or_else(|| panic!("no {row:?} row:\n{out}"));
-        let rate: f64 = secs_then_rate.split_whitespace().nth(3).and_then(|v| v.parse().ok()).expect("a PUT/s column");
-        assert!(rate > 0.0, "{secs_then_rate}");
+    for (net, policy) in [("LAN-1", "none"), ("LAN-1", "speculative"), ("LAN", "none"), ("LAN", "speculative")] {
+        // Without --congestion, these networks run without congestion control only.
+        let row = format!("{net:<6} {policy:<23} none ");
+        let rate = put_rate(&out, &row);
+        assert!(rate > 0.0, "{row}: {rate}");
+        assert!(!out.contains(&format!("{net:<6} {policy:<23} swift")), "{out}");
     }
     assert!(out.contains("never invalidated"), "the none policy never invalidates:\n{out}");
+    assert!(!out.contains("Switch ports"), "no ports on the LAN:\n{out}");
+}
+
+/// The PUT/s column of the PUTs table's row that starts with `row`.
+fn put_rate(out: &str, row: &str) -> f64 {
+    let line = out.lines().find(|l| l.starts_with(row)).unwrap_or_else(|| panic!("no {row:?} row:\n{out}"));
+    line.split_whitespace().nth(4).and_then(|v| v.parse().ok()).expect("a PUT/s column")
+}
+
+/// The incast runs with and without Swift by default; without, the ports pause their
+/// senders.
+#[test]
+fn the_incast_cells_run_with_and_without_swift_and_report_the_ports() {
+    let out = stdout_of(&["bench", "cluster", "--quick", "--networks", "incast", "--policies", "none"]);
+    for heading in [
+        "Switch ports toward the 5 nodes",
+        "incast none none PUT p99.9 (no control: shown)",
+        "incast none swift PUT p99.9 (target <= 2x p50)",
+        "incast none swift PUTs/s (no collapse: target >= 0.9x)",
+    ] {
+        assert!(out.contains(heading), "no {heading:?} in:\n{out}");
+    }
+    for cc in ["none ", "swift"] {
+        let row = format!("{:<6} {:<23} {cc}", "incast", "none");
+        assert!(put_rate(&out, &row) > 0.0, "{out}");
+    }
+    // The ports table: pauses are the seventh column (the label takes three).
+    let ports = out.split("Switch ports").nth(1).expect("a ports table");
+    let pauses = |cc: &str| -> u64 {
+        let row = format!("{:<6} {:<23} {cc}", "incast", "none");
+        let line = ports.lines().find(|l| l.starts_with(&row)).unwrap_or_else(|| panic!("no {row:?}:\n{out}"));
+        line.split_whitespace().nth(6).and_then(|v| v.parse().ok()).expect("a pauses column")
+    };
+    assert!(pauses("none ") > 0, "an uncontrolled incast pauses its senders:\n{out}");
 }
 
 #[test]
@@ -86,6 +120,7 @@ fn the_cluster_bench_refuses_bad_options_by_name() {
         (&["bench", "cluster", "--stripe", "4+2"][..], "--stripe 4+2"),
         (&["bench", "cluster", "--networks", "moon"][..], "moon"),
         (&["bench", "cluster", "--policies", "eager"][..], "eager"),
+        (&["bench", "cluster", "--congestion", "bbr"][..], "bbr"),
         (&["bench", "cluster", "--seconds", "0"][..], "--seconds"),
         (&["demo", "--seconds", "0"][..], "--seconds"),
     ] {

@@ -28,6 +28,11 @@ fn seeds_with(from: u64, count: u64, predictive: bool, swift: bool) -> prescient
     assert!(total.crashes > 0 && total.partitions > 0, "{}", total.line());
     if predictive {
         assert!(total.leases.1 > 0, "leases were found by writes: {}", total.line());
+        // Writes that found a placed mark say so on their completions (FLAG_LEASED);
+        // not compared with the hits, which count the nodes' last incarnations only.
+        assert!(total.leases.2 > 0, "writes completed leased: {}", total.line());
+    } else {
+        assert_eq!(total.leases.2, 0, "no lease, no write completed leased: {}", total.line());
     }
     eprintln!("seeds {from}..{}: {}", from + count, total.line());
     total

@@ -24,7 +24,10 @@
 //! of freeing it, whatever the status (the host takes it back with
 //! `QueuePair::take_value`). A GET's `flags` may carry [`FLAG_NEWER_PENDING`]: the DPU
 //! app saw a newer write of the key still being decided, so the value must not refill
-//! the cache (the slot would claim a freshness the value may lose any moment). A GET
+//! the cache (the slot would claim a freshness the value may lose any moment). A PUT's
+//! (or DELETE's) `flags` may carry [`FLAG_LEASED`]: the write's key held a predictor
+//! lease when the write arrived, so the write found its directory marks already
+//! placed. A GET
 //! that found a deletion completes `NotFound` with the deletion's version. For
 //! `NotDurable`, `detail` is the number of holders the write reached.
 //!
@@ -51,7 +54,7 @@ pub mod field {
     pub const DETAIL: Range<usize> = 16..20;
     /// Op code of the requests.
     pub const OP: usize = 20;
-    /// Flags (see [`super::FLAG_NEWER_PENDING`]).
+    /// Flags (see [`super::FLAG_NEWER_PENDING`], [`super::FLAG_LEASED`]).
     pub const FLAGS: usize = 21;
     /// Reserved (0).
     pub const RESERVED0: Range<usize> = 22..24;
@@ -65,6 +68,11 @@ pub mod field {
 /// refill the cache from this value (serve it, and ask again next time).
 pub const FLAG_NEWER_PENDING: u8 = 1;
 
+/// Write (PUT or DELETE) completion flag: the write's key held a predictor lease when
+/// the write arrived, so some of its directory marks were already placed and the write
+/// only upgraded them (what the predictor saves; a figure, nothing to act on).
+pub const FLAG_LEASED: u8 = 2;
+
 /// One completion ring entry: `count` consecutive requests with one outcome.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CompletionEntry {
@@ -76,7 +84,7 @@ pub struct CompletionEntry {
     pub status: Status,
     /// Op code byte of the requests (0 if refused before decoding).
     pub op: u8,
-    /// Flags ([`FLAG_NEWER_PENDING`]); 0 for anything but a GET.
+    /// Flags: [`FLAG_NEWER_PENDING`] on a GET, [`FLAG_LEASED`] on a write.
     pub flags: u8,
     /// Version assigned to a write, or of the value a GET read (0 if none).
     pub version: u64,
@@ -173,7 +181,7 @@ pub struct Completion {
     pub status: Status,
     /// Op code byte of the request (the host's own record).
     pub op: u8,
-    /// Flags ([`FLAG_NEWER_PENDING`]); 0 for anything but a GET.
+    /// Flags: [`FLAG_NEWER_PENDING`] on a GET, [`FLAG_LEASED`] on a write.
     pub flags: u8,
     /// The request's free-running submission index.
     pub sq_index: u32,
@@ -190,6 +198,12 @@ impl Completion {
     /// Whether a GET's value may refill the cache (no newer write was seen pending).
     pub fn may_refill(&self) -> bool {
         self.flags & FLAG_NEWER_PENDING == 0
+    }
+
+    /// Whether a write's key held a predictor lease when it arrived
+    /// ([`FLAG_LEASED`]).
+    pub fn leased(&self) -> bool {
+        self.flags & FLAG_LEASED != 0
     }
 }
 

@@ -112,7 +112,9 @@ pub struct PrescientCompletion {
     /// The request's submission index (what `prescient_take_value` looks up).
     pub sq_index: u32,
     /// Flags: bit 0 (`FLAG_NEWER_PENDING`) on a GET means a newer write of the key is
-    /// being decided - serve the value, but do not refill the cache with it.
+    /// being decided - serve the value, but do not refill the cache with it. Bit 1
+    /// (`FLAG_LEASED`) on a PUT or DELETE means the key held a predictor lease when the
+    /// write arrived (its directory marks were already placed).
     pub flags: u8,
 }
 

@@ -75,6 +75,7 @@ fn put_cell(network: Network, sequenced: bool, seconds: f64, stream: &KeyStream,
         model_file: None,
         value_bytes: 4096,
         seed,
+        congestion: crate::cluster::config::Congestion::None,
         store_keys: setup::store_keys_for(warmup + seconds, stream.distinct()),
     };
     let name = format!("bench-seq-{}-{}", network.name(), if sequenced { "seq" } else { "hlc" });

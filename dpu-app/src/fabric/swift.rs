@@ -9,6 +9,12 @@
 //! inter-region path is not mistaken for a queue), plus a base target, plus a share per
 //! switch hop, plus a flow-scaling term that grows as the window shrinks (many flows
 //! with small windows each get more room, so together they still fill a port). The
+//! request's and response's serialisation at the path's line rate
+//! ([`PathSignal::serialise_ns`]) is part of the base too, and on a port slower than
+//! [`SwiftConfig::line_rate_ref_bytes_per_s`] the base and per-hop allowances grow with
+//! the ratio of the rates, so a slow port allows the same bytes of queue as a fast one
+//! (at 16 MB/s one 1.5 KB fragment ahead is 94 us, far above a 7 us allowance: without
+//! this every window sat at the floor and writes collapsed). The
 //! base is given, not learnt from the least round trip seen: a flow that starts behind
 //! a queue would take the queue for its path and hold a larger share for good (the
 //! incast test saw shares of 0.57x to 1.78x that way). Below target the window grows additively (`ai` per round trip);
@@ -50,6 +56,13 @@ pub struct SwiftConfig {
     pub initial_window: f64,
     /// Retransmissions in a row that reset the window to `min_window`.
     pub retransmit_reset: u32,
+    /// The line rate, bytes per second, that `base_target_ns` and `per_hop_ns` were set
+    /// for. On a slower path ([`PathSignal::line_bytes_per_s`]) they grow in
+    /// proportion, so that the queue they allow holds the same bytes whatever the rate:
+    /// without it, at 16 MB/s one 1.5 KB fragment ahead (94 us) is far above 7 us, and
+    /// the windows sat at the floor. (Flow scaling is left as it is: it is room for a
+    /// number of flows, and scaled it would allow more queue than a small buffer holds.)
+    pub line_rate_ref_bytes_per_s: u64,
 }
 
 impl SwiftConfig {
@@ -57,7 +70,7 @@ impl SwiftConfig {
     /// increase, beta 0.8, at most halving, 5 us base target plus 2 us per hop, flow
     /// scaling up to 20 us between windows of 0.1 and 64, a floor of 0.01 requests
     /// (one request per hundred round trips), a start at 4 and a reset after 5
-    /// retransmissions in a row.
+    /// retransmissions in a row; the allowances are for 10 Gbit/s ports.
     pub const DATACENTER: SwiftConfig = SwiftConfig {
         ai: 1.0,
         beta: 0.8,
@@ -71,6 +84,7 @@ impl SwiftConfig {
         max_window: 256.0,
         initial_window: 4.0,
         retransmit_reset: 5,
+        line_rate_ref_bytes_per_s: 1_250_000_000,
     };
 
     /// Checks the parameters (a programmer's configuration: panics with what is wrong).
@@ -82,6 +96,7 @@ impl SwiftConfig {
         assert!(self.max_window <= SEND_DEPTH_MAX as f64, "swift: max window above the send depth limit");
         assert!(self.fs_min_window > 0.0 && self.fs_min_window < self.fs_max_window, "swift: fs windows");
         assert!(self.retransmit_reset > 0, "swift: retransmit_reset must be positive");
+        assert!(self.line_rate_ref_bytes_per_s > 0, "swift: line_rate_ref_bytes_per_s must be positive");
     }
 }
 
@@ -163,12 +178,23 @@ impl Swift {
         }
     }
 
-    /// The target round trip for a window of `window` over `hops` switches.
-    pub fn target_ns(&self, hops: u8, window: f64) -> u64 {
+    /// The target round trip for a window of `window` on `path` (its hops, its
+    /// messages' serialisation and its line rate, as [`PathSignal`] gives them).
+    ///
+    /// The request's and response's serialisation at the line rate is the path's even
+    /// when it is empty, so it is part of the base, not of the queue the target allows;
+    /// and on a path slower than [`SwiftConfig::line_rate_ref_bytes_per_s`] the base
+    /// target and the per-hop allowance grow with the ratio of the rates.
+    pub fn target_ns(&self, path: &PathSignal, window: f64) -> u64 {
         let c = &self.cfg;
         let alpha = c.fs_range_ns as f64 / (1.0 / c.fs_min_window.sqrt() - 1.0 / c.fs_max_window.sqrt());
         let fs = (alpha / window.sqrt() - alpha / c.fs_max_window.sqrt()).clamp(0.0, c.fs_range_ns as f64);
-        self.base_rtt_ns + c.base_target_ns + u64::from(hops) * c.per_hop_ns + fs as u64
+        let allowed_ns = c.base_target_ns + u64::from(path.hops) * c.per_hop_ns;
+        let scale = match path.line_bytes_per_s {
+            0 => 1.0,
+            rate => (c.line_rate_ref_bytes_per_s as f64 / rate as f64).max(1.0),
+        };
+        self.base_rtt_ns + path.serialise_ns + (allowed_ns as f64 * scale) as u64 + fs as u64
     }
 
     fn can_decrease(&self, now_ns: u64) -> bool {
@@ -184,7 +210,7 @@ impl Swift {
         if rtt > 0 {
             self.srtt_ns = if self.srtt_ns == 0 { rtt } else { (7 * self.srtt_ns + rtt) / 8 };
         }
-        let target = self.target_ns(signal.hops, self.window);
+        let target = self.target_ns(&signal, self.window);
         let c = self.cfg;
         if rtt < target {
             // Below one request, acknowledgements come one per `srtt / window`: each
@@ -221,7 +247,7 @@ mod tests {
     const RTT: u64 = 10_000;
 
     fn signal(rtt_ns: u64) -> PathSignal {
-        PathSignal { rtt_ns, queue_ns: 0, ecn: false, hops: 1 }
+        PathSignal { rtt_ns, hops: 1, ..PathSignal::default() }
     }
 
     fn swift(initial_window: f64) -> Swift {
@@ -263,7 +289,7 @@ mod tests {
     fn the_decrease_is_proportional_to_the_excess_delay() {
         let mut s = swift(32.0);
         s.on_ack(0, signal(RTT));
-        let target = s.target_ns(1, s.window());
+        let target = s.target_ns(&signal(RTT), s.window());
         let w0 = s.window();
         let rtt = target + target / 10;
         s.on_ack(1, signal(rtt));
@@ -275,11 +301,34 @@ mod tests {
     fn the_target_scales_with_hops_and_with_smaller_windows() {
         let mut s = swift(4.0);
         s.on_ack(0, signal(RTT));
-        assert!(s.target_ns(3, 4.0) == s.target_ns(1, 4.0) + 4_000, "2 us per hop");
-        assert!(s.target_ns(1, 0.5) > s.target_ns(1, 4.0), "small windows get more room");
-        assert!(s.target_ns(1, 4.0) > s.target_ns(1, 64.0));
-        assert_eq!(s.target_ns(1, 64.0), RTT + 5_000 + 2_000, "no flow scaling at fs_max_window");
-        assert_eq!(s.target_ns(1, 0.01), RTT + 5_000 + 2_000 + 20_000, "the whole range at the floor");
+        let three = PathSignal { hops: 3, ..signal(RTT) };
+        assert!(s.target_ns(&three, 4.0) == s.target_ns(&signal(RTT), 4.0) + 4_000, "2 us per hop");
+        assert!(s.target_ns(&signal(RTT), 0.5) > s.target_ns(&signal(RTT), 4.0), "small windows get more room");
+        assert!(s.target_ns(&signal(RTT), 4.0) > s.target_ns(&signal(RTT), 64.0));
+        assert_eq!(s.target_ns(&signal(RTT), 64.0), RTT + 5_000 + 2_000, "no flow scaling at fs_max_window");
+        assert_eq!(s.target_ns(&signal(RTT), 0.01), RTT + 5_000 + 2_000 + 20_000, "the whole range at the floor");
+    }
+
+    #[test]
+    fn serialisation_is_part_of_the_base_and_a_slow_port_allows_the_same_bytes_of_queue() {
+        let s = swift(4.0);
+        let fast = s.target_ns(&signal(RTT), 64.0);
+        // At the reference rate (or unknown): only the serialisation is added.
+        let at_ref = PathSignal { serialise_ns: 3_000, line_bytes_per_s: 1_250_000_000, ..signal(RTT) };
+        assert_eq!(s.target_ns(&at_ref, 64.0), fast + 3_000);
+        assert_eq!(s.target_ns(&PathSignal { line_bytes_per_s: 0, ..at_ref }, 64.0), fast + 3_000);
+        // A 1.5 KB fragment at 16 MB/s: 94 us; the 7 us allowed (5 base, 2 a hop) grow
+        // 78-fold, to the 8.75 KB they hold at 10 Gbit/s.
+        let slow = PathSignal { serialise_ns: 94_000, line_bytes_per_s: 16_000_000, ..signal(RTT) };
+        assert_eq!(s.target_ns(&slow, 64.0), RTT + 94_000 + 546_875);
+        // So a round trip with two such fragments queued ahead is below target: the
+        // window grows where, without the line rate, it shrank.
+        let mut s = swift(4.0);
+        let two_ahead = PathSignal { rtt_ns: RTT + 3 * 94_000, ..slow };
+        s.on_ack(0, two_ahead);
+        assert!(s.window() > 4.0 && s.stats().decreases == 0, "{}", s.window());
+        s.on_ack(1, PathSignal { line_bytes_per_s: 0, serialise_ns: 0, ..two_ahead });
+        assert_eq!(s.stats().decreases, 1, "without the path's rate the same round trip is a queue");
     }
 
     #[test]

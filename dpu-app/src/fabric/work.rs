@@ -150,6 +150,12 @@ pub struct PathSignal {
     pub ecn: bool,
     /// Switch hops on the path.
     pub hops: u8,
+    /// The part of `rtt_ns` that is the request's and its response's serialisation at
+    /// the line rate of the path's bottleneck port (0 where the fabric does not model
+    /// one): time the path takes for these bytes even when empty.
+    pub serialise_ns: u64,
+    /// Line rate of that port, bytes per second (0: not modelled, or not known).
+    pub line_bytes_per_s: u64,
 }
 
 /// A completion: what the NIC reports for a finished (or failed, or flushed) request.

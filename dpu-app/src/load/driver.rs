@@ -100,6 +100,11 @@ pub struct HostStats {
     pub first_failure: Option<Status>,
     /// PUT latency, submission to completion, of PUTs submitted while counting.
     pub put_latency: Histogram,
+    /// The part of `put_latency` of PUTs whose key held a predictor lease with a mark
+    /// placed when they arrived (`FLAG_LEASED` on their completion).
+    pub put_latency_leased: Histogram,
+    /// The rest of `put_latency`: PUTs that found no lease.
+    pub put_latency_unleased: Histogram,
     /// Keys skipped because a write of the same key from the same node was in flight.
     pub skipped: u64,
     /// Reads started.
@@ -151,10 +156,15 @@ pub struct Window {
 
 impl HostStats {
     fn clear(&mut self) {
-        let (mut put, mut get) = (std::mem::take(&mut self.put_latency), std::mem::take(&mut self.get_latency));
+        let mut kept = [
+            std::mem::take(&mut self.put_latency),
+            std::mem::take(&mut self.put_latency_leased),
+            std::mem::take(&mut self.put_latency_unleased),
+            std::mem::take(&mut self.get_latency),
+        ];
+        kept.iter_mut().for_each(Histogram::clear);
+        let [put, leased, unleased, get] = kept;
         let mut lease_wait = std::mem::take(&mut self.pending_without_write_wait);
-        put.clear();
-        get.clear();
         lease_wait.clear();
         let (mut windows, window_ns) = (std::mem::take(&mut self.windows), self.window_ns);
         for w in &mut windows {
@@ -164,6 +174,8 @@ impl HostStats {
         }
         *self = Self {
             put_latency: put,
+            put_latency_leased: leased,
+            put_latency_unleased: unleased,
             get_latency: get,
             pending_without_write_wait: lease_wait,
             windows,
@@ -534,7 +546,13 @@ impl Driver {
             }
             self.stats.puts_ok += 1;
             if timed {
-                self.stats.put_latency.record(now.saturating_sub(slot.submitted_ns));
+                let latency_ns = now.saturating_sub(slot.submitted_ns);
+                self.stats.put_latency.record(latency_ns);
+                if c.leased() {
+                    self.stats.put_latency_leased.record(latency_ns);
+                } else {
+                    self.stats.put_latency_unleased.record(latency_ns);
+                }
                 if let Some(win) = self.window_mut(now) {
                     win.puts_ok += 1;
                     win.put_latency.record(now.saturating_sub(slot.submitted_ns));

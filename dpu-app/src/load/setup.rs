@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::cluster::config::{ClusterConfig, Invalidation};
+use crate::cluster::config::{ClusterConfig, Congestion, Invalidation};
 use crate::cluster::run::inprocess::{region_config_for, ClusterClock, InProcess};
-use crate::fabric::emu::ModelConfig;
+use crate::fabric::emu::{ModelConfig, PortConfig};
 use crate::Error;
 
 /// Queue pairs per host: one for the writer, one for the reader.
@@ -57,6 +57,11 @@ pub enum Network {
     /// 20 ms one way, 1 ms jitter; heartbeat 10 ms, lease 200 ms, dead after 1 s, write
     /// timeout 5 s.
     Wan,
+    /// The LAN (its delays, timings and load) with every switch port a bottleneck: a
+    /// line rate of [`INCAST_PORT_BYTES_PER_S`] and a buffer of
+    /// [`INCAST_PORT_BUFFER_BYTES`]. With RS(3,2) over 5 nodes every node holds a
+    /// fragment of every key, so every port is an incast of the four other writers.
+    Incast,
     /// Three regions ([`GEO_REGIONS`]): five storage nodes in `store` (0.5 ms one way
     /// inside it), and a cache-only member in each of `cache-a` (40 ms from `store`)
     /// and `cache-b` (90 ms from `store` and from `cache-a`). Only the storage nodes
@@ -81,9 +86,27 @@ pub const GEO_STORAGE_NODES: u8 = 5;
 /// plus jitter), so a lease opened at a write can be placed before the next.
 pub const GEO_WRITE_INTERVAL_NS: u64 = 200_000_000;
 
+/// The line rate of every switch port on [`Network::Incast`], bytes per second (128
+/// Mbit/s): about half of what the writers offer a port with no bottleneck on the
+/// 2-core machine measured (`bench cluster --networks incast --congestion none --quick`
+/// with the ports at 1 GB/s: 33-39 MB/s of wire bytes a port at 20-27 K PUTs/s, the
+/// machine shared with another build), so each port is an incast at about 2x its rate.
+/// Almost all of it is fragment WRITEs: the readers' requests are small (their GETs'
+/// store-set READs come back as responses, which take the line rate's serialisation
+/// but no room in the port's queue), so the readers stay on, as on the LAN, and the
+/// cache figures stay comparable. A faster machine steps the cluster faster and
+/// oversubscribes the ports more; the figure is fixed so that runs compare.
+pub const INCAST_PORT_BYTES_PER_S: u64 = 16_000_000;
+
+/// The buffer of every switch port on [`Network::Incast`]: 24 fragments of a 4 KiB
+/// value's RS(3,2) stripe, less than the 64 that four writers of 16 PUTs each can have
+/// in flight toward one port, so that without congestion control the port pauses
+/// senders (PFC) instead of only queueing.
+pub const INCAST_PORT_BUFFER_BYTES: u64 = 32 << 10;
+
 impl Network {
     /// Every model, in report order.
-    pub const ALL: [Network; 4] = [Network::LanLight, Network::Lan, Network::Wan, Network::Geo];
+    pub const ALL: [Network; 5] = [Network::LanLight, Network::Lan, Network::Wan, Network::Incast, Network::Geo];
 
     /// The name in options and reports.
     pub const fn name(self) -> &'static str {
@@ -92,6 +115,17 @@ impl Network {
             Network::LanLight => "LAN-1",
             Network::Wan => "WAN",
             Network::Geo => "geo",
+            Network::Incast => "incast",
+        }
+    }
+
+    /// The congestion control a bench cell runs with unless told: none on the models
+    /// without a bottleneck (Swift would have nothing to do), both on the incast and
+    /// the geo model (its far paths are where a window matters).
+    pub const fn default_congestion(self) -> &'static [Congestion] {
+        match self {
+            Network::Incast | Network::Geo => &[Congestion::None, Congestion::Swift],
+            _ => &[Congestion::None],
         }
     }
 
@@ -148,7 +182,7 @@ impl Network {
         matches!(self, Network::Lan | Network::LanLight)
     }
 
-    /// The model named `name` (`lan-1`, `lan` or `wan`, any case).
+    /// The model named `name` (`lan-1`, `lan`, `wan` or `incast`, any case).
     pub fn parse(name: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|n| n.name().eq_ignore_ascii_case(name.trim()))
     }
@@ -158,7 +192,9 @@ impl Network {
         text.split(',')
             .map(|name| {
                 Self::parse(name).ok_or_else(|| {
-                    format!("--networks: unknown network model {name:?}; use lan-1, lan, wan or geo (comma-separated)")
+                    format!(
+                        "--networks: unknown network model {name:?}; use lan-1, lan, wan, incast or geo (comma-separated)"
+                    )
                 })
             })
             .collect()
@@ -167,18 +203,23 @@ impl Network {
     /// The fabric model.
     pub fn model(self, seed: u64) -> ModelConfig {
         let (latency_ns, jitter_ns) = match self {
-            Network::Lan | Network::LanLight => (5_000, 2_000),
+            Network::Lan | Network::LanLight | Network::Incast => (5_000, 2_000),
             Network::Wan => (20_000_000, 1_000_000),
             // Each node's delays are its regions' (`network_config`).
             Network::Geo => (0, 0),
         };
-        ModelConfig { seed, latency_ns, jitter_ns, ..ModelConfig::ideal() }
+        let ports = (self == Network::Incast).then_some(PortConfig {
+            bytes_per_s: INCAST_PORT_BYTES_PER_S,
+            buffer_bytes: INCAST_PORT_BUFFER_BYTES,
+            ecn_bytes: INCAST_PORT_BUFFER_BYTES / 4,
+        });
+        ModelConfig { seed, latency_ns, jitter_ns, ports, ..ModelConfig::ideal() }
     }
 
     /// (heartbeat, lease, dead after, write timeout) in microseconds.
     pub const fn timings_us(self) -> (u64, u64, u64, u64) {
         match self {
-            Network::Lan | Network::LanLight => (1_000, 20_000, 250_000, 2_000_000),
+            Network::Lan | Network::LanLight | Network::Incast => (1_000, 20_000, 250_000, 2_000_000),
             Network::Wan => (10_000, 200_000, 1_000_000, 5_000_000),
             Network::Geo => (20_000, 1_000_000, 2_000_000, 10_000_000),
         }
@@ -187,7 +228,7 @@ impl Network {
     /// PUTs each writer keeps in flight.
     pub const fn writer_depth(self) -> u32 {
         match self {
-            Network::Lan => 16,
+            Network::Lan | Network::Incast => 16,
             Network::LanLight => 1,
             Network::Wan => 64,
             // Open loop: a far round trip (180 ms) is below the write interval, so one
@@ -199,7 +240,7 @@ impl Network {
     /// Default measured seconds per benchmark cell.
     pub const fn cell_seconds(self) -> f64 {
         match self {
-            Network::Lan | Network::LanLight => 3.0,
+            Network::Lan | Network::LanLight | Network::Incast => 3.0,
             Network::Wan => 8.0,
             // 5 writers at 5 PUTs/s: 500 PUTs a cell.
             Network::Geo => 20.0,
@@ -210,7 +251,7 @@ impl Network {
     /// sees the stream).
     pub const fn warmup_seconds(self) -> f64 {
         match self {
-            Network::Lan | Network::LanLight => 0.5,
+            Network::Lan | Network::LanLight | Network::Incast => 0.5,
             Network::Wan => 1.5,
             Network::Geo => 3.0,
         }
@@ -219,7 +260,7 @@ impl Network {
     /// How long a reader waits for a Pending slot before asking the DPU app.
     pub const fn fresh_wait_ns(self) -> u64 {
         match self {
-            Network::Lan | Network::LanLight => 1_000_000,
+            Network::Lan | Network::LanLight | Network::Incast => 1_000_000,
             Network::Wan => 200_000_000,
             Network::Geo => 400_000_000,
         }
@@ -228,7 +269,7 @@ impl Network {
     /// After how long a watched write that is still not invalidated counts as never.
     pub const fn watch_timeout_ns(self) -> u64 {
         match self {
-            Network::Lan | Network::LanLight => 20_000_000,
+            Network::Lan | Network::LanLight | Network::Incast => 20_000_000,
             Network::Wan => 1_000_000_000,
             Network::Geo => 2_000_000_000,
         }
@@ -237,7 +278,7 @@ impl Network {
     /// Longest wait for the nodes to connect and grant leases.
     const fn ready_timeout(self) -> Duration {
         match self {
-            Network::Lan | Network::LanLight => Duration::from_secs(20),
+            Network::Lan | Network::LanLight | Network::Incast => Duration::from_secs(20),
             Network::Wan | Network::Geo => Duration::from_secs(60),
         }
     }
@@ -321,6 +362,8 @@ pub struct ClusterSpec {
     pub value_bytes: usize,
     /// The fabric model's seed.
     pub seed: u64,
+    /// Congestion control on every node.
+    pub congestion: Congestion,
     /// Keys each node's store is sized for ([`store_keys_for`]), at half load.
     pub store_keys: usize,
 }
@@ -356,6 +399,7 @@ impl ClusterSpec {
                 node.role = crate::cluster::config::Role::Cache;
             }
         }
+        c.network.congestion = self.congestion;
         let (heartbeat_us, lease_us, dead_after_us, write_timeout_us) = self.network.timings_us();
         (c.heartbeat_us, c.lease_us, c.dead_after_us, c.write_timeout_us) =
             (heartbeat_us, lease_us, dead_after_us, write_timeout_us);
@@ -466,7 +510,18 @@ mod tests {
 
     /// A spec of 4 KiB values, seed 1, no model file.
     fn spec(nodes: u8, (k, m): (u8, u8), network: Network, policy: Policy, store_keys: usize) -> ClusterSpec {
-        ClusterSpec { nodes, k, m, network, policy, model_file: None, value_bytes: 4096, seed: 1, store_keys }
+        ClusterSpec {
+            nodes,
+            k,
+            m,
+            network,
+            policy,
+            model_file: None,
+            value_bytes: 4096,
+            seed: 1,
+            congestion: Congestion::None,
+            store_keys,
+        }
     }
 
     #[test]
@@ -492,8 +547,13 @@ mod tests {
                 let c = spec.config(dir.path()).unwrap_or_else(|e| panic!("{network:?} {policy:?}: {e}"));
                 assert_eq!((c.quorum, c.invalidation, c.predictive), (4, policy.invalidation(), policy.predictive()));
                 assert_eq!(Policy::parse(policy.name()), Some(policy));
+                assert_eq!(Network::parse(network.name()), Some(network));
+                assert_eq!(network.model(1).ports.is_some(), network == Network::Incast);
             }
         }
+        let swift =
+            ClusterSpec { congestion: Congestion::Swift, ..spec(5, (3, 2), Network::Incast, Policy::None, 1 << 17) };
+        assert_eq!(swift.config(dir.path()).unwrap().network.congestion, Congestion::Swift);
         let spec = spec(5, (4, 1), Network::Lan, Policy::Speculative, STORE_KEYS_MIN);
         assert_eq!(spec.config(dir.path()).unwrap().quorum, 4);
         assert_eq!(Policy::parse("eager"), None);

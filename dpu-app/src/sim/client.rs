@@ -40,6 +40,8 @@ pub struct ClientStats {
     pub gets: u64,
     /// GETs that came back Unavailable.
     pub unavailable: u64,
+    /// Writes whose completion said their key was leased (`FLAG_LEASED`).
+    pub leased_writes: u64,
 }
 
 /// One node's simulated KV store.
@@ -287,6 +289,7 @@ impl Client {
             tracing::debug!(node = self.node, ?req, status = ?c.status, version = c.version, detail = c.detail, now_ns, "completion");
             match req {
                 Request::Write { write_id, .. } => {
+                    self.stats.leased_writes += u64::from(c.leased());
                     if c.status == Status::Overloaded {
                         // The simulated load (a few writes in flight per node) is far
                         // below every table's size: a refusal for room is a leak.

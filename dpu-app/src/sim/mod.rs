@@ -144,8 +144,9 @@ pub struct SimReport {
     pub failover: (u64, Histogram, Histogram),
     /// Simulated time, nanoseconds.
     pub sim_ns: u64,
-    /// Predictor leases marked, and writes that found their key leased.
-    pub leases: (u64, u64),
+    /// Predictor leases marked, writes that found their key leased, and write
+    /// completions that said so (`FLAG_LEASED`: the lease had a mark placed).
+    pub leases: (u64, u64, u64),
     /// GETs that READ their key's spill sets too, and fragments refused for room, by the
     /// nodes' last incarnations.
     pub store: (u64, u64),
@@ -171,6 +172,7 @@ impl SimReport {
         self.sim_ns += other.sim_ns;
         self.leases.0 += other.leases.0;
         self.leases.1 += other.leases.1;
+        self.leases.2 += other.leases.2;
         self.store.0 += other.store.0;
         self.store.1 += other.store.1;
         self.failover.0 += other.failover.0;
@@ -185,7 +187,7 @@ impl SimReport {
     pub fn line(&self) -> String {
         format!(
             "{} steps, {} simulated; writes {} issued / {} committed / {} rolled back / {} undetermined; \
-             {} reads checked ({} from caches, {} GETs, {} unavailable); {} crashes, {} partitions; {} leases, {} lease hits; {} GETs read spill sets, {} fragments refused for room; \
+             {} reads checked ({} from caches, {} GETs, {} unavailable); {} crashes, {} partitions; {} leases, {} lease hits ({} completed leased); {} GETs read spill sets, {} fragments refused for room; \
              {} requests held by congestion windows, {} window decreases, {} port pauses",
             self.steps,
             if self.sim_ns >= 1_000_000_000 {
@@ -205,6 +207,7 @@ impl SimReport {
             self.partitions,
             self.leases.0,
             self.leases.1,
+            self.leases.2,
             self.store.0,
             self.store.1,
             self.paced.0,
@@ -564,6 +567,7 @@ pub fn run(opts: &SimOptions) -> Result<SimReport, Violation> {
         report.cache_hits += c.stats.cache_hits;
         report.gets += c.stats.gets;
         report.unavailable += c.stats.unavailable;
+        report.leases.2 += c.stats.leased_writes;
     }
     report.sim_ns = cluster.now().mono_ns;
     if let Some(w) = &watch {

@@ -32,6 +32,19 @@ pub enum Congestion {
     Swift,
 }
 
+impl Congestion {
+    /// Both, in report order.
+    pub const ALL: [Congestion; 2] = [Congestion::None, Congestion::Swift];
+
+    /// The name in the cluster file, options and reports.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Congestion::None => "none",
+            Congestion::Swift => "swift",
+        }
+    }
+}
+
 /// Regions, their delays and congestion control.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NetworkConfig {

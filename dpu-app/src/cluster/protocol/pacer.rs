@@ -150,7 +150,7 @@ mod tests {
     use crate::fabric::{Access, Fabric, Memory};
 
     fn signal(rtt_ns: u64) -> PathSignal {
-        PathSignal { rtt_ns, queue_ns: 0, ecn: false, hops: 1 }
+        PathSignal { rtt_ns, hops: 1, ..PathSignal::default() }
     }
 
     #[test]

@@ -25,6 +25,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use prescient_shim::completion::FLAG_LEASED;
 use prescient_shim::config::VALUE_OFFSET;
 use prescient_shim::descriptor::OpCode;
 use prescient_shim::directory::{self, SlotState};
@@ -542,6 +543,7 @@ impl Writer {
             for (j, mark) in marks.iter().enumerate() {
                 if let Mark::Placed { prior, .. } = mark {
                     w.lease_priors[j] = Some(*prior);
+                    w.leased = true;
                 }
             }
         }
@@ -1121,7 +1123,11 @@ impl Writer {
         w.completed = true;
         cx.stats.record_commit(w.stamp, now.mono_ns);
         cx.stats.record_write(w, now.mono_ns, Status::Ok);
-        cx.host.complete(&w.taken, Outcome::ok(w.stamp), cx.metrics);
+        let mut outcome = Outcome::ok(w.stamp);
+        if w.leased {
+            outcome.flags |= FLAG_LEASED;
+        }
+        cx.host.complete(&w.taken, outcome, cx.metrics);
     }
 
     /// Decided on m + 1 holders and every mark settled: the write is committed.
@@ -1147,11 +1153,14 @@ impl Writer {
         let Some(w) = self.writes.remove(id) else { return };
         self.side_free.push(w.side);
         let Some(end) = w.phase().end() else { unreachable!("retiring write {} before it finished", w.write_seq) };
-        let outcome = match end {
+        let mut outcome = match end {
             End::Committed => Outcome::ok(w.stamp),
             End::NotDurable => Outcome::failed(Status::NotDurable, w.acked.count_ones()),
             End::Undecided => Outcome::failed(Status::Unavailable, w.decided.count_ones()),
         };
+        if w.leased {
+            outcome.flags |= FLAG_LEASED;
+        }
         // Holders that never persisted their fragment of a committed write get it
         // rebuilt (the resync of each comes back to this write).
         if matches!(end, End::Committed | End::Undecided) {

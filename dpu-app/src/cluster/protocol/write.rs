@@ -215,6 +215,9 @@ pub struct Write {
     /// Per host, what the lease's mark replaced (a mark upgraded from a lease rolls
     /// back to that, not to the lease's Pending word).
     pub lease_priors: [Option<SlotState>; NODES_MAX],
+    /// The write's key held a predictor lease with at least one mark placed when the
+    /// write arrived (its completion carries `FLAG_LEASED`).
+    pub leased: bool,
 }
 
 impl Write {
@@ -258,6 +261,7 @@ impl Write {
             arrived_ns,
             waiting_credit: 0,
             lease_priors: [None; NODES_MAX],
+            leased: false,
         }
     }
 

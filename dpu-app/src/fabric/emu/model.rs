@@ -252,19 +252,33 @@ impl Model {
         let hops = self.hops(msg.src_node, msg.dst_node);
         let Some(cfg) = &self.config.ports else {
             let delay_ns = retry_ns + there_ns;
-            let signal = PathSignal { rtt_ns: delay_ns + back_ns, queue_ns: 0, ecn: false, hops };
+            let signal = PathSignal { rtt_ns: delay_ns + back_ns, hops, ..PathSignal::default() };
             return Fate::Delivered { delay_ns, back_ns, signal };
         };
-        let back_ns = back_ns + cfg.serialise_ns(msg.response_bytes);
+        let response_ns = cfg.serialise_ns(msg.response_bytes);
+        let back_ns = back_ns + response_ns;
         let mut ports = self.ports.lock().expect("model lock");
         let Some(port) = ports.get_mut(msg.dst_node as usize) else {
             let delay_ns = retry_ns + there_ns;
-            let signal = PathSignal { rtt_ns: delay_ns + back_ns, queue_ns: 0, ecn: false, hops };
+            let signal = PathSignal {
+                rtt_ns: delay_ns + back_ns,
+                hops,
+                serialise_ns: response_ns,
+                line_bytes_per_s: cfg.bytes_per_s,
+                ..PathSignal::default()
+            };
             return Fate::Delivered { delay_ns, back_ns, signal };
         };
         let a = port.admit(cfg, now_ns + there_ns, msg.bytes);
         let delay_ns = retry_ns + a.depart_ns - now_ns;
-        let signal = PathSignal { rtt_ns: delay_ns + back_ns, queue_ns: a.queue_ns + a.paused_ns, ecn: a.marked, hops };
+        let signal = PathSignal {
+            rtt_ns: delay_ns + back_ns,
+            queue_ns: a.queue_ns + a.paused_ns,
+            ecn: a.marked,
+            hops,
+            serialise_ns: cfg.serialise_ns(msg.bytes) + response_ns,
+            line_bytes_per_s: cfg.bytes_per_s,
+        };
         Fate::Delivered { delay_ns, back_ns, signal }
     }
 }
