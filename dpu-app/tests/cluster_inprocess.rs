@@ -313,8 +313,9 @@ fn a_cache_only_member_holds_nothing_is_invalidated_and_reads_through() {
     config.validate().unwrap();
     assert_eq!(config.placement().storage(), &[0, 1, 2, 3, 4]);
     let region = region_config_for(&config, 1, 1024);
-    let mut c = InProcess::start(Arc::new(config), ClusterClock::Real, ModelConfig::ideal(), region, &dir.join("regions"))
-        .unwrap();
+    let mut c =
+        InProcess::start(Arc::new(config), ClusterClock::Real, ModelConfig::ideal(), region, &dir.join("regions"))
+            .unwrap();
     until(&mut c, |c| (0..6).all(|i| (0..6).all(|j| i == j || c.node(i).is_some_and(|n| n.peer_up(j)))));
     let now = || prescient_shim::sys::monotonic_ns();
     until(&mut c, |c| (0..6).all(|i| c.host(i).lease_valid(now())));
@@ -377,7 +378,9 @@ fn a_cache_only_member_holds_nothing_is_invalidated_and_reads_through() {
     c.crash(5);
     c.crash(3);
     c.crash(4);
-    until(&mut c, |c| !c.node(0).unwrap().peer_up(3) && !c.node(0).unwrap().peer_up(4) && !c.node(0).unwrap().peer_up(5));
+    until(&mut c, |c| {
+        !c.node(0).unwrap().peer_up(3) && !c.node(0).unwrap().peer_up(4) && !c.node(0).unwrap().peer_up(5)
+    });
     let (key, version, fill) = &written[25];
     let (status, got, value) = get(&mut c, 0, key, ReadSla::FRESH_NOW);
     assert_eq!((status, got), (Status::Ok, *version), "with m storage nodes down a Fresh GET still answers");

@@ -438,11 +438,10 @@ impl ClusterReport {
         let p50 = |c: &Cell| c.host.put_latency.percentile(0.5) as f64;
         // A row names its congestion control only where it is on.
         let cc = |c: Congestion| if c == Congestion::None { String::new() } else { format!(" {}", c.name()) };
-        for (network, congestion) in
-            Network::ALL
-                .into_iter()
-                .filter(|&n| n != Network::Incast && n != Network::Geo)
-                .flat_map(|n| Congestion::ALL.map(|c| (n, c)))
+        for (network, congestion) in Network::ALL
+            .into_iter()
+            .filter(|&n| n != Network::Incast && n != Network::Geo)
+            .flat_map(|n| Congestion::ALL.map(|c| (n, c)))
         {
             let Some(none) = self.cell(network, Policy::None, congestion).filter(|c| c.host.put_latency.count() > 0)
             else {

@@ -27,8 +27,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-pub use crate::cluster::placement::Role;
 use crate::cluster::placement::Placement;
+pub use crate::cluster::placement::Role;
 
 mod fabric;
 mod network;

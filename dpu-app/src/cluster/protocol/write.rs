@@ -336,9 +336,10 @@ impl Write {
     /// the committed version (its commit job runs), resolved, or not needed. A failed
     /// job does not count: that host waits for its exclusion.
     pub fn marks_in_force(&self, nodes: usize) -> bool {
-        self.marks[..nodes].iter().enumerate().all(|(j, m)| {
-            m.is_placed() || (matches!(m, Mark::Running { .. }) && self.ever_placed & (1 << j) != 0)
-        })
+        self.marks[..nodes]
+            .iter()
+            .enumerate()
+            .all(|(j, m)| m.is_placed() || (matches!(m, Mark::Running { .. }) && self.ever_placed & (1 << j) != 0))
     }
 
     /// Records that `stage` ended at `now_ns` (the first time only).
