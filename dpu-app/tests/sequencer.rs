@@ -156,6 +156,9 @@ fn a_deposed_sequencer_that_has_not_heard_of_the_new_epoch_commits_nothing_of_it
     let first = LeaderWord { epoch: 1, sequencer: 0 };
     run(&mut c, "node 0 claims epoch 1", SECOND_NS, |c| settled_on(c, first));
     assert_eq!(put(&mut c, 0, b"p", b"old").status, Status::Ok);
+    // A write completes before its marks move to the committed version, and the next
+    // write of its key waits for that: let it finish first.
+    run(&mut c, "node 0's write leaves its table", SECOND_NS, |c| c.node(0).unwrap().in_flight() == 0);
     // Node 0 stalls, and is cut off from the shadows: they see it silent and elect
     // shadow 1 with nodes 3 and 4, whose links to node 0 stay up.
     c.pause(0, true);
