@@ -144,16 +144,7 @@ fn port_counts(cluster: &crate::cluster::run::inprocess::InProcess) -> Option<Po
 
 /// What the ports did between `before` and `after`, the largest queue `after`'s.
 fn ports_since(after: Option<PortStats>, before: Option<PortStats>) -> Option<PortStats> {
-    let (a, b) = (after?, before.unwrap_or_default());
-    Some(PortStats {
-        messages: a.messages - b.messages,
-        bytes: a.bytes - b.bytes,
-        queue_ns_total: a.queue_ns_total - b.queue_ns_total,
-        queue_bytes_max: a.queue_bytes_max,
-        pauses: a.pauses - b.pauses,
-        paused_ns: a.paused_ns - b.paused_ns,
-        marks: a.marks - b.marks,
-    })
+    Some(after?.since(&before.unwrap_or_default()))
 }
 
 /// Requests held by the nodes' congestion windows and the windows' decreases.

@@ -216,15 +216,7 @@ pub fn run(o: &IncastOptions) -> Result<IncastReport, String> {
     let drain_ns = clock.now_ns() - demand_until;
     let port_end = net.model().port_stats(holder_id).unwrap_or_default();
     let port_at_start = port_at_start.unwrap_or_default();
-    let port = PortStats {
-        messages: port_end.messages - port_at_start.messages,
-        bytes: port_end.bytes - port_at_start.bytes,
-        queue_ns_total: port_end.queue_ns_total - port_at_start.queue_ns_total,
-        queue_bytes_max: port_end.queue_bytes_max,
-        pauses: port_end.pauses - port_at_start.pauses,
-        paused_ns: port_end.paused_ns - port_at_start.paused_ns,
-        marks: port_end.marks - port_at_start.marks,
-    };
+    let port = port_end.since(&port_at_start);
     let writer_bytes: Vec<u64> = writers.iter().map(|(w, _)| w.bytes).collect();
     let total: u64 = writer_bytes.iter().sum();
     let capacity = o.port_bytes_per_s as f64 * o.measure_ns as f64 / 1e9;

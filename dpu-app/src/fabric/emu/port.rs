@@ -100,6 +100,22 @@ pub struct PortStats {
     pub marks: u64,
 }
 
+impl PortStats {
+    /// What the port saw since `before` (an earlier reading of the same port); the
+    /// largest queue is this reading's.
+    pub fn since(&self, before: &PortStats) -> PortStats {
+        PortStats {
+            messages: self.messages - before.messages,
+            bytes: self.bytes - before.bytes,
+            queue_ns_total: self.queue_ns_total - before.queue_ns_total,
+            queue_bytes_max: self.queue_bytes_max,
+            pauses: self.pauses - before.pauses,
+            paused_ns: self.paused_ns - before.paused_ns,
+            marks: self.marks - before.marks,
+        }
+    }
+}
+
 /// One egress port's state: when it is done with what it holds.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Port {
