@@ -10,13 +10,20 @@ use prescient_dpu::fabric::emu::ModelConfig;
 use prescient_shim::directory::SlotState;
 use prescient_shim::{Completion, ReadSla, Request, Status};
 
-fn cluster(name: &str) -> (InProcess, std::path::PathBuf) {
+/// A fresh folder for test `name`'s files, holding key 1 (32 bytes of `key_byte`,
+/// readable by the owner only).
+fn fresh_dir(name: &str, key_byte: u8) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("prescient-inproc-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(dir.join("keys")).unwrap();
     let key = dir.join("keys/1.key");
-    std::fs::write(&key, [7u8; 32]).unwrap();
+    std::fs::write(&key, [key_byte; 32]).unwrap();
     std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    dir
+}
+
+fn cluster(name: &str) -> (InProcess, std::path::PathBuf) {
+    let dir = fresh_dir(name, 7);
     let mut config = ClusterConfig::in_process(5, 3, 2, &dir);
     config.key_dir = dir.join("keys");
     config.value_bytes_max = 4096;
@@ -89,12 +96,7 @@ fn a_write_on_one_node_is_read_back_on_every_other() {
 /// A cluster on a manual clock with logs of 8 slots and quorum 5: every holder must
 /// persist every fragment.
 fn tight_cluster(name: &str) -> (InProcess, std::path::PathBuf) {
-    let dir = std::env::temp_dir().join(format!("prescient-inproc-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(dir.join("keys")).unwrap();
-    let key = dir.join("keys/1.key");
-    std::fs::write(&key, [9u8; 32]).unwrap();
-    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let dir = fresh_dir(name, 9);
     let mut config = ClusterConfig::in_process(5, 3, 2, &dir);
     config.key_dir = dir.join("keys");
     config.quorum = 5;
@@ -219,12 +221,7 @@ fn aborted_writes_settle_and_the_outcome_table_never_wedges() {
 /// A cluster whose stores hold 32 records a node (two sets of 16): a few dozen keys fill
 /// them.
 fn tiny_store_cluster(name: &str) -> (InProcess, std::path::PathBuf) {
-    let dir = std::env::temp_dir().join(format!("prescient-inproc-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(dir.join("keys")).unwrap();
-    let key = dir.join("keys/1.key");
-    std::fs::write(&key, [3u8; 32]).unwrap();
-    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let dir = fresh_dir(name, 3);
     let mut config = ClusterConfig::in_process(5, 3, 2, &dir);
     config.key_dir = dir.join("keys");
     config.value_bytes_max = 1024;
@@ -297,12 +294,7 @@ fn a_full_store_refuses_writes_cleanly_and_keeps_every_acknowledged_one() {
 #[test]
 fn a_cache_only_member_holds_nothing_is_invalidated_and_reads_through() {
     use prescient_dpu::cluster::config::Role;
-    let dir = std::env::temp_dir().join(format!("prescient-inproc-cache-member-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(dir.join("keys")).unwrap();
-    let key = dir.join("keys/1.key");
-    std::fs::write(&key, [5u8; 32]).unwrap();
-    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let dir = fresh_dir("cache-member", 5);
     let mut config = ClusterConfig::in_process(6, 3, 2, &dir);
     config.key_dir = dir.join("keys");
     config.nodes[5].role = Role::Cache;
