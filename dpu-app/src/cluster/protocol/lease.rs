@@ -407,17 +407,22 @@ mod tests {
         assert_eq!(leases.open_lease_of(9), None);
     }
 
-    #[test]
-    #[should_panic(expected = "Settled => ")]
-    fn a_mark_cannot_come_back_after_it_settled() {
-        let id = LeaseId::from_parts(0, 1);
-        let mut l = Lease {
+    /// An open lease of key 3 with no mark out, and an id for it.
+    fn open_lease_on_key_3() -> (LeaseId, Lease) {
+        let lease = Lease {
             key_id: 3,
             opened_ns: 0,
             marked_ns: 0,
             state: LeaseState::Open,
             marks: [LeaseMark::None; NODES_MAX],
         };
+        (LeaseId::from_parts(0, 1), lease)
+    }
+
+    #[test]
+    #[should_panic(expected = "Settled => ")]
+    fn a_mark_cannot_come_back_after_it_settled() {
+        let (id, mut l) = open_lease_on_key_3();
         let placed = word(SlotState::Pending, 0, 9);
         l.set_mark(id, 1, LeaseMark::Running { job: job(0) });
         l.set_mark(id, 1, LeaseMark::Settled);
@@ -427,14 +432,7 @@ mod tests {
     #[test]
     #[should_panic(expected = "Taken => RolledBack")]
     fn a_taken_lease_is_not_rolled_back() {
-        let id = LeaseId::from_parts(0, 1);
-        let mut l = Lease {
-            key_id: 3,
-            opened_ns: 0,
-            marked_ns: 0,
-            state: LeaseState::Open,
-            marks: [LeaseMark::None; NODES_MAX],
-        };
+        let (id, mut l) = open_lease_on_key_3();
         l.set_state(id, LeaseState::Taken);
         l.set_state(id, LeaseState::RolledBack);
     }
