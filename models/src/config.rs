@@ -18,6 +18,19 @@ pub const CONTEXT_ORDERS: usize = 2;
 pub const PREDICTIONS_MAX: usize = SUCCESSOR_SLOTS * CONTEXT_ORDERS;
 /// Longest lease window, in writes.
 pub const LEASE_WINDOW_WRITES_MAX: u32 = 64;
+
+/// A lease window of `window_writes` writes, checked against 1 ..=
+/// [`LEASE_WINDOW_WRITES_MAX`] (the lease tracker's and the tuner's ledger's check).
+pub(crate) fn lease_window(window_writes: u32) -> Result<u64, ModelError> {
+    if !(1..=LEASE_WINDOW_WRITES_MAX).contains(&window_writes) {
+        return Err(ModelError::InvalidConfig {
+            field: "lease_window_writes",
+            value: window_writes.to_string(),
+            expected: "1 ..= 64",
+        });
+    }
+    Ok(u64::from(window_writes))
+}
 /// Most leases open at once: each write opens at most `PREDICTIONS_MAX` leases and
 /// each lasts at most `LEASE_WINDOW_WRITES_MAX` writes.
 pub const LEASES_OPEN_MAX: usize = PREDICTIONS_MAX * LEASE_WINDOW_WRITES_MAX as usize;

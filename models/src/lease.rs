@@ -11,7 +11,7 @@
 //! Bounds: at most [`LEASES_OPEN_MAX`] leases are open; the table is allocated at
 //! construction.
 
-use crate::config::{LEASES_OPEN_MAX, LEASE_WINDOW_WRITES_MAX};
+use crate::config::{lease_window, LEASES_OPEN_MAX};
 use crate::error::ModelError;
 
 /// An open lease.
@@ -96,15 +96,8 @@ pub struct LeaseTracker {
 impl LeaseTracker {
     /// A tracker whose leases last `window_writes` writes (1 ..= 64).
     pub fn new(window_writes: u32) -> Result<Self, ModelError> {
-        if !(1..=LEASE_WINDOW_WRITES_MAX).contains(&window_writes) {
-            return Err(ModelError::InvalidConfig {
-                field: "lease_window_writes",
-                value: window_writes.to_string(),
-                expected: "1 ..= 64",
-            });
-        }
         Ok(Self {
-            window: u64::from(window_writes),
+            window: lease_window(window_writes)?,
             writes: 0,
             open: Vec::with_capacity(LEASES_OPEN_MAX),
             stats: LeaseStats::default(),

@@ -17,7 +17,7 @@
 //! (each write opens at most one per context order at the floor; an extra one is
 //! counted in [`LedgerCounts::dropped`]); the table is allocated at construction.
 
-use crate::config::{LEASES_OPEN_MAX, LEASE_WINDOW_WRITES_MAX, THRESHOLD_FLOOR, THRESHOLD_LEVELS, THRESHOLD_STEP};
+use crate::config::{lease_window, LEASES_OPEN_MAX, THRESHOLD_FLOOR, THRESHOLD_LEVELS, THRESHOLD_STEP};
 use crate::error::ModelError;
 
 /// The threshold of level `i` (`THRESHOLD_FLOOR + i * THRESHOLD_STEP`, the top one 1.0).
@@ -84,15 +84,8 @@ pub struct OutcomeLedger {
 impl OutcomeLedger {
     /// A ledger whose leases last `window_writes` writes (1 ..= 64), as the real ones.
     pub fn new(window_writes: u32) -> Result<Self, ModelError> {
-        if !(1..=LEASE_WINDOW_WRITES_MAX).contains(&window_writes) {
-            return Err(ModelError::InvalidConfig {
-                field: "lease_window_writes",
-                value: window_writes.to_string(),
-                expected: "1 ..= 64",
-            });
-        }
         Ok(Self {
-            window: u64::from(window_writes),
+            window: lease_window(window_writes)?,
             writes: 0,
             open: Vec::with_capacity(LEASES_OPEN_MAX),
             counts: LedgerCounts::default(),
