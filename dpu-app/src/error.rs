@@ -14,6 +14,7 @@ use std::fmt;
 use std::path::PathBuf;
 
 use crate::cluster::config::ConfigError;
+use crate::cluster::format::control::ControlFileError;
 use crate::cluster::format::log::LogError;
 use crate::cluster::format::outcome::OutcomeError;
 use crate::cluster::format::store::StoreError;
@@ -140,6 +141,9 @@ pub enum Error {
     /// The version floor.
     #[error(transparent)]
     Hlc(#[from] HlcError),
+    /// The node's control block file.
+    #[error(transparent)]
+    Control(#[from] ControlFileError),
     /// Connection setup.
     #[error(transparent)]
     Rendezvous(#[from] RendezvousError),

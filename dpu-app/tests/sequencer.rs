@@ -196,3 +196,58 @@ fn a_deposed_sequencer_that_has_not_heard_of_the_new_epoch_commits_nothing_of_it
     assert_eq!((fresh.status, epoch_of(fresh.version >> 8)), (Status::Ok, 2), "{fresh:?}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A claimant's CAS into a node's leader word is that node's vote: the claim counts it
+/// at once. Nodes 3 and 4 crash after the CAS landed and before their next round
+/// noticed it, so their `leader-word` files still say epoch 1; restarted, cut off from
+/// the nodes that know epoch 2, they must still hold epoch 2 (the control block is
+/// file-backed and carries the word). With an anonymous block they came back in epoch
+/// 1, and with the deposed sequencer they made a quorum for its writes.
+#[test]
+fn nodes_restarted_after_voting_in_a_claim_they_never_noticed_still_refuse_the_deposed_epoch() {
+    let (mut c, dir) = cluster("voted", 2);
+    let first = LeaderWord { epoch: 1, sequencer: 0 };
+    run(&mut c, "node 0 claims epoch 1", SECOND_NS, |c| settled_on(c, first));
+    assert_eq!(put(&mut c, 0, b"v", b"old").status, Status::Ok);
+    run(&mut c, "node 0's write leaves its table", SECOND_NS, |c| c.node(0).unwrap().in_flight() == 0);
+    c.pause(0, true);
+    c.partition(0, 1);
+    c.partition(0, 2);
+    // Nodes 3 and 4 stall just before shadow 1's claim is due (dead_after is 4 ms), so
+    // their NICs take its CAS but their rounds never see it; they crash then.
+    let paused_at = c.now().mono_ns;
+    run(&mut c, "3 ms pass", SECOND_NS, |c| c.now().mono_ns >= paused_at + 3_000_000);
+    c.pause(3, true);
+    c.pause(4, true);
+    run(&mut c, "shadow 1's claim lands at nodes 3 and 4", SECOND_NS, |c| {
+        [3u8, 4].iter().all(|&j| c.node(j).unwrap().leader_word_in_block().unwrap().epoch >= 2)
+    });
+    for j in [3u8, 4] {
+        assert_eq!(c.node(j).unwrap().sequencer_state().unwrap().0, first, "node {j} stalled, so it never noticed");
+        c.crash(j);
+        c.pause(j, false);
+    }
+    for j in [3u8, 4] {
+        c.partition(j, 1);
+        c.partition(j, 2);
+        c.restart(j).unwrap();
+        let (word, _) = c.node(j).unwrap().sequencer_state().unwrap();
+        assert!(word.epoch >= 2, "node {j} restarted with {word}: it forgot the epoch it voted for");
+        assert_eq!(c.node(j).unwrap().leader_word_in_block(), Some(word));
+    }
+    // Holders refuse by the word in their block (the deposed-sequencer test above shows
+    // that refusal): the restarted voters refuse epoch 1 from their first round on.
+    c.pause(0, false);
+    for (a, b) in [(0, 1), (0, 2), (3, 1), (3, 2), (4, 1), (4, 2)] {
+        c.heal(a, b);
+    }
+    run(&mut c, "the cluster settles on one sequencer of epoch 2 or later", SECOND_NS, |c| {
+        let Some((word, _)) = c.node(1).unwrap().sequencer_state() else { return false };
+        word.epoch >= 2 && settled_on(c, word) && c.node(0).unwrap().peer_up(1)
+    });
+    let (status, _, value) = get(&mut c, 2, b"v");
+    assert_eq!((status, &value[..]), (Status::Ok, &b"old"[..]));
+    let fresh = put(&mut c, 0, b"v", b"new");
+    assert!(fresh.status == Status::Ok && epoch_of(fresh.version >> 8) >= 2, "{fresh:?}");
+    let _ = std::fs::remove_dir_all(dir);
+}

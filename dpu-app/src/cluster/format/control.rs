@@ -24,6 +24,15 @@
 //! node that missed a claim learns of it) and its counter (how a new sequencer learns
 //! how far a reachable old one got).
 //!
+//! The block is a shared mapping of the node's `control.prctl` file, so what remote
+//! atomics put there outlives a crash of the DPU app: a claimant's CAS into the leader
+//! word counts as this node's vote the moment it lands, before the node notices it and
+//! writes its `leader-word` file, and a node restarted in that window must still refuse
+//! the epoch it voted against ([`ControlBlock::open`] carries the word over; every other
+//! field starts afresh). The file lives in the page cache like the fragment logs, so
+//! it survives a process crash; a power loss in that window (microseconds, until the
+//! next poll writes `leader-word` with fsync) is not covered.
+//!
 //! The epochs implement exclusion without a membership service: a writer that cannot
 //! reach node j's directory bumps `suspect[j]` and waits until j's directory lease must
 //! have lapsed (j renews it only while it hears from every peer, and only when its
@@ -42,6 +51,8 @@
 //! lost with it, though that life's writes had skipped j. The first epoch is such a
 //! suspicion of every directory, honored (one revocation) and readmitted at once.
 
+use std::fs::OpenOptions;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::fabric::{Access, Fabric, FabricError, Memory, MemoryRegion, RemoteRegion};
@@ -83,11 +94,94 @@ pub struct ControlBlock {
     mr: Arc<MemoryRegion>,
 }
 
+/// What a node's control file kept from its last run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Carried {
+    /// The leader word as the last run left it (a claimant's CAS included, whether or
+    /// not that run noticed it); carried into the new block.
+    pub leader: u64,
+    /// The sequencer counter as the last run left it (how far this node got if it
+    /// sequenced); the new block starts from 0, so nothing is fetched from it again.
+    pub counter: u64,
+}
+
+/// Why a node's control file could not be opened.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ControlFileError {
+    /// The file could not be created, sized or mapped.
+    #[error("cannot open control file {path}: {source}; check that the data folder is writable and has room")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file holds something other than this node's control block.
+    #[error("{path} is not node {node}'s control block (magic {magic:#x}, format {format}, node {found}): the data folder belongs to another node or build; give this node its own folder, or move the file away if the folder is this node's (it forgets the sequencer epochs it voted for)")]
+    Foreign {
+        /// The file.
+        path: PathBuf,
+        /// The node opening it.
+        node: u8,
+        /// Magic found.
+        magic: u64,
+        /// Format found.
+        format: u8,
+        /// Node id found.
+        found: u8,
+    },
+    /// Mapping or registering it.
+    #[error("control file {path}: {source}")]
+    Fabric {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: FabricError,
+    },
+}
+
 impl ControlBlock {
-    /// A fresh block for `node` in `incarnation`, registered on `fabric`.
-    pub fn new<F: Fabric>(fabric: &F, node: u8, incarnation: u32) -> Result<Self, FabricError> {
+    /// Node `node`'s block in `incarnation`, mapped from the file at `path` (created
+    /// if missing) and registered on `fabric`, with what the file kept of the last run:
+    /// the leader word carries over, every other field starts afresh (the counter at 0).
+    pub fn open<F: Fabric>(
+        fabric: &F,
+        node: u8,
+        incarnation: u32,
+        path: &Path,
+    ) -> Result<(Self, Carried), ControlFileError> {
         assert!((node as usize) < NODES_MAX);
-        let memory = Arc::new(Memory::anonymous(CONTROL_BYTES)?);
+        let io = |source| ControlFileError::Io { path: path.to_owned(), source };
+        let fab = |source| ControlFileError::Fabric { path: path.to_owned(), source };
+        let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path).map_err(io)?;
+        if file.metadata().map_err(io)?.len() < CONTROL_BYTES as u64 {
+            file.set_len(CONTROL_BYTES as u64).map_err(io)?;
+        }
+        let memory = Memory::map_file(&file, 0, CONTROL_BYTES).map_err(fab)?;
+        let mut old = [0u8; CONTROL_BYTES];
+        memory.read(0, &mut old).map_err(fab)?;
+        let carried = if old.iter().all(|&b| b == 0) {
+            Carried::default()
+        } else {
+            let view = ControlView::new_checked(old, node).map_err(|_| ControlFileError::Foreign {
+                path: path.to_owned(),
+                node,
+                magic: u64::from_le_bytes(old[0..8].try_into().expect("8 bytes")),
+                format: old[8],
+                found: old[9],
+            })?;
+            Carried { leader: view.leader(), counter: view.counter() }
+        };
+        // Every field afresh but the leader word: a zeroed block, then the new head.
+        memory.write(0, &[0u8; CONTROL_BYTES]).map_err(fab)?;
+        memory.store_u64(LEADER_AT, carried.leader).map_err(fab)?;
+        let block = Self::init(fabric, memory, node, incarnation).map_err(fab)?;
+        Ok((block, carried))
+    }
+
+    fn init<F: Fabric>(fabric: &F, memory: Memory, node: u8, incarnation: u32) -> Result<Self, FabricError> {
+        let memory = Arc::new(memory);
         let mut head = [0u8; 16];
         head[0..8].copy_from_slice(&MAGIC.to_le_bytes());
         head[8] = FORMAT;
@@ -253,11 +347,20 @@ mod tests {
     use super::*;
     use crate::fabric::emu::{ModelConfig, Network, SystemClock};
 
+    fn temp_dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("prescient-control-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
     #[test]
     fn a_block_reads_back_and_foreign_bytes_are_refused() {
         let net = Network::new(ModelConfig::ideal(), Arc::new(SystemClock::new())).unwrap();
         let node = net.node().unwrap();
-        let block = ControlBlock::new(&node, 3, 7).unwrap();
+        let dir = temp_dir("reads");
+        let (block, carried) = ControlBlock::open(&node, 3, 7, &dir.join("control.prctl")).unwrap();
+        assert_eq!(carried, Carried::default(), "a new file carries nothing");
         block.beat();
         block.beat();
         block.set_suspect(1, 5);
@@ -281,5 +384,37 @@ mod tests {
         block.mr.memory().read(0, &mut bytes).unwrap();
         let view = ControlView::new_checked(bytes, 3).unwrap();
         assert_eq!((view.leader(), view.counter()), (0x105, 1 << 40 | 17));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// A claimant's CAS lands in the file-backed block before the node notices it; a
+    /// node that crashed then must still hold the word after its restart (and only the
+    /// word: the counter it sequenced is not handed out again).
+    #[test]
+    fn a_restart_keeps_the_leader_word_a_claimant_cased_in_and_nothing_else() {
+        let net = Network::new(ModelConfig::ideal(), Arc::new(SystemClock::new())).unwrap();
+        let node = net.node().unwrap();
+        let dir = temp_dir("restart");
+        let path = dir.join("control.prctl");
+        let (block, _) = ControlBlock::open(&node, 2, 1, &path).unwrap();
+        assert_eq!(block.cas_leader(0, 0x201), 0);
+        block.set_counter(2 << 40 | 9);
+        block.beat();
+        block.set_suspect(4, 77);
+        drop(block);
+        let (block, carried) = ControlBlock::open(&node, 2, 2, &path).unwrap();
+        assert_eq!(carried, Carried { leader: 0x201, counter: 2 << 40 | 9 });
+        let mut bytes = [0u8; CONTROL_BYTES];
+        block.mr.memory().read(0, &mut bytes).unwrap();
+        let view = ControlView::new_checked(bytes, 2).unwrap();
+        assert_eq!((view.leader(), view.counter(), view.heartbeat()), (0x201, 0, 0));
+        assert_eq!((view.incarnation(), view.suspect(4), view.honored(4)), (2, first_epoch(2), 0));
+        drop(block);
+        // Another node's folder is refused by name, not silently reset.
+        let err = ControlBlock::open(&node, 3, 1, &path).unwrap_err();
+        assert!(matches!(err, ControlFileError::Foreign { node: 3, found: 2, .. }), "{err}");
+        std::fs::write(&path, [0xabu8; CONTROL_BYTES]).unwrap();
+        assert!(matches!(ControlBlock::open(&node, 2, 3, &path), Err(ControlFileError::Foreign { .. })));
+        let _ = std::fs::remove_dir_all(dir);
     }
 }

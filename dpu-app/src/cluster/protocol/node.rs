@@ -299,7 +299,10 @@ impl<F: Fabric> Node<F> {
             }
             None => None,
         };
-        let control = ControlBlock::new(&*fabric, me, incarnation).map_err(fab)?;
+        // File-backed: a claimant's CAS into the leader word outlives a crash before this
+        // node notices it (`format/control.rs`).
+        let (control, carried) =
+            ControlBlock::open(&*fabric, me, incarnation, &data_dir.join("control.prctl")).map_err(Error::Control)?;
 
         let payload_max = (crate::stripe::HEADER_LEN + stripe_max.fragment_len()) as u32;
         let geometry = store_geometry(&config)?;
@@ -354,7 +357,13 @@ impl<F: Fabric> Node<F> {
             None => None,
             Some(s) => {
                 let file = HlcFloor::open(&data_dir.join("leader-word")).map_err(Error::Hlc)?;
-                Some(Sequencer::new(me, n, s, config.dead_after_us, config.heartbeat_us, file, &control, now))
+                let seq = Sequencer::new(me, n, s, config.dead_after_us, config.heartbeat_us, file, &control, now)
+                    .map_err(Error::Hlc)?;
+                if carried.counter != 0 {
+                    let was = crate::cluster::sequence::LeaderWord::unpack(carried.leader);
+                    tracing::info!(node = me, leader = %was, counter = carried.counter, "the last run left its sequencer counter here; it starts from 0 (a new claim starts above it)");
+                }
+                Some(seq)
             }
         };
 

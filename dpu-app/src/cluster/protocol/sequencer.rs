@@ -174,9 +174,11 @@ pub struct Sequencer {
 }
 
 impl Sequencer {
-    /// The role of node `me` of `n` under `config`, its word persisted in `file` (whose
-    /// word the node's control block is set to: a restarted node remembers every
-    /// epoch it saw, and refuses what they deposed).
+    /// The role of node `me` of `n` under `config`, its word persisted in `file`. The
+    /// node knows the higher of the file's word and its control block's (which holds
+    /// a claimant's CAS that landed before a crash the file never heard of), and both
+    /// are set to it: a restarted node remembers every epoch it saw or voted for, and
+    /// refuses what they deposed. An error is the file's: the word cannot be persisted.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         me: u8,
@@ -187,10 +189,20 @@ impl Sequencer {
         file: HlcFloor,
         control: &ControlBlock,
         now: Now,
-    ) -> Self {
-        let leader = LeaderWord::unpack(file.floor());
-        control.cas_leader(0, leader.pack());
-        Self {
+    ) -> Result<Self, HlcError> {
+        let mut file = file;
+        let mut own = control.leader();
+        let word = own.max(file.floor());
+        while own < word {
+            // Words only move up, also against a claimant's CAS racing this one.
+            own = match control.cas_leader(own, word) {
+                found if found == own => word,
+                found => found,
+            };
+        }
+        let leader = LeaderWord::unpack(own);
+        file.persist(own)?;
+        Ok(Self {
             me,
             n,
             stamp_block: u64::from(config.stamp_block),
@@ -213,7 +225,7 @@ impl Sequencer {
             claim_after_ns: now.mono_ns,
             file,
             stats: SeqStats::default(),
-        }
+        })
     }
 
     /// The leader word this node knows.

@@ -58,6 +58,13 @@ impl<F: Fabric> Node<F> {
         self.sequencer.as_ref().map(|s| (s.leader(), s.leading().is_some()))
     }
 
+    /// The leader word in this node's control block now; `None` in HLC mode. A
+    /// claimant's CAS shows here at once, before this node's next round notices it
+    /// ([`Node::sequencer_state`]); holders refuse by this word.
+    pub fn leader_word_in_block(&self) -> Option<LeaderWord> {
+        self.sequencer.as_ref().map(|_| LeaderWord::unpack(self.control.leader()))
+    }
+
     /// What the sequencer role counted; `None` in HLC mode.
     pub fn sequencer_stats(&self) -> Option<SeqStats> {
         self.sequencer.as_ref().map(|s| s.stats)
