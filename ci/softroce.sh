@@ -7,10 +7,12 @@
 # `--features verbs`, boots the VM (TCG), creates rxe0 on lo and runs there every
 # conformance check with RDMA_TEST_DEVICE=rxe0, then the cluster fault tests with
 # PRESCIENT_TEST_FABRIC=verbs: five `prescient-dpu serve --config` processes whose
-# cluster file says fabric = "verbs", device = "rxe0"; then a 10 s `prescient-dpu soak
-# --fabric verbs` (kills, and every acknowledged write checked). Exit code: 0 if all passed.
-#   ci/softroce.sh                       (all three)
-#   SOFTROCE_TESTS=cluster ci/softroce.sh  (some of them: conformance, cluster, soak)
+# cluster file says fabric = "verbs", device = "rxe0"; then the sequencer failover test
+# the same way (stamps by FETCH_ADD and claims by CAS on rxe0's remote atomics, the
+# sequencer SIGKILLed mid-write); then a 10 s `prescient-dpu soak --fabric verbs`
+# (kills, and every acknowledged write checked). Exit code: 0 if all passed.
+#   ci/softroce.sh                       (all four)
+#   SOFTROCE_TESTS=cluster ci/softroce.sh  (some of them: conformance, cluster, sequencer, soak)
 #   SOFTROCE_CLUSTER_FILTER=rejoin ci/softroce.sh  (cluster tests whose name has it)
 #   SOFTROCE_RUST_LOG=info ci/softroce.sh  (what the nodes log, default warn)
 set -euo pipefail
@@ -44,7 +46,7 @@ for l in sys.stdin:
 }
 SHARE=$(mktemp -d /tmp/prescient-softroce-XXXXXX)
 trap 'rm -rf "$SHARE"' EXIT
-tests=${SOFTROCE_TESTS:-conformance cluster soak}
+tests=${SOFTROCE_TESTS:-conformance cluster sequencer soak}
 if [[ " $tests " == *" conformance "* ]]; then
   exe=$(artifact fabric_verbs cargo test -p prescient-dpu --features verbs --test fabric_verbs --no-run)
   [ -n "$exe" ] || { echo "softroce: building the fabric_verbs test binary failed"; exit 1; }
@@ -58,7 +60,13 @@ if [[ " $tests " == *" cluster "* ]]; then
   mkdir -p "$SHARE/deps"
   cp "$exe" "$SHARE/deps/cluster_faults"
 fi
-if [[ " $tests " == *" cluster "* || " $tests " == *" soak "* ]]; then
+if [[ " $tests " == *" sequencer "* ]]; then
+  exe=$(artifact sequencer_failover cargo test -p prescient --test sequencer_failover --no-run)
+  [ -n "$exe" ] || { echo "softroce: building the sequencer_failover test binary failed"; exit 1; }
+  mkdir -p "$SHARE/deps"
+  cp "$exe" "$SHARE/deps/sequencer_failover"
+fi
+if [[ " $tests " == *" cluster "* || " $tests " == *" sequencer "* || " $tests " == *" soak "* ]]; then
   dpu=$(artifact prescient-dpu cargo build -p prescient-dpu --features verbs --bin prescient-dpu)
   [ -n "$dpu" ] || { echo "softroce: building prescient-dpu with --features verbs failed"; exit 1; }
   cp "$dpu" "$SHARE/prescient-dpu"
@@ -82,6 +90,11 @@ if [ -x ./deps/cluster_faults ]; then
   # Five prescient-dpu serve --config processes over rxe0 (GID 1: ::ffff:127.0.0.1 on lo).
   PRESCIENT_TEST_FABRIC=verbs RDMA_TEST_GID_INDEX=1 ./deps/cluster_faults --test-threads=1 ${SOFTROCE_CLUSTER_FILTER:-} || rc=1
   echo "softroce-vm: cluster fault tests \$(( \$(date +%s) - s )) s"; s=\$(date +%s)
+fi
+if [ -x ./deps/sequencer_failover ]; then
+  # ordering = "sequencer" over rxe0: FETCH_ADD stamps and CAS claims on real verbs.
+  PRESCIENT_TEST_FABRIC=verbs RDMA_TEST_GID_INDEX=1 ./deps/sequencer_failover --test-threads=1 || rc=1
+  echo "softroce-vm: sequencer failover \$(( \$(date +%s) - s )) s"; s=\$(date +%s)
 fi
 if [ -n "$soak" ]; then
   # A short kill -9 soak over rxe0: writers on every host, a node SIGKILLed every ~2.5 s,
