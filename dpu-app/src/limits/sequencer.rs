@@ -18,6 +18,10 @@ pub const STAMP_BLOCK_MAX: u32 = 1024;
 /// and waits for the next silence check (a word that keeps changing under it means
 /// another claimant is active).
 pub const CLAIM_ROUNDS_MAX: u32 = 8;
+/// A claimant that has had no link to the named sequencer since it learned the word (it
+/// just restarted and has not connected yet, or the sequencer was gone before) waits
+/// this many `dead_after` more before it counts the sequencer silent.
+pub const UNREACHED_DEAD_AFTERS: u64 = 3;
 
 /// Stamps of the current epoch an ordered applier holds fates for, from its cursor up
 /// (`cluster::order`): a fate further ahead is refused until the cursor moves.

@@ -55,7 +55,7 @@ use crate::cluster::format::control::{ControlBlock, ControlView, COUNTER_AT, LEA
 use crate::cluster::hlc::{HlcError, HlcFloor};
 use crate::cluster::sequence::{epoch_of, first_of, sequence_of, LeaderWord};
 use crate::fabric::{Op, RawQp};
-use crate::limits::{CLAIM_ROUNDS_MAX, NODES_MAX, SEQUENCE_BITS};
+use crate::limits::{CLAIM_ROUNDS_MAX, NODES_MAX, SEQUENCE_BITS, UNREACHED_DEAD_AFTERS};
 
 /// The result word of the stamp FETCH_ADD in the sequencer's pool; node `j`'s claim
 /// CAS lands in word `1 + j`.
@@ -153,6 +153,11 @@ pub struct Sequencer {
     /// heartbeat then (a block READ again without a new beat is not news).
     leader_heard_ns: u64,
     leader_beat: u64,
+    /// Since when this node's link to the named sequencer has been up (`None` while it
+    /// is down), and whether it has been up at all since this node learned the word:
+    /// silence counts only from a moment the sequencer could have been heard.
+    leader_link_up_ns: Option<u64>,
+    leader_link_seen: bool,
     /// The epoch this node won and sequences.
     leading: Option<u32>,
     blocks: [Block; 2],
@@ -214,6 +219,8 @@ impl Sequencer {
             leader_since_ns: now.mono_ns,
             leader_heard_ns: now.mono_ns,
             leader_beat: 0,
+            leader_link_up_ns: None,
+            leader_link_seen: false,
             leading: None,
             blocks: [Block::default(); 2],
             last_take_ns: 0,
@@ -340,6 +347,7 @@ impl Sequencer {
         self.leader = word;
         self.leader_since_ns = now.mono_ns;
         self.leader_heard_ns = now.mono_ns;
+        (self.leader_link_up_ns, self.leader_link_seen) = (None, false);
         for i in (0..self.blocks.len()).rev() {
             if self.blocks[i].left() > 0 && epoch_of(self.blocks[i].next) != word.epoch {
                 self.drop_block(i);
@@ -378,6 +386,12 @@ impl Sequencer {
             self.adopt(cx, own, now)?;
             busy = true;
         }
+        let link_up = cx.links.peer(self.leader.sequencer).is_some_and(|p| p.is_up());
+        match (link_up, self.leader_link_up_ns) {
+            (true, None) => (self.leader_link_up_ns, self.leader_link_seen) = (Some(now.mono_ns), true),
+            (false, Some(_)) => self.leader_link_up_ns = None,
+            _ => {}
+        }
         if self.claim.is_none() && self.claim_due(cx, now) {
             self.start_claim(cx, now);
             return Ok(true);
@@ -390,6 +404,15 @@ impl Sequencer {
     fn claim_due(&self, cx: &SeqCx<'_, impl RawQp>, now: Now) -> bool {
         let Some(rank) = self.rank else { return false };
         if now.mono_ns < self.claim_after_ns {
+            return false;
+        }
+        // No claim can win without a majority, and one made before this node has READ
+        // the majority's heartbeat blocks may be of an epoch they are past: a restarted
+        // node whose file names it would claim again and depose the sequencer its
+        // peers follow (seen on Soft-RoCE, where its links came up slower than a
+        // dead_after). A block READ brings the peer's word (`heard`).
+        let heard = 1 + cx.links.iter().filter(|p| p.is_up() && p.view.is_some()).count();
+        if heard * 2 <= self.n {
             return false;
         }
         if !self.leader.is_set() {
@@ -410,7 +433,17 @@ impl Sequencer {
             Some(at) => (rank + self.order.len() - at) % self.order.len(),
             None => rank + 1,
         };
-        now.mono_ns >= self.leader_heard_ns.max(self.leader_since_ns) + self.wait_ns(after.max(1))
+        // Silence counts from when the sequencer could have been heard: not before this
+        // node's link to it came up. A node that has not reached it at all since it
+        // learned the word (it just restarted, or the sequencer was already gone) waits
+        // longer before it calls it silent, so a restart on a slow fabric follows a live
+        // sequencer instead of deposing it; a sequencer that is gone is still replaced.
+        let from = match (self.leader_link_up_ns, self.leader_link_seen) {
+            (Some(up), _) => self.leader_heard_ns.max(self.leader_since_ns).max(up),
+            (None, true) => self.leader_heard_ns.max(self.leader_since_ns),
+            (None, false) => self.leader_since_ns + UNREACHED_DEAD_AFTERS * self.dead_after_ns,
+        };
+        now.mono_ns >= from + self.wait_ns(after.max(1))
     }
 
     /// How long claimant `rank` (from 1) waits for a silent sequencer.
@@ -592,6 +625,7 @@ impl Sequencer {
             }
             self.leader = claim.word;
             self.leader_since_ns = now.mono_ns;
+            (self.leader_link_up_ns, self.leader_link_seen) = (None, false);
             self.blocks = [Block::default(); 2];
             self.fetch = None;
             tracing::info!(node = self.me, word = %claim.word, holders = claim.held.count_ones(), "sequencer claimed");
