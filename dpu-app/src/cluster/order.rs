@@ -267,11 +267,19 @@ impl OrderedApply {
         let mut i = 0;
         while i < self.ahead.len() {
             let r = self.ahead[i];
-            if epoch_of(r.from) == epoch && r.end - 1 < self.cursor + ORDER_WINDOW {
-                for v in r.from.max(self.cursor)..r.end {
+            if epoch_of(r.from) == epoch && r.from < self.cursor + ORDER_WINDOW {
+                // A range longer than the window (a long run of no-ops) comes in a
+                // window's worth at a time; the rest waits for the cursor.
+                let upto = r.end.min(self.cursor + ORDER_WINDOW);
+                for v in r.from.max(self.cursor)..upto {
                     self.window[(v % ORDER_WINDOW) as usize] = Some(r.fate);
                 }
-                self.ahead.swap_remove(i);
+                if upto == r.end {
+                    self.ahead.swap_remove(i);
+                } else {
+                    self.ahead[i].from = upto;
+                    i += 1;
+                }
             } else {
                 i += 1;
             }
@@ -572,6 +580,23 @@ mod tests {
         assert_eq!(released.last(), Some(&Applied { version: far, fate: w(7) }));
         assert_eq!(a.held(), (0, 0));
         assert_eq!(a.cursor(), far + 1);
+    }
+
+    /// A run of no-ops held for a later epoch may be longer than the window (a close's
+    /// decision of many unused stamps): it comes in piece by piece. It used to stay
+    /// held for good, the cursor stuck at the new epoch's first stamp.
+    #[test]
+    fn a_held_run_longer_than_the_window_comes_in_a_window_at_a_time() {
+        let mut a = OrderedApply::new(first_of(1)).unwrap();
+        let end = version(2, 3 * ORDER_WINDOW + 5).unwrap();
+        a.resolve_unused(first_of(2), end, 0).unwrap();
+        a.resolve(end, w(3), 0).unwrap();
+        a.close_epoch(1, 1, 0).unwrap();
+        let released = drain(&mut a);
+        assert_eq!(released.len() as u64, 3 * ORDER_WINDOW + 5, "every no-op and the write after them");
+        assert!(released[..released.len() - 1].iter().all(|x| x.fate == Fate::NoOp));
+        assert_eq!(released.last(), Some(&Applied { version: end, fate: w(3) }));
+        assert_eq!((a.cursor(), a.held()), (end + 1, (0, 0)));
     }
 
     #[test]
