@@ -150,20 +150,26 @@ fn a_shadow_takes_over_a_crashed_sequencer_and_the_restarted_one_follows() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-#[test]
-fn a_deposed_sequencer_that_has_not_heard_of_the_new_epoch_commits_nothing_of_its_own() {
-    let (mut c, dir) = cluster("deposed", 2);
+/// Node 0 sequences epoch 1 and commits "old" to `key`; then it stalls and is cut off
+/// from the shadows, which see it silent and elect shadow 1 with nodes 3 and 4 (whose
+/// links to node 0 stay up). Returns the cluster, its folder and epoch 1's word.
+fn stall_the_sequencer(name: &str, key: &[u8]) -> (InProcess, std::path::PathBuf, LeaderWord) {
+    let (mut c, dir) = cluster(name, 2);
     let first = LeaderWord { epoch: 1, sequencer: 0 };
     run(&mut c, "node 0 claims epoch 1", SECOND_NS, |c| settled_on(c, first));
-    assert_eq!(put(&mut c, 0, b"p", b"old").status, Status::Ok);
+    assert_eq!(put(&mut c, 0, key, b"old").status, Status::Ok);
     // A write completes before its marks move to the committed version, and the next
     // write of its key waits for that: let it finish first.
     run(&mut c, "node 0's write leaves its table", SECOND_NS, |c| c.node(0).unwrap().in_flight() == 0);
-    // Node 0 stalls, and is cut off from the shadows: they see it silent and elect
-    // shadow 1 with nodes 3 and 4, whose links to node 0 stay up.
     c.pause(0, true);
     c.partition(0, 1);
     c.partition(0, 2);
+    (c, dir, first)
+}
+
+#[test]
+fn a_deposed_sequencer_that_has_not_heard_of_the_new_epoch_commits_nothing_of_its_own() {
+    let (mut c, dir, first) = stall_the_sequencer("deposed", b"p");
     let second = LeaderWord { epoch: 2, sequencer: 1 };
     run(&mut c, "shadow 1 claims epoch 2 without node 0", SECOND_NS, |c| {
         c.nodes().filter(|n| n.id() != 0).all(|n| n.sequencer_state() == Some((second, n.id() == 1)))
@@ -205,14 +211,7 @@ fn a_deposed_sequencer_that_has_not_heard_of_the_new_epoch_commits_nothing_of_it
 /// 1, and with the deposed sequencer they made a quorum for its writes.
 #[test]
 fn nodes_restarted_after_voting_in_a_claim_they_never_noticed_still_refuse_the_deposed_epoch() {
-    let (mut c, dir) = cluster("voted", 2);
-    let first = LeaderWord { epoch: 1, sequencer: 0 };
-    run(&mut c, "node 0 claims epoch 1", SECOND_NS, |c| settled_on(c, first));
-    assert_eq!(put(&mut c, 0, b"v", b"old").status, Status::Ok);
-    run(&mut c, "node 0's write leaves its table", SECOND_NS, |c| c.node(0).unwrap().in_flight() == 0);
-    c.pause(0, true);
-    c.partition(0, 1);
-    c.partition(0, 2);
+    let (mut c, dir, first) = stall_the_sequencer("voted", b"v");
     // Nodes 3 and 4 stall just before shadow 1's claim is due (dead_after is 4 ms), so
     // their NICs take its CAS but their rounds never see it; they crash then.
     let paused_at = c.now().mono_ns;

@@ -191,11 +191,10 @@ impl Sequencer {
         config: &SequencerConfig,
         dead_after_us: u64,
         heartbeat_us: u64,
-        file: HlcFloor,
+        mut file: HlcFloor,
         control: &ControlBlock,
         now: Now,
     ) -> Result<Self, HlcError> {
-        let mut file = file;
         let mut own = control.leader();
         let word = own.max(file.floor());
         while own < word {
@@ -233,6 +232,14 @@ impl Sequencer {
             file,
             stats: SeqStats::default(),
         })
+    }
+
+    /// Takes `word` as the one this node follows from `now`: its silence clock and the
+    /// state of the link to its sequencer start afresh.
+    fn follow(&mut self, word: LeaderWord, now: Now) {
+        self.leader = word;
+        self.leader_since_ns = now.mono_ns;
+        (self.leader_link_up_ns, self.leader_link_seen) = (None, false);
     }
 
     /// The leader word this node knows.
@@ -344,10 +351,8 @@ impl Sequencer {
             tracing::warn!(node = self.me, epoch, by = %word, "deposed as sequencer");
         }
         tracing::info!(node = self.me, from = %self.leader, to = %word, "sequencer epoch changed");
-        self.leader = word;
-        self.leader_since_ns = now.mono_ns;
+        self.follow(word, now);
         self.leader_heard_ns = now.mono_ns;
-        (self.leader_link_up_ns, self.leader_link_seen) = (None, false);
         for i in (0..self.blocks.len()).rev() {
             if self.blocks[i].left() > 0 && epoch_of(self.blocks[i].next) != word.epoch {
                 self.drop_block(i);
@@ -417,9 +422,8 @@ impl Sequencer {
         }
         if !self.leader.is_set() {
             // Nobody has sequenced yet: the first sequencer claims once a majority is
-            // up; a shadow waits as for a silent sequencer.
-            let up = 1 + cx.links.iter().filter(|p| p.is_up()).count();
-            return if rank == 0 { up > self.n / 2 } else { now.mono_ns >= self.leader_since_ns + self.wait_ns(rank) };
+            // heard (above); a shadow waits as for a silent sequencer.
+            return rank == 0 || now.mono_ns >= self.leader_since_ns + self.wait_ns(rank);
         }
         if self.leader.sequencer == self.me {
             // Named, but without a counter for the epoch (a restart, or a claim that
@@ -623,9 +627,7 @@ impl Sequencer {
             if let Err(e) = self.file.persist(claim.word.pack()) {
                 tracing::error!(node = self.me, error = %e, "cannot persist the leader word");
             }
-            self.leader = claim.word;
-            self.leader_since_ns = now.mono_ns;
-            (self.leader_link_up_ns, self.leader_link_seen) = (None, false);
+            self.follow(claim.word, now);
             self.blocks = [Block::default(); 2];
             self.fetch = None;
             tracing::info!(node = self.me, word = %claim.word, holders = claim.held.count_ones(), "sequencer claimed");
