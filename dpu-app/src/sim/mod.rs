@@ -33,6 +33,7 @@ pub mod rng;
 pub mod sequencer;
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering as MemOrdering};
 use std::sync::Arc;
 
 use prescient_shim::directory::{self, SlotState, SlotWord};
@@ -321,7 +322,12 @@ fn config(opts: &SimOptions, dir: &std::path::Path) -> Result<ClusterConfig, Str
 /// Runs one seed.
 pub fn run(opts: &SimOptions) -> Result<SimReport, Violation> {
     let fail = |step: u32, what: String| Violation { options: opts.clone(), step, what };
-    let dir = opts.dir.join(format!("sim-{}-{}", opts.seed, std::process::id()));
+    // One folder per run, not per seed: two runs of one seed may share a process (the
+    // test harness runs the Swift and sequencer tests, both from seed 700, at once),
+    // and one's clean-up would pull the files from under the other.
+    static RUNS: AtomicU64 = AtomicU64::new(0);
+    let run_id = RUNS.fetch_add(1, MemOrdering::Relaxed);
+    let dir = opts.dir.join(format!("sim-{}-{}-{run_id}", opts.seed, std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let cfg = Arc::new(config(opts, &dir).map_err(|e| fail(0, format!("configuration: {e}")))?);
     let mut rng = Rng::new(opts.seed);
