@@ -250,3 +250,67 @@ fn nodes_restarted_after_voting_in_a_claim_they_never_noticed_still_refuse_the_d
     assert!(fresh.status == Status::Ok && epoch_of(fresh.version >> 8) >= 2, "{fresh:?}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Shadows 1 and 2 claim epoch 2 in the same round (both stalled past their waits for
+/// the crashed sequencer): each CAS lands first in its own block, so each holds a word
+/// of epoch 2 naming itself, and one wins the majority. The loser, and every node that
+/// voted for it, follows the winner: without that, the loser believed the word in its
+/// own block, found itself named without a counter, and claimed epoch 3 a dead_after
+/// later, deposing the winner for nothing.
+#[test]
+fn a_claimant_that_lost_a_competing_claim_of_its_epoch_follows_the_winner() {
+    let (mut c, dir) = cluster("competing", 2);
+    let first = LeaderWord { epoch: 1, sequencer: 0 };
+    run(&mut c, "node 0 claims epoch 1", SECOND_NS, |c| settled_on(c, first));
+    assert_eq!(put(&mut c, 0, b"c", b"old").status, Status::Ok);
+    c.pause(1, true);
+    c.pause(2, true);
+    c.crash(0);
+    // Both shadows' waits (4 and 6 ms) pass while they stall; then they poll in one step.
+    let crashed_at = c.now().mono_ns;
+    run(&mut c, "8 ms pass", SECOND_NS, |c| c.now().mono_ns >= crashed_at + 8_000_000);
+    // Shadow 2's CASes cannot reach nodes 3 and 4 (cut for the claim only), so shadow
+    // 1 wins them and the race is decided, not a split vote.
+    c.partition(2, 3);
+    c.partition(2, 4);
+    c.pause(1, false);
+    c.pause(2, false);
+    run(&mut c, "both shadows claim epoch 2", SECOND_NS, |c| {
+        [1u8, 2].iter().all(|&j| c.node(j).unwrap().leader_word_in_block() == Some(LeaderWord { epoch: 2, sequencer: j }))
+    });
+    let won = |c: &InProcess| -> Vec<u8> {
+        c.nodes().filter(|n| n.sequencer_stats().unwrap().claims_won > 0).map(|n| n.id()).collect()
+    };
+    run(&mut c, "shadow 1 wins", SECOND_NS, |c| !won(c).is_empty());
+    assert_eq!(won(&c), vec![1]);
+    run(&mut c, "shadow 2's claim ends", SECOND_NS, |c| c.node(2).unwrap().sequencer_stats().unwrap().claims_failed > 0);
+    c.heal(2, 3);
+    c.heal(2, 4);
+    let second = LeaderWord { epoch: 2, sequencer: 1 };
+    run(&mut c, "every node follows the winner", SECOND_NS, |c| settled_on(c, second));
+    assert_eq!(c.node(2).unwrap().leader_word_in_block(), Some(LeaderWord { epoch: 2, sequencer: 2 }), "its own word stays in its block");
+    // Ten dead_afters with writes: nobody claims again.
+    let writes = |c: &mut InProcess| {
+        let from = c.now().mono_ns;
+        let mut i = 0u8;
+        while c.now().mono_ns < from + 40_000_000 {
+            let done = put(c, 3 + i % 2, b"c", &[b'a' + i % 26]);
+            assert_eq!((done.status, epoch_of(done.version >> 8)), (Status::Ok, 2), "write {i}: {done:?}");
+            i = i.wrapping_add(1);
+        }
+    };
+    writes(&mut c);
+    assert!(settled_on(&c, second), "the cluster left {second}");
+    assert_eq!(won(&c), vec![1], "one claim won");
+    assert_eq!(c.node(2).unwrap().sequencer_stats().unwrap().claims_failed, 1, "shadow 2 lost once");
+    // Restarted, shadow 2 starts from the word in its block, which names it: it must
+    // learn from shadow 1's heartbeat block (its counter is of epoch 2) who won.
+    c.crash(2);
+    c.restart(2).unwrap();
+    assert_eq!(c.node(2).unwrap().sequencer_state(), Some((LeaderWord { epoch: 2, sequencer: 2 }, false)));
+    run(&mut c, "the restarted loser follows the winner", SECOND_NS, |c| settled_on(c, second));
+    writes(&mut c);
+    assert!(settled_on(&c, second), "the cluster left {second} after the loser's restart");
+    assert_eq!(c.node(1).unwrap().sequencer_stats().unwrap().deposed, 0, "shadow 1 was never deposed");
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -113,6 +113,8 @@ struct Claim {
     compare: [u64; NODES_MAX],
     /// CAS rounds made at each node.
     rounds: [u8; NODES_MAX],
+    /// A competing claimant's word of the same epoch, found at some node.
+    rival: Option<LeaderWord>,
     won: bool,
 }
 
@@ -373,7 +375,17 @@ impl Sequencer {
     ) -> Result<(), HlcError> {
         let word = LeaderWord::unpack(view.leader());
         self.adopt(cx, word, now)?;
-        let sequencing = word == self.leader && epoch_of(view.counter()) == self.leader.epoch;
+        let sequencing = epoch_of(view.counter()) == word.epoch;
+        if sequencing && j == word.sequencer && word.epoch == self.leader.epoch && word != self.leader {
+            // Two claimants of one epoch: only the winner sets its counter to the epoch,
+            // so this is the word that won. The one this node held (its own losing
+            // claim, or its vote for it, left in its block) names a node that will
+            // never sequence: followed, it would be found silent and deposed by a claim
+            // of the next epoch, and the winner with it.
+            tracing::info!(node = self.me, from = %self.leader, to = %word, "following the winner of a competing claim");
+            self.follow(word, now);
+        }
+        let sequencing = sequencing && word == self.leader;
         if j == self.leader.sequencer && sequencing && view.heartbeat() != self.leader_beat {
             self.leader_beat = view.heartbeat();
             self.leader_heard_ns = now.mono_ns;
@@ -552,6 +564,7 @@ impl Sequencer {
             outstanding: 0,
             compare: [0; NODES_MAX],
             rounds: [0; NODES_MAX],
+            rival: None,
             won: false,
         };
         for j in 0..self.n as u8 {
@@ -594,9 +607,15 @@ impl Sequencer {
                 if u32::from(claim.rounds[j as usize]) < CLAIM_ROUNDS_MAX {
                     Self::post_cas(cx, &mut claim, j, found);
                 }
+            } else if LeaderWord::unpack(found).epoch == claim.word.epoch {
+                // A competing claimant of this epoch got here first: this node counts
+                // for it, not for us. The claim goes on: the other nodes may still
+                // make its majority (giving up at the first rival word made both
+                // claimants of a race give up, even the one a majority held).
+                claim.rival = Some(LeaderWord::unpack(found));
             } else if !claim.won {
-                // Another claimant holds this epoch (or a later one) here: this claim
-                // has lost. Its CASes that took are overtaken by the next claim.
+                // A later epoch is held here: this claim has lost. Its CASes that took
+                // are overtaken by the next claim; the next poll adopts that word.
                 tracing::info!(node = self.me, word = %claim.word, at = j, found = %LeaderWord::unpack(found), "claim lost");
                 self.claim = None;
                 self.stats.claims_failed += 1;
@@ -634,9 +653,15 @@ impl Sequencer {
         }
         if claim.outstanding == 0 {
             if !claim.won {
-                tracing::info!(node = self.me, word = %claim.word, holders = claim.held.count_ones(), "claim reached no majority");
+                tracing::info!(node = self.me, word = %claim.word, holders = claim.held.count_ones(), rival = ?claim.rival, "claim reached no majority");
                 self.stats.claims_failed += 1;
                 self.claim_after_ns = now.mono_ns + self.backoff_ns();
+                if let Some(rival) = claim.rival.filter(|r| r.epoch == self.leader.epoch.max(claim.word.epoch)) {
+                    // Follow the rival, not the own word left in this node's block
+                    // (see `heard`): if it won, this node hears it sequence; if it lost
+                    // too, it falls silent and the claims go on as after any silence.
+                    self.follow(rival, now);
+                }
             }
             self.claim = None;
         } else {
