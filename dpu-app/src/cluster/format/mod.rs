@@ -5,6 +5,7 @@
 pub mod control;
 pub mod crc_combine;
 pub mod entry;
+pub mod fates;
 pub mod feed;
 pub mod file;
 pub mod hello;
