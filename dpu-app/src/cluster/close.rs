@@ -339,7 +339,7 @@ impl EpochClose {
     /// The deposed sequencer's counter for the closed epoch, if the caller could read it:
     /// the close is at least `end`.
     pub fn counter(&mut self, end: u64) {
-        assert!((1..=1 << SEQUENCE_BITS).contains(&end), "an epoch's end is a sequence 1..=2^40: {end}");
+        assert!((1..=1 << SEQUENCE_BITS).contains(&end), "an epoch's end is a sequence 1..=2^SEQUENCE_BITS: {end}");
         self.counter_end = Some(self.counter_end.map_or(end, |e| e.max(end)));
     }
 

@@ -289,7 +289,7 @@ impl OrderedApply {
     /// Epoch `epoch` issued sequences `1..end` and no others (`end` 1: none), learned
     /// at `now_ns`.
     pub fn close_epoch(&mut self, epoch: u32, end: u64, now_ns: u64) -> Result<(), OrderError> {
-        assert!((1..=1 << SEQUENCE_BITS).contains(&end), "an epoch's end is a sequence 1..=2^40: {end}");
+        assert!((1..=1 << SEQUENCE_BITS).contains(&end), "an epoch's end is a sequence 1..=2^SEQUENCE_BITS: {end}");
         let current = epoch_of(self.cursor);
         if epoch < current || epoch == 0 {
             self.stats.repeats += 1;
