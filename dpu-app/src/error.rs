@@ -15,6 +15,9 @@ use std::path::PathBuf;
 
 use crate::cluster::config::ConfigError;
 use crate::cluster::format::control::ControlFileError;
+use crate::cluster::format::fates::FateError;
+use crate::cluster::format::feed::FeedError;
+use crate::cluster::order::OrderError;
 use crate::cluster::format::log::LogError;
 use crate::cluster::format::outcome::OutcomeError;
 use crate::cluster::format::store::StoreError;
@@ -144,6 +147,15 @@ pub enum Error {
     /// The node's control block file.
     #[error(transparent)]
     Control(#[from] ControlFileError),
+    /// The node's fate ring (sequencer mode).
+    #[error(transparent)]
+    Fates(#[from] FateError),
+    /// The node's change feed (sequencer mode).
+    #[error(transparent)]
+    Feed(#[from] FeedError),
+    /// The applied cursor kept in the fate ring is no stamp.
+    #[error("the applied cursor in the fate ring is wrong ({0}): the file was damaged; move the node's data folder away to start it afresh")]
+    Order(OrderError),
     /// Connection setup.
     #[error(transparent)]
     Rendezvous(#[from] RendezvousError),

@@ -23,8 +23,10 @@
 //!
 //! File layout: a 4096-byte header page (magic "PRSCFATE", format 1, node, entries, CRC32C
 //! in the common layout of [`super::file`]), whose bytes 64..72 hold this node's applied
-//! cursor (the next stamp its applier releases; 0: none yet), then `entries` (a power of
-//! two) 32-byte entries; position `p` (1, 2, ...) uses entry `p % entries`. An entry,
+//! cursor (the next stamp its applier releases; 0: none yet), 72..80 the next position to
+//! be written, and 80..88 the end of the stamps of every entry overwritten so far (an
+//! applier whose cursor is at or above it needs nothing that is gone), then `entries` (a
+//! power of two) 32-byte entries; position `p` (1, 2, ...) uses entry `p % entries`. An entry,
 //! all integers little-endian:
 //!
 //! ```text
@@ -52,6 +54,10 @@ pub const MAGIC: &[u8; 8] = b"PRSCFATE";
 pub const ENTRY_LEN: usize = FATE_ENTRY_BYTES;
 /// Where in the header page the applied cursor is kept.
 pub const CURSOR_AT: usize = 64;
+/// Where in the header page the next position to be written is published.
+pub const NEXT_AT: usize = 72;
+/// Where in the header page the end of the stamps of every overwritten entry is kept.
+pub const DROPPED_AT: usize = 80;
 /// Where the entries start.
 pub const ENTRIES_AT: usize = HEADER_PAGE_BYTES;
 /// Most stamps one entry covers.
@@ -269,6 +275,7 @@ impl FateRing {
             .map(|e| e.position)
             .max();
         ring.next = newest.map_or(1, |p| p + 1);
+        ring.mr.memory().store_u64(NEXT_AT, ring.next).map_err(|source| FateError::Fabric { path: path.to_owned(), source })?;
         Ok(ring)
     }
 
@@ -328,8 +335,18 @@ impl FateRing {
             return Err(FateError::Full { path: self.path.clone(), position: self.next, pending: pending.version });
         }
         let position = self.next;
+        if let Some(old) = position.checked_sub(u64::from(self.entries)).and_then(|p| self.at(p)) {
+            // Published before the entry goes: an applier below it must not take the
+            // ring for complete.
+            let memory = self.mr.memory();
+            let dropped = memory.load_u64(DROPPED_AT).expect("aligned word in the header page");
+            if old.kind != FateKind::Epoch && old.stamps().end > dropped {
+                memory.store_u64(DROPPED_AT, old.stamps().end).expect("aligned word in the header page");
+            }
+        }
         self.write(&FateEntry { position, version, key_hash, kind, tombstone, count });
         self.next += 1;
+        self.mr.memory().store_u64(NEXT_AT, self.next).expect("aligned word in the header page");
         Ok(position)
     }
 
@@ -376,6 +393,11 @@ impl FateRing {
             }
         }
         rests
+    }
+
+    /// The end of the stamps of every entry overwritten so far (0: none).
+    pub fn dropped(&self) -> u64 {
+        self.mr.memory().load_u64(DROPPED_AT).expect("aligned word in the header page")
     }
 
     /// The applied cursor kept in the header page (0: none yet).
@@ -454,6 +476,7 @@ mod tests {
         assert!(ring.has_room());
         ring.append(FateKind::Block, version(2, 3).unwrap(), 0, false, 2).unwrap();
         assert_eq!(ring.at(3), None, "overwritten");
+        assert_eq!(ring.dropped(), v(5), "the end of the first block, whose entry went first");
         assert_eq!(ring.at(11).unwrap().kind, FateKind::Block);
         drop(ring);
         assert!(matches!(FateRing::open(&fabric, &path, 1, 8), Err(FateError::Foreign { .. })));

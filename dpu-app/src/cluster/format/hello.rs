@@ -22,7 +22,9 @@
 //! 132..152 directory: `from`'s host cache directory (peers CAS slot words in it)
 //! 152..156 directory slots  156..160 store sets  160..164 store ways
 //! 164..168 store record bytes  168..172 log slots  172..176 log slot bytes   (u32 each)
-//! 176..252 reserved (0)    252..256 crc32c of 0..252
+//! 176..184 log applied: `from`'s applied sequence of the log for `to`
+//! 184..204 fates: `from`'s fate ring (sequencer mode; zero otherwise)
+//! 204..252 reserved (0)    252..256 crc32c of 0..252
 //! ```
 //!
 //! [`Hello::new_checked`] also refuses a Hello whose geometry does not fit the region it
@@ -84,8 +86,10 @@ pub mod field {
     /// The sender's applied sequence of its log for the receiver: where the receiver,
     /// as a writer, continues (entries below it are persisted; above it, lost).
     pub const LOG_APPLIED: Range<usize> = 176..184;
+    /// The sender's fate ring (sequencer mode; zero otherwise).
+    pub const FATES: Range<usize> = 184..204;
     /// Reserved, zero.
-    pub const RESERVED: Range<usize> = 184..252;
+    pub const RESERVED: Range<usize> = 204..252;
     /// CRC32C of bytes 0..252.
     pub const CRC: Range<usize> = 252..256;
 }
@@ -95,7 +99,9 @@ const _: () = assert!(field::ENDPOINT.end - field::ENDPOINT.start == Endpoint::W
 const _: () = assert!(field::DIRECTORY.end - field::DIRECTORY.start == RemoteRegion::WIRE_BYTES);
 const _: () = assert!(
     field::LOG_SLOT_BYTES.end == field::LOG_APPLIED.start
-        && field::LOG_APPLIED.end == field::RESERVED.start
+        && field::LOG_APPLIED.end == field::FATES.start
+        && field::FATES.end - field::FATES.start == RemoteRegion::WIRE_BYTES
+        && field::FATES.end == field::RESERVED.start
         && field::RESERVED.end == field::CRC.start
 );
 
@@ -256,6 +262,7 @@ impl<T: AsRef<[u8]>> Hello<T> {
             ("acks", self.acks()),
             ("store", self.store()),
             ("directory", self.directory()),
+            ("fates", self.fates()),
         ];
         for (name, r) in regions {
             if r.addr.checked_add(r.len).is_none() {
@@ -380,6 +387,11 @@ impl<T: AsRef<[u8]>> Hello<T> {
         le32(&self.buffer.as_ref()[field::LOG_SLOT_BYTES])
     }
 
+    /// The sender's fate ring (zero in HLC mode).
+    pub fn fates(&self) -> RemoteRegion {
+        region(&self.buffer.as_ref()[field::FATES])
+    }
+
     /// The sender's applied sequence of its log for the receiver.
     pub fn log_applied(&self) -> u64 {
         u64::from_le_bytes(self.buffer.as_ref()[field::LOG_APPLIED].try_into().expect("8 bytes"))
@@ -431,6 +443,8 @@ pub struct HelloRepr {
     pub log_slot_bytes: u32,
     /// `from`'s applied sequence of `log`: where `to` continues writing.
     pub applied: u64,
+    /// `from`'s fate ring (peers READ it in sequencer mode; zero otherwise).
+    pub fates: RemoteRegion,
 }
 
 impl HelloRepr {
@@ -456,6 +470,7 @@ impl HelloRepr {
             log_slots: hello.log_slots(),
             log_slot_bytes: hello.log_slot_bytes(),
             applied: hello.log_applied(),
+            fates: hello.fates(),
         })
     }
 
@@ -484,6 +499,7 @@ impl HelloRepr {
         b[field::LOG_SLOTS].copy_from_slice(&self.log_slots.to_le_bytes());
         b[field::LOG_SLOT_BYTES].copy_from_slice(&self.log_slot_bytes.to_le_bytes());
         b[field::LOG_APPLIED].copy_from_slice(&self.applied.to_le_bytes());
+        b[field::FATES].copy_from_slice(&self.fates.to_bytes());
         b[field::RESERVED].fill(0);
         let crc = crc32c::crc32c(&b[..field::CRC.start]);
         b[field::CRC].copy_from_slice(&crc.to_le_bytes());
@@ -533,6 +549,7 @@ pub(crate) mod tests {
             log_slots: 16,
             log_slot_bytes: 4096,
             applied: 0,
+            fates: region(0x6000_0000, 0x2000, 0x0006_0006),
         }
     }
 
@@ -558,8 +575,12 @@ pub(crate) mod tests {
         // directory slots 4096, store sets 256, ways 4, record bytes 1024, log slots 16, slot bytes 4096
         0, 0x10, 0, 0, 0, 0x01, 0, 0, 4, 0, 0, 0, 0, 0x04, 0, 0, 16, 0, 0, 0, 0, 0x10, 0, 0,
     ];
-    /// CRC32C of GOLDEN followed by 76 zero bytes, computed independently.
-    const GOLDEN_CRC: u32 = 0xb06d_359d;
+    /// The fate ring's region (addr, len, rkey), after 8 zero bytes of the log's applied
+    /// sequence.
+    const GOLDEN_FATES: [u8; 20] = [0, 0, 0, 0x60, 0, 0, 0, 0, 0, 0x20, 0, 0, 0, 0, 0, 0, 0x06, 0, 0x06, 0];
+    /// CRC32C of GOLDEN, 8 zero bytes, GOLDEN_FATES and 48 zero bytes, computed
+    /// independently (a bitwise CRC32C in Python).
+    const GOLDEN_CRC: u32 = 0x6cba_8d64;
 
     /// Re-seals `frame` after a test edits it, so that a later check is what refuses it.
     fn reseal(frame: &mut [u8; HELLO_BYTES]) {
@@ -571,7 +592,9 @@ pub(crate) mod tests {
     fn golden_bytes() {
         let frame = repr().to_frame().unwrap();
         assert_eq!(frame[..176], GOLDEN);
-        assert_eq!(frame[176..252], [0u8; 76]);
+        assert_eq!(frame[176..184], [0u8; 8]);
+        assert_eq!(frame[184..204], GOLDEN_FATES);
+        assert_eq!(frame[204..252], [0u8; 48]);
         assert_eq!(frame[252..], GOLDEN_CRC.to_le_bytes());
         let view = Hello::new_checked(&frame[..]).unwrap();
         assert_eq!(HelloRepr::parse(&view).unwrap(), repr());
@@ -608,9 +631,9 @@ pub(crate) mod tests {
         reseal(&mut f);
         assert_eq!(Hello::new_checked(&f[..]).unwrap_err(), HelloError::Format { found: 2, supported: FORMAT });
         let mut f = frame;
-        f[200] = 1;
+        f[220] = 1;
         reseal(&mut f);
-        assert_eq!(Hello::new_checked(&f[..]).unwrap_err(), HelloError::Reserved { offset: 200, value: 1 });
+        assert_eq!(Hello::new_checked(&f[..]).unwrap_err(), HelloError::Reserved { offset: 220, value: 1 });
         let mut f = frame;
         f[field::KIND] = 3;
         reseal(&mut f);

@@ -89,6 +89,7 @@ impl Membership {
             log_slots: log.geometry.slots(),
             log_slot_bytes: log.geometry.slot_bytes(),
             applied: log.applied,
+            fates: a.fates.unwrap_or(RemoteRegion { addr: 0, len: 0, rkey: 0 }),
         }
     }
 
@@ -197,6 +198,7 @@ impl Membership {
                     directory_slots: hello.directory_slots,
                     log_slots: hello.log_slots,
                     log_slot_bytes: hello.log_slot_bytes,
+                    fates: hello.fates,
                 });
                 // Continue our log on the peer where it says it has applied.
                 p.next_seq = hello.applied;

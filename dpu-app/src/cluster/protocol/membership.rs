@@ -109,6 +109,8 @@ pub(super) struct Advert<'a> {
     pub directory_slots: u32,
     /// The next write's sequence number (a resync goes back an outcome table from it).
     pub next_write_seq: u64,
+    /// The fate ring's registration (sequencer mode).
+    pub fates: Option<RemoteRegion>,
 }
 
 /// What membership and connection setup may touch of the node.

@@ -136,6 +136,8 @@ pub struct Remote {
     pub log_slots: u32,
     /// Bytes per log slot.
     pub log_slot_bytes: u32,
+    /// Its fate ring (sequencer mode; zero length otherwise).
+    pub fates: RemoteRegion,
 }
 
 /// An entry this node wrote into the peer's log, awaiting its acknowledgement.

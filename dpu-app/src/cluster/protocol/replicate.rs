@@ -419,6 +419,10 @@ impl Writer {
             match Self::prepare(cx, &t, key_hash, side, tombstone, write_seq, arrived, &mut times, started_ns, now) {
                 Ok(p) => p,
                 Err((end, why)) => {
+                    if let Some(s) = cx.sequencer.as_deref_mut() {
+                        // A stamp taken for it, if any, is a no-op.
+                        s.abandon_taken();
+                    }
                     if let Some(left_out) = cx.admit(Noisy::WriteRefused) {
                         tracing::warn!(node = cx.me, sq_index = t.accepted.sq_index, why, left_out, "write refused");
                     }
@@ -478,7 +482,7 @@ impl Writer {
             // The caller took the write only with a stamp in hand; it can be gone
             // only if the epoch changed in between.
             Some(s) => s
-                .take(cx.control, arrived_ns, now)
+                .take(cx.control, arrived_ns, key_hash, tombstone, now)
                 .and_then(|v| Stamp::new(v, cx.me))
                 .ok_or_else(|| (Status::Unavailable, "no sequencer stamp in hand (the epoch changed)".to_owned()))?
                 .raw(),
@@ -964,6 +968,9 @@ impl Writer {
         if let Err(e) = cx.outcomes.set_state(write_seq, WriteState::Committed) {
             tracing::error!(node = me, write_seq, error = %e, "cannot record the commit");
         }
+        if let Some(s) = cx.sequencer.as_deref_mut() {
+            s.settle(stamp >> 8, true);
+        }
         if acked & (1 << me) != 0 && Self::settle_own(cx, write_seq, key_hash, stamp, Decision::Committed) {
             w.decided |= 1 << me;
         }
@@ -1076,6 +1083,9 @@ impl Writer {
         cx.outcomes
             .set_state(write_seq, WriteState::Aborted)
             .unwrap_or_else(|e| panic!("node {me}: recording write {write_seq}'s rollback: {e}"));
+        if let Some(s) = cx.sequencer.as_deref_mut() {
+            s.settle(stamp >> 8, false);
+        }
         if acked & (1 << me) != 0 {
             // The writer is a holder too: its own record dropped is its own decision
             // persisted. Without this bit the entry never settles, and once the table

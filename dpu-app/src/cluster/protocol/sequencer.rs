@@ -42,6 +42,13 @@
 //! block once a later write needs a newer one, a block of a deposed epoch, a block
 //! older than four heartbeats) are holes: counted and dropped, never given to a write.
 //!
+//! Every stamp this node takes is recorded in its fate ring (`format/fates.rs`), which
+//! every node's applier READs (`fates.rs`): a block when it comes back, before any of
+//! it is used; a stamp when a write takes it (then its decision); a block's unused
+//! rest when it is dropped; and a marker when the node moves to a newer epoch, after
+//! which it never takes a stamp of an older one. A write takes a stamp only while the
+//! ring has room for it.
+//!
 //! Invariants: every version this node hands out is of the epoch of its leader word at
 //! that moment, and each is handed out at most once in the cluster (FETCH_ADD ranges
 //! of one counter are disjoint, and one epoch has one counter).
@@ -52,6 +59,7 @@ use super::time::Now;
 use super::wr::{Kind, WrId};
 use crate::cluster::config::SequencerConfig;
 use crate::cluster::format::control::{ControlBlock, ControlView, COUNTER_AT, LEADER_AT};
+use crate::cluster::format::fates::{FateKind, FateRing};
 use crate::cluster::hlc::{HlcError, HlcFloor};
 use crate::cluster::sequence::{epoch_of, first_of, sequence_of, LeaderWord};
 use crate::fabric::{Op, RawQp};
@@ -131,6 +139,11 @@ pub struct SeqStats {
     pub claims_won: u64,
     /// Claims that lost to another claimant or reached no majority.
     pub claims_failed: u64,
+    /// Epochs this node claimed while it sequenced, to seal a hole in the order.
+    pub rolls: u64,
+    /// Fate ring records that failed (a full ring: a write undecided for a whole
+    /// ring of stamps); the stamps go unused.
+    pub fates_full: u64,
     /// Times this node found itself deposed while it sequenced.
     pub deposed: u64,
 }
@@ -176,6 +189,12 @@ pub struct Sequencer {
     claim_after_ns: u64,
     /// The leader word on disk.
     file: HlcFloor,
+    /// What became of every stamp this node took, READ by every applier.
+    fates: FateRing,
+    /// The stamp the last `take` handed out, until its write is under way.
+    last_taken: Option<u64>,
+    /// The newest epoch the fate ring has a marker (or any entry) of.
+    marked_epoch: u32,
     /// Counters.
     pub stats: SeqStats,
 }
@@ -194,6 +213,7 @@ impl Sequencer {
         dead_after_us: u64,
         heartbeat_us: u64,
         mut file: HlcFloor,
+        fates: FateRing,
         control: &ControlBlock,
         now: Now,
     ) -> Result<Self, HlcError> {
@@ -232,8 +252,97 @@ impl Sequencer {
             generation: 0,
             claim_after_ns: now.mono_ns,
             file,
+            marked_epoch: fates.held().iter().map(|e| epoch_of(e.version)).max().unwrap_or(0),
+            fates,
+            last_taken: None,
             stats: SeqStats::default(),
         })
+    }
+
+    /// After a restart, before any write: records what the crash left open in the fate
+    /// ring. A stamp a write held is decided as `decided` says (from the outcome table:
+    /// Committed or Aborted), the rest of each block the crash left in hand is unused,
+    /// and the node's epoch gets its marker.
+    pub fn recover_fates(&mut self, decided: impl Fn(u64) -> FateKind) {
+        let pending: Vec<u64> =
+            self.fates.held().iter().filter(|e| e.kind == FateKind::Pending).map(|e| e.version).collect();
+        let (mut committed, mut aborted) = (0u64, 0u64);
+        for v in pending {
+            let kind = decided(v);
+            if kind == FateKind::Committed {
+                committed += 1;
+            } else {
+                aborted += 1;
+            }
+            self.fates.settle(v, kind);
+        }
+        let rests = self.fates.unaccounted();
+        for r in &rests {
+            self.record(FateKind::Unused, r.start, 0, false, (r.end - r.start) as u32);
+        }
+        if committed + aborted + rests.len() as u64 > 0 {
+            tracing::info!(node = self.me, committed, aborted, unused = rests.len(), "recorded the fates a previous incarnation left open");
+        }
+        self.mark_epoch(self.leader.epoch);
+    }
+
+    /// Appends to the fate ring; false (counted) if it is full.
+    fn record(&mut self, kind: FateKind, version: u64, key_hash: u64, tombstone: bool, count: u32) -> bool {
+        match self.fates.append(kind, version, key_hash, tombstone, count) {
+            Ok(_) => true,
+            Err(e) => {
+                self.stats.fates_full += 1;
+                if self.stats.fates_full.is_power_of_two() {
+                    tracing::warn!(node = self.me, error = %e, times = self.stats.fates_full, "cannot record a stamp's fate");
+                }
+                false
+            }
+        }
+    }
+
+    /// Records that this node moved to `epoch` (once per epoch): it takes no stamp of
+    /// an older one from now on.
+    fn mark_epoch(&mut self, epoch: u32) {
+        if epoch > self.marked_epoch && self.record(FateKind::Epoch, first_of(epoch), 0, false, 0) {
+            self.marked_epoch = epoch;
+        }
+    }
+
+    /// The write that took the stamp `version` decided (`committed` or rolled back).
+    pub fn settle(&mut self, version: u64, committed: bool) {
+        if self.last_taken == Some(version) {
+            self.last_taken = None;
+        }
+        let kind = if committed { FateKind::Committed } else { FateKind::Aborted };
+        if !self.fates.settle(version, kind) {
+            tracing::debug!(node = self.me, version, "no pending fate to settle");
+        }
+    }
+
+    /// The write that took the last stamp was refused before it began: the stamp is a
+    /// no-op.
+    pub fn abandon_taken(&mut self) {
+        if let Some(v) = self.last_taken.take() {
+            self.fates.settle(v, FateKind::Aborted);
+        }
+    }
+
+    /// This node's fate ring.
+    pub fn fates(&self) -> &FateRing {
+        &self.fates
+    }
+
+    /// Claims the next epoch while this node sequences, so that every node moves past
+    /// the current one and a hole in its order is settled (see `fates.rs`): false if
+    /// it does not sequence or a claim is under way.
+    pub fn roll(&mut self, cx: &mut SeqCx<'_, impl RawQp>, now: Now) -> bool {
+        if self.leading.is_none() || self.claim.is_some() {
+            return false;
+        }
+        self.stats.rolls += 1;
+        tracing::info!(node = self.me, leader = %self.leader, "claiming the next epoch to seal a hole in the order");
+        self.start_claim(cx, now);
+        true
     }
 
     /// Takes `word` as the one this node follows from `now`: its silence clock and the
@@ -257,6 +366,9 @@ impl Sequencer {
     /// Whether a write could take a stamp now (the caller takes writes from the host
     /// only while one can: the rest wait in the rings).
     pub fn available(&self, now: Now) -> u64 {
+        if !self.fates.has_room() {
+            return 0;
+        }
         if self.leading.is_some() {
             return u64::MAX;
         }
@@ -270,7 +382,8 @@ impl Sequencer {
     /// Whether a stamp for a write that arrived at `arrived_ns` is in hand (always,
     /// while this node sequences).
     pub fn has_for(&self, arrived_ns: u64, now: Now) -> bool {
-        self.leading.is_some() || self.blocks.iter().any(|b| self.usable(b, now) && b.posted_ns >= arrived_ns)
+        self.fates.has_room()
+            && (self.leading.is_some() || self.blocks.iter().any(|b| self.usable(b, now) && b.posted_ns >= arrived_ns))
     }
 
     /// A version for a write that arrived at `arrived_ns`, from a block whose
@@ -279,14 +392,31 @@ impl Sequencer {
     /// version of every write that had completed by then, of its key or any other:
     /// versions follow real time. (A block fetched earlier could order the write
     /// before a write of its key that completed meanwhile on another node.)
-    pub fn take(&mut self, control: &ControlBlock, arrived_ns: u64, now: Now) -> Option<u64> {
+    /// The stamp is recorded Pending in the fate ring for the write of `key_hash`
+    /// (`tombstone`: a DELETE) before it is handed out.
+    pub fn take(
+        &mut self,
+        control: &ControlBlock,
+        arrived_ns: u64,
+        key_hash: u64,
+        tombstone: bool,
+        now: Now,
+    ) -> Option<u64> {
+        self.last_taken = None;
+        if !self.fates.has_room() {
+            return None;
+        }
         if let Some(epoch) = self.leading {
             let v = control.fetch_add_counter(1);
             if epoch_of(v) == epoch && sequence_of(v) != 0 {
+                if !self.record(FateKind::Pending, v, key_hash, tombstone, 1) {
+                    return None;
+                }
                 self.stats.stamps += 1;
+                self.last_taken = Some(v);
                 return Some(v);
             }
-            // The epoch's 2^40 sequences are used up: stop, and the next poll claims
+            // The epoch's 2^SEQUENCE_BITS sequences are used up: stop, and the next poll claims
             // the next epoch (the word names this node, which no longer sequences it).
             tracing::error!(node = self.me, epoch, counter = v, "the epoch's sequences are used up; claiming the next");
             self.leading = None;
@@ -298,6 +428,10 @@ impl Sequencer {
         for i in 0..self.blocks.len() {
             let b = self.blocks[i];
             if self.usable(&b, now) && b.posted_ns >= arrived_ns {
+                if !self.record(FateKind::Pending, b.next, key_hash, tombstone, 1) {
+                    return None;
+                }
+                self.last_taken = Some(b.next);
                 self.blocks[i].next += 1;
                 self.stats.stamps += 1;
                 self.last_take_ns = now.mono_ns;
@@ -312,6 +446,10 @@ impl Sequencer {
 
     /// Drops block `i` (its unused stamps are holes) and moves the next one up.
     fn drop_block(&mut self, i: usize) {
+        let b = self.blocks[i];
+        if b.left() > 0 {
+            self.record(FateKind::Unused, b.next, 0, false, b.left() as u32);
+        }
         self.stats.holes += self.blocks[i].left();
         self.blocks[i] = Block::default();
         if i == 0 {
@@ -361,6 +499,7 @@ impl Sequencer {
             }
         }
         self.fetch = None;
+        self.mark_epoch(word.epoch);
         self.file.persist(word.pack())
     }
 
@@ -535,6 +674,11 @@ impl Sequencer {
             self.stats.holes += fetch.add;
             return;
         }
+        // Recorded before any of it is used: a stamp no ring records was never used.
+        if !self.record(FateKind::Block, first, 0, false, fetch.add as u32) {
+            self.stats.holes += fetch.add;
+            return;
+        }
         let block = Block { next: first, end: first + fetch.add, posted_ns: fetch.posted_ns, fetched_ns: now.mono_ns };
         if self.blocks[0].left() == 0 {
             self.blocks[0] = block;
@@ -647,8 +791,11 @@ impl Sequencer {
                 tracing::error!(node = self.me, error = %e, "cannot persist the leader word");
             }
             self.follow(claim.word, now);
-            self.blocks = [Block::default(); 2];
+            for i in (0..self.blocks.len()).rev() {
+                self.drop_block(i);
+            }
             self.fetch = None;
+            self.mark_epoch(claim.word.epoch);
             tracing::info!(node = self.me, word = %claim.word, holders = claim.held.count_ones(), "sequencer claimed");
         }
         if claim.outstanding == 0 {

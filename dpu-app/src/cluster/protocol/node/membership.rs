@@ -39,6 +39,7 @@ impl<F: Fabric> Node<F> {
                 directory_mr: self.directory_mr.as_deref(),
                 directory_slots: self.directory_slots,
                 next_write_seq: self.writer.next_write_seq(),
+                fates: self.sequencer.as_ref().map(|s| s.fates().remote()),
             },
         };
         (&mut self.membership, cx)

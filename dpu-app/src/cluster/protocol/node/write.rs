@@ -16,6 +16,7 @@ use prescient_shim::Status;
 use super::Node;
 use crate::cluster::config::Invalidation;
 use crate::cluster::format::entry::{EntryRepr, Outcome as Decision, OutcomeRecordRepr};
+use crate::cluster::format::fates::FateKind;
 use crate::cluster::format::outcome::WriteState;
 use crate::cluster::protocol::ack::ACK_OK;
 use crate::cluster::protocol::lease::LeaseMark;
@@ -390,6 +391,17 @@ impl<F: Fabric> Node<F> {
     /// ([`Writer::recover_outcomes`]).
     pub(in crate::cluster::protocol) fn recover_outcomes(&mut self, _now: Now) {
         Writer::recover_outcomes(self.me, &mut self.outcomes, &mut self.store);
+        let Some(s) = self.sequencer.as_mut() else { return };
+        // The fate ring's Pending stamps decide as their writes' outcome entries say
+        // (settled just above); a stamp no entry holds never began a write.
+        let mut committed = std::collections::HashSet::new();
+        let end = self.outcomes.next_write_seq();
+        for seq in end.saturating_sub(u64::from(self.outcomes.entries()))..end {
+            if let Some(e) = self.outcomes.get(seq).filter(|e| e.state() == WriteState::Committed) {
+                committed.insert(e.stamp() >> 8);
+            }
+        }
+        s.recover_fates(|v| if committed.contains(&v) { FateKind::Committed } else { FateKind::Aborted });
     }
 
     /// Resends the decisions peer `h` may have missed (it was down, or its link broke
