@@ -129,3 +129,11 @@ const _: () = assert!(LINE_BYTES % FATE_ENTRY_BYTES == 0, "fate entries do not s
 const _: () = assert!(FATE_ENTRIES_MIN.is_power_of_two() && FATE_ENTRIES_MAX.is_power_of_two());
 const _: () = assert!(FATE_ENTRIES_DEFAULT.is_power_of_two() && FATE_ENTRIES_DEFAULT >= FATE_ENTRIES_MIN);
 const _: () = assert!(HEADER_PAGE_BYTES as u64 + FATE_ENTRIES_MAX as u64 * FATE_ENTRY_BYTES as u64 <= REGION_BYTES_MAX);
+/// Entries of a node's change-feed log (2 MiB): how far a host following it may fall
+/// behind before its cursor is too old.
+pub const FEED_ENTRIES_DEFAULT: u32 = 1 << 16;
+/// Fate ring entries one READ brings (a peer's ring is pulled a chunk at a time).
+pub const FATE_READ_ENTRIES: u32 = 64;
+/// Sequencer `dead_after`s the order may stay stuck at a stamp no ring records before
+/// the sequencer claims the next epoch to settle it.
+pub const HOLE_ROLL_DEAD_AFTERS: u64 = 2;

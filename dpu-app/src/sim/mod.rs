@@ -143,6 +143,13 @@ pub struct SimReport {
     /// Sequencer epochs won, and failover times (sequencer lost to a newer epoch
     /// sequencing, and to its first write completing), in sequencer mode.
     pub failover: (u64, Histogram, Histogram),
+    /// Feed entries checked against the one order, and the most committed writes a
+    /// node's order had not released yet at a step (sequencer mode).
+    pub order: (u64, u64),
+    /// Epochs the sequencer rolled to settle a hole no ring recorded, and stamps
+    /// settled as no-ops because no ring recorded them (summed over the nodes' last
+    /// incarnations).
+    pub rolls: (u64, u64),
     /// Simulated time, nanoseconds.
     pub sim_ns: u64,
     /// Predictor leases marked, writes that found their key leased, and write
@@ -179,6 +186,10 @@ impl SimReport {
         self.failover.0 += other.failover.0;
         self.failover.1.merge(&other.failover.1);
         self.failover.2.merge(&other.failover.2);
+        self.order.0 += other.order.0;
+        self.order.1 = self.order.1.max(other.order.1);
+        self.rolls.0 += other.rolls.0;
+        self.rolls.1 += other.rolls.1;
         self.paced.0 += other.paced.0;
         self.paced.1 += other.paced.1;
         self.paced.2 += other.paced.2;
@@ -225,13 +236,15 @@ impl SimReport {
         }
         let us = |h: &Histogram, q: f64| h.percentile(q) as f64 / 1e3;
         format!(
-            "; {won} sequencer epochs, {} failovers: to a new sequencer p50 {:.0} us p99 {:.0} us, to its first write p50 {:.0} us p99 {:.0} us",
+            "; {won} sequencer epochs, {} failovers: to a new sequencer p50 {:.0} us p99 {:.0} us, to its first write p50 {:.0} us p99 {:.0} us; {} feed entries in one order, a node at most {} committed writes behind",
             claim.count(),
             us(claim, 0.5),
             us(claim, 0.99),
             us(write, 0.5),
-            us(write, 0.99)
-        )
+            us(write, 0.99),
+            self.order.0,
+            self.order.1
+        ) + &format!("; {} epochs rolled over unrecorded holes, {} unrecorded stamps settled", self.rolls.0, self.rolls.1)
     }
 }
 
@@ -578,6 +591,11 @@ pub fn run(opts: &SimOptions) -> Result<SimReport, Violation> {
     report.sim_ns = cluster.now().mono_ns;
     if let Some(w) = &watch {
         report.failover = (w.epochs_won() as u64, w.to_claim.clone(), w.to_write.clone());
+        report.order = (w.order_lag.1, w.order_lag.0);
+        for node in cluster.nodes() {
+            report.rolls.0 += node.sequencer_stats().map_or(0, |s| s.rolls);
+            report.rolls.1 += node.apply_stats().map_or(0, |a| a.unrecorded);
+        }
     }
     for node in cluster.nodes() {
         report.leases.0 += node.stats().leases_opened;

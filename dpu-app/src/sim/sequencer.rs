@@ -17,6 +17,12 @@
 //! - no two nodes ever sequence the same epoch;
 //! - no node's leader word moves back to a lower epoch, restarts included (it is
 //!   persisted);
+//! - every node's change feed is a prefix of one order: its versions rise, a version
+//!   is the same key's write on every node that released it, a node whose order has
+//!   released past a version has it in its feed if any node released it as a write
+//!   (none released it as a no-op), and every write a host saw commit is in the feed
+//!   of every node whose order released past it (no committed write skipped, none
+//!   applied twice);
 //! - failover is measured: from the step the sequencer crashed or was cut off to the
 //!   first step a live node sequences a newer epoch, and to the first write of that
 //!   epoch completing at a host (the report's percentiles).
@@ -24,8 +30,9 @@
 //! Liveness is the simulator's: every write submitted completes within its bound, so
 //! a cluster that stopped stamping after a fault breaks the run.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
+use crate::cluster::format::feed::FeedEntry;
 use crate::cluster::run::inprocess::InProcess;
 use crate::cluster::sequence::epoch_of;
 use crate::histogram::Histogram;
@@ -38,7 +45,15 @@ pub struct SequencerWatch {
     /// The highest epoch each node's word has shown.
     epochs: Vec<u32>,
     /// Every committed version.
-    versions: HashSet<u64>,
+    versions: std::collections::BTreeSet<u64>,
+    /// Every version some node's feed released as a write, with its key hash.
+    order: BTreeMap<u64, u64>,
+    /// Per node: the last feed version read, the versions its feed holds, and its
+    /// order's cursor at the last check.
+    feeds: Vec<(u64, HashSet<u64>, u64)>,
+    /// Most committed writes a node's order had not released yet at any check, and
+    /// the feed entries checked.
+    pub order_lag: (u64, u64),
     /// A fault took the sequencer of this epoch away at this time.
     lost: Option<(u32, u64)>,
     /// The new epoch, once claimed after `lost`, and when; waits for its first write.
@@ -52,7 +67,11 @@ pub struct SequencerWatch {
 impl SequencerWatch {
     /// A watch for a cluster of `nodes`.
     pub fn new(nodes: u8) -> Self {
-        Self { epochs: vec![0; nodes.into()], ..Self::default() }
+        Self {
+            epochs: vec![0; nodes.into()],
+            feeds: (0..nodes).map(|_| (0, HashSet::new(), 0)).collect(),
+            ..Self::default()
+        }
     }
 
     /// The node sequencing the highest epoch now, and that epoch.
@@ -94,6 +113,58 @@ impl SequencerWatch {
                 }
             }
         }
+        self.check_feeds(cluster)
+    }
+
+    /// The feeds' invariants (see the module doc).
+    fn check_feeds(&mut self, cluster: &InProcess) -> Result<(), String> {
+        let mut out = [FeedEntry::default(); 256];
+        for node in cluster.nodes() {
+            let Some((cursor, _, _)) = node.order_state() else { continue };
+            let id = node.id() as usize;
+            if let Some(a) = node.apply_stats().filter(|a| a.conflicts > 0 || a.lost > 0) {
+                return Err(format!("node {id}'s ordered apply met contradicting fates or lost a ring's entries: {a:?}"));
+            }
+            loop {
+                let got = node
+                    .read_feed(self.feeds[id].0, &mut out)
+                    .map_err(|e| format!("node {id}'s change feed: {e}"))?;
+                for e in &out[..got] {
+                    let (last, has, _) = &mut self.feeds[id];
+                    if e.version <= *last || e.version >= cursor {
+                        return Err(format!("node {id}'s feed has version {:#x} after {last:#x} (cursor {cursor:#x})", e.version));
+                    }
+                    *last = e.version;
+                    has.insert(e.version);
+                    self.order_lag.1 += 1;
+                    match self.order.insert(e.version, e.key_hash) {
+                        Some(k) if k != e.key_hash => {
+                            return Err(format!("stamp {:#x} is key {k:#x} in one node's feed, {:#x} in node {id}'s", e.version, e.key_hash));
+                        }
+                        Some(_) => {}
+                        None => {
+                            for (j, (_, has, c)) in self.feeds.iter().enumerate() {
+                                if *c > e.version && !has.contains(&e.version) {
+                                    return Err(format!("node {j} released stamp {:#x} as a no-op, node {id} as a write", e.version));
+                                }
+                            }
+                        }
+                    }
+                }
+                if got < out.len() {
+                    break;
+                }
+            }
+            let (_, has, checked) = &mut self.feeds[id];
+            if let Some((&v, _)) = self.order.range(*checked..cursor).find(|(v, _)| !has.contains(v)) {
+                return Err(format!("node {id}'s order released stamp {v:#x} as a no-op; another node's as a write"));
+            }
+            if let Some(&v) = self.versions.range(*checked..cursor).find(|&&v| !has.contains(&v)) {
+                return Err(format!("node {id}'s order released past committed version {v:#x} without it"));
+            }
+            *checked = cursor;
+            self.order_lag.0 = self.order_lag.0.max(self.versions.range(cursor..).count() as u64);
+        }
         Ok(())
     }
 
@@ -102,6 +173,11 @@ impl SequencerWatch {
         let version = stamp >> 8;
         if !self.versions.insert(version) {
             return Err(format!("version {version:#x} committed twice (stamp {stamp:#x})"));
+        }
+        for (j, (_, has, cursor)) in self.feeds.iter().enumerate() {
+            if *cursor > version && !has.contains(&version) {
+                return Err(format!("node {j}'s order released past committed version {version:#x} without it"));
+            }
         }
         let epoch = epoch_of(version);
         if !self.leaders.contains_key(&epoch) {

@@ -24,6 +24,7 @@
 //!   directory).
 
 mod ack;
+pub mod apply;
 mod connect;
 pub mod get;
 mod holder;

@@ -27,6 +27,7 @@ use prescient_models::{Model, Predictor, TuningConfig};
 use prescient_shim::layout::header;
 use prescient_shim::region::Region;
 
+use super::apply::Applier;
 use super::get::Reader;
 use super::holder::Holder;
 use super::jobs::Jobs;
@@ -44,6 +45,8 @@ use super::wr::{Kind, WrId};
 use crate::cluster::config::{ClusterConfig, Congestion, Policy};
 use crate::cluster::format::control::{ControlBlock, CONTROL_BYTES};
 use crate::cluster::format::entry::HEADER_LEN as ENTRY_HEADER_LEN;
+use crate::cluster::format::fates::FateRing;
+use crate::cluster::format::feed::FeedLog;
 use crate::cluster::format::log::{EntryBuf, FragmentLog};
 use crate::cluster::format::outcome::OutcomeTable;
 use crate::cluster::format::store::{Store, StoreGeometry};
@@ -66,6 +69,7 @@ pub use super::time::Now;
 
 // The node's dispatch, one file per role: each builds its role's context from the
 // node's fields and passes the role's effects on.
+mod apply;
 mod hold;
 mod jobs;
 mod leases;
@@ -140,6 +144,8 @@ pub struct Node<F: Fabric> {
     pub(super) hlc_floor: HlcFloor,
     /// Where versions come from with `ordering = "sequencer"` (`None`: the HLC).
     pub(super) sequencer: Option<Sequencer>,
+    /// The ordered apply and change feed (sequencer mode).
+    pub(super) applier: Option<Applier>,
     pub(super) pools: Pools,
     pub(super) taken: Vec<Taken>,
     pub(super) wc: Vec<Completion>,
@@ -357,13 +363,25 @@ impl<F: Fabric> Node<F> {
             None => None,
             Some(s) => {
                 let file = HlcFloor::open(&data_dir.join("leader-word")).map_err(Error::Hlc)?;
-                let seq = Sequencer::new(me, n, s, config.dead_after_us, config.heartbeat_us, file, &control, now)
-                    .map_err(Error::Hlc)?;
+                let fates = FateRing::open(&*fabric, &data_dir.join("fates.prfate"), me, FATE_ENTRIES_DEFAULT)
+                    .map_err(Error::Fates)?;
+                let seq =
+                    Sequencer::new(me, n, s, config.dead_after_us, config.heartbeat_us, file, fates, &control, now)
+                        .map_err(Error::Hlc)?;
                 if carried.counter != 0 {
                     let was = crate::cluster::sequence::LeaderWord::unpack(carried.leader);
                     tracing::info!(node = me, leader = %was, counter = carried.counter, "the last run left its sequencer counter here; it starts from 0 (a new claim starts above it)");
                 }
                 Some(seq)
+            }
+        };
+        // Sequencer mode: the ordered apply and its change feed, resuming where the last
+        // run stopped.
+        let applier = match &sequencer {
+            None => None,
+            Some(s) => {
+                let feed = FeedLog::open(&data_dir.join("feed.prfeed"), me, FEED_ENTRIES_DEFAULT).map_err(Error::Feed)?;
+                Some(Applier::new(me, n, s.fates(), feed, config.heartbeat_us * 1_000, now).map_err(Error::Order)?)
             }
         };
 
@@ -387,6 +405,14 @@ impl<F: Fabric> Node<F> {
                 .map_err(fab)?,
             // The stamp FETCH_ADD's and the claim CASes' results.
             seq: Pool::new(&*fabric, super::sequencer::POOL_WORDS, 8, Access::LOCAL_WRITE).map_err(fab)?,
+            // A chunk of a peer's fate ring per peer (sequencer mode; one slot otherwise).
+            fates: Pool::new(
+                &*fabric,
+                if sequencer.is_some() { n as u32 } else { 1 },
+                FATE_READ_ENTRIES as usize * FATE_ENTRY_BYTES,
+                Access::LOCAL_WRITE,
+            )
+            .map_err(fab)?,
         };
         let mut peers = Vec::with_capacity(n);
         for j in 0..n as u8 {
@@ -459,6 +485,7 @@ impl<F: Fabric> Node<F> {
             hlc,
             hlc_floor,
             sequencer,
+            applier,
             pools,
             taken: Vec::with_capacity(prescient_shim::config::BATCH_MAX as usize),
             wc: Vec::with_capacity(POLL_BATCH),
@@ -585,6 +612,7 @@ impl<F: Fabric> Node<F> {
         busy |= self.poll_mailbox(now);
         if self.sequencer.is_some() {
             busy |= self.poll_sequencer(now);
+            busy |= self.poll_apply(now);
         }
         busy |= self.take_requests(now);
         busy |= self.advance_writes(now);
@@ -696,6 +724,7 @@ impl<F: Fabric> Node<F> {
             Kind::RepairWrite => self.on_repair_write(id, ok),
             Kind::StampFetch => self.on_stamp_fetch(id.a, ok, now),
             Kind::LeaderCas => self.on_leader_cas(id.peer, id.a, ok, now),
+            Kind::FateRead => self.on_fate_read(id.peer, id.a, ok, now),
         }
     }
 

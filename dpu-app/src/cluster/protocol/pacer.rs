@@ -35,7 +35,7 @@ pub fn paced(kind: Kind) -> bool {
         // Stamp FETCH_ADDs and leader-word CASes are the sequencer's control plane: a
         // write waits on its stamp, a failover on its claim; neither is ordered
         // against log entries.
-        Kind::Recv | Kind::Ack | Kind::Heartbeat | Kind::StampFetch | Kind::LeaderCas => false,
+        Kind::Recv | Kind::Ack | Kind::Heartbeat | Kind::StampFetch | Kind::LeaderCas | Kind::FateRead => false,
     }
 }
 

@@ -105,4 +105,6 @@ pub struct Pools {
     pub notices: Pool,
     /// The sequencer's FETCH_ADD and claim CAS results (`sequencer::POOL_WORDS`).
     pub seq: Pool,
+    /// Fate ring READ targets, a chunk per peer (`apply.rs`).
+    pub fates: Pool,
 }

@@ -42,6 +42,8 @@ pub enum Kind {
     StampFetch = 13,
     /// A claim's CAS on a node's leader word: a = the claim's generation.
     LeaderCas = 14,
+    /// A READ of a peer's fate ring (header words or a chunk): a = the read's generation.
+    FateRead = 15,
 }
 
 impl Kind {
@@ -61,6 +63,7 @@ impl Kind {
             12 => Self::RepairSpillRead,
             13 => Self::StampFetch,
             14 => Self::LeaderCas,
+            15 => Self::FateRead,
             _ => return None,
         })
     }
