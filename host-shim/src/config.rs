@@ -1,8 +1,10 @@
-//! Every limit of the shared region in one place.
+//! Every limit of the shared region, and of the change-feed log file a host follows, in
+//! one place.
 //!
 //! A region's actual sizes are chosen at creation within these bounds and written
 //! into its header; both sides check the header against these bounds before trusting
-//! any of it.
+//! any of it. The same holds for a feed log's geometry (`prescient-dpu` writes it,
+//! [`crate::feed::FeedReader`] checks it; the DPU app's limits refer to these).
 
 /// Bytes of one cache line pair: indices the peer writes live alone on one of these,
 /// because aarch64 and x86 both prefetch pairs of 64-byte lines.
@@ -41,6 +43,21 @@ pub const VALUE_OFFSET: usize = KEY_BYTES_MAX + HEADROOM_BYTES;
 /// Bytes at the end of every arena buffer reserved for a trailer a DPU stage writes
 /// in place (the authentication tag).
 pub const TAILROOM_BYTES: usize = 64;
+
+/// Bytes of the header page at the start of a change-feed log file (the cluster
+/// files' common header page; `prescient-dpu` checks its own constant equals this).
+pub const FEED_HEADER_BYTES: usize = 4096;
+/// Bytes of one change-feed log entry.
+pub const FEED_ENTRY_BYTES: usize = 32;
+/// Fewest entries of a change-feed log (a power of two): how far back a host that
+/// follows the feed may fall before its cursor is too old.
+pub const FEED_ENTRIES_MIN: u32 = 8;
+/// Most entries of a change-feed log (a power of two).
+pub const FEED_ENTRIES_MAX: u32 = 1 << 24;
+/// Slots a feed reader with no usable hint reads to find a whole entry to search
+/// from: a live writer tears at most one slot at a time, and a crash leaves at most one
+/// more.
+pub const FEED_ANCHOR_PROBES: u64 = 3;
 
 /// Completions a DPU app posts to one completion ring before publishing them.
 pub const BATCH_MAX: u32 = 64;
@@ -82,3 +99,8 @@ const _: () = assert!(BUFFER_BYTES_MIN % 64 == 0);
 const _: () = assert!(HEARTBEAT_PERIOD_US * 10 <= DPU_TIMEOUT_MS_DEFAULT * 1000);
 const _: () = assert!(FUTEX_SLEEP_US_MAX <= HEARTBEAT_PERIOD_US * 2);
 const _: () = assert!(READ_SLEEP_US * 10 <= READ_WAIT_US_MAX);
+const _: () = assert!(FEED_ENTRIES_MIN.is_power_of_two() && FEED_ENTRIES_MAX.is_power_of_two());
+const _: () = assert!(FEED_ANCHOR_PROBES < FEED_ENTRIES_MIN as u64, "the probed slots are distinct");
+const _: () = assert!(FEED_ENTRY_BYTES % 8 == 0, "a feed entry is whole 8-byte words, read one word at a time");
+const _: () = assert!(FEED_HEADER_BYTES % FEED_ENTRY_BYTES == 0, "entries start aligned to their size");
+const _: () = assert!(FEED_HEADER_BYTES as u64 + FEED_ENTRIES_MAX as u64 * FEED_ENTRY_BYTES as u64 <= REGION_BYTES_MAX);

@@ -13,6 +13,12 @@
 //! (`prescient_get`, then `prescient_take_value` on its completion), caches it and
 //! calls `prescient_refill` with the token the miss came with; only if that returns
 //! `PRESCIENT_RC_OK` may the cache entry be marked valid (see `Host::check_read`).
+//!
+//! Following a node's change feed (see `prescient_shim::feed`): `prescient_feed_open`
+//! maps the node's feed log, `prescient_feed_read` returns the entries after a cursor
+//! (the version of the last entry taken, 0 from the start), and
+//! `PRESCIENT_RC_CURSOR_TOO_OLD` says entries after the cursor were overwritten
+//! (`prescient_feed_dropped` gives the newest version overwritten).
 #![allow(unsafe_code)]
 
 use std::cell::RefCell;
@@ -25,6 +31,7 @@ use crate::buffer::Buffer;
 use crate::completion::Completion;
 use crate::directory::{ReadCheck, RefillToken, SlotState, SlotWord};
 use crate::error::ShimError;
+use crate::feed::{FeedEntry, FeedReadError, FeedReader};
 use crate::host::{Host, HostOptions};
 use crate::layout::RegionConfig;
 use crate::queue_pair::QueuePair;
@@ -61,6 +68,13 @@ pub enum PrescientRc {
     /// The refill did not happen: the slot moved since the token was taken, or the
     /// lease is not valid. Do not mark the cache entry valid.
     SlotChanged = -11,
+    /// The feed cursor is older than the feed log holds: entries after it were
+    /// overwritten. Rebuild from a snapshot at or after `prescient_feed_dropped`'s
+    /// version and follow from the snapshot's version.
+    CursorTooOld = -12,
+    /// The change-feed log could not be opened or mapped, is not a feed log this build
+    /// reads, or is damaged; see `prescient_last_error`.
+    Feed = -13,
 }
 
 /// Region sizes (see `RegionConfig`).
@@ -184,10 +198,27 @@ pub struct PrescientReadCheck {
     pub token: PrescientRefillToken,
 }
 
+/// One change-feed entry: a committed write, in the feed's order.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PrescientFeedEntry {
+    /// Its position in the node's feed (from 1).
+    pub position: u64,
+    /// Its version: the feed's order, the same on every node. The cursor to pass
+    /// after taking it.
+    pub version: u64,
+    /// Hash of the key written.
+    pub key_hash: u64,
+    /// 1: the write deleted the key; 0: it set a value.
+    pub tombstone: u8,
+}
+
 /// An opaque host handle.
 pub struct PrescientHost(Arc<Host>);
 /// An opaque queue-pair handle.
 pub struct PrescientQp(QueuePair);
+/// An opaque change-feed reader handle.
+pub struct PrescientFeed(FeedReader);
 
 thread_local! {
     static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
@@ -825,6 +856,112 @@ pub extern "C" fn prescient_monotonic_ns() -> u64 {
     crate::sys::monotonic_ns()
 }
 
+fn fail_feed(err: FeedReadError) -> PrescientRc {
+    let rc = match &err {
+        FeedReadError::CursorTooOld { .. } => PrescientRc::CursorTooOld,
+        _ => PrescientRc::Feed,
+    };
+    fail(rc, err.to_string())
+}
+
+/// Opens the change-feed log at `path` read-only and checks its header; the handle
+/// follows it with `prescient_feed_read` while the node appends.
+///
+/// # Safety
+/// `path` is a NUL-terminated string; `out` is valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn prescient_feed_open(path: *const c_char, out: *mut *mut PrescientFeed) -> PrescientRc {
+    // SAFETY: per this function's contract.
+    let Some(path) = (unsafe { path_arg(path) }) else { return fail(PrescientRc::Invalid, "path is null".into()) };
+    if out.is_null() {
+        return fail(PrescientRc::Invalid, "out is null".into());
+    }
+    match FeedReader::open(path) {
+        Ok(reader) => {
+            // SAFETY: `out` is valid for a write per the contract.
+            unsafe { *out = Box::into_raw(Box::new(PrescientFeed(reader))) };
+            PrescientRc::Ok
+        }
+        Err(e) => fail_feed(e),
+    }
+}
+
+/// Reads up to `cap` entries with versions above `after` (0: from the start) into
+/// `entries`, in order, each exactly once; `*n` is how many (0: none yet, poll again).
+/// Pass the last entry's version as `after` next time, and keep it across restarts.
+/// `PRESCIENT_RC_CURSOR_TOO_OLD`: entries after `after` were overwritten
+/// (`prescient_feed_dropped` and the last error name the newest one); `*n` is 0 on
+/// every failure.
+///
+/// # Safety
+/// `feed` is a live feed handle used by one thread at a time; `entries` points to
+/// `cap` writable entries (or is null with `cap` 0); `n` is valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn prescient_feed_read(
+    feed: *mut PrescientFeed,
+    after: u64,
+    entries: *mut PrescientFeedEntry,
+    cap: usize,
+    n: *mut usize,
+) -> PrescientRc {
+    if n.is_null() {
+        return fail(PrescientRc::Invalid, "n is null".into());
+    }
+    // SAFETY: `n` is valid for a write per the contract.
+    unsafe { *n = 0 };
+    if feed.is_null() || (entries.is_null() && cap > 0) {
+        return fail(PrescientRc::Invalid, "feed or entries is null".into());
+    }
+    // SAFETY: live and used by this thread only, per the contract.
+    let reader = unsafe { &mut (*feed).0 };
+    let put = |i: usize, e: FeedEntry| {
+        let entry = PrescientFeedEntry {
+            position: e.position,
+            version: e.version,
+            key_hash: e.key_hash,
+            tombstone: u8::from(e.tombstone),
+        };
+        // SAFETY: `read_each` hands out `i < cap`, and `entries` points to `cap`
+        // writable entries per the contract.
+        unsafe { entries.add(i).write(entry) };
+    };
+    match reader.read_each(after, cap, put) {
+        Ok(count) => {
+            // SAFETY: as above.
+            unsafe { *n = count };
+            PrescientRc::Ok
+        }
+        Err(e) => fail_feed(e),
+    }
+}
+
+/// The version of the newest entry the feed log has overwritten (0: none) into
+/// `*dropped`: a cursor below it is too old.
+///
+/// # Safety
+/// `feed` is a live feed handle; `dropped` is valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn prescient_feed_dropped(feed: *const PrescientFeed, dropped: *mut u64) -> PrescientRc {
+    if feed.is_null() || dropped.is_null() {
+        return fail(PrescientRc::Invalid, "feed or dropped is null".into());
+    }
+    // SAFETY: live and valid per the contract.
+    unsafe { *dropped = (*feed).0.dropped() };
+    PrescientRc::Ok
+}
+
+/// Closes a feed handle.
+///
+/// # Safety
+/// `feed` is null or a handle from `prescient_feed_open`, closed once.
+#[no_mangle]
+pub unsafe extern "C" fn prescient_feed_close(feed: *mut PrescientFeed) {
+    if !feed.is_null() {
+        // SAFETY: a live handle from Box::into_raw, closed once per the contract.
+        drop(unsafe { Box::from_raw(feed) });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -918,6 +1055,48 @@ mod tests {
         assert!(last_error().contains("directory_slots"), "{}", last_error());
         assert_eq!(check_read(h, key, now).decision, PrescientReadDecision::NoDirectory);
         free(h, &path);
+    }
+
+    #[test]
+    fn a_feed_through_the_c_abi_and_its_cursor_too_old_rc() {
+        let mut log = crate::feed::testing::TestLog::create("ffi", 8);
+        let c_path = CString::new(log.path.as_os_str().as_encoded_bytes()).unwrap();
+        let mut feed = std::ptr::null_mut();
+        // SAFETY: a NUL-terminated path and a local out pointer.
+        assert_eq!(unsafe { prescient_feed_open(c_path.as_ptr(), &mut feed) }, PrescientRc::Ok);
+        let read = |feed: *mut PrescientFeed, after: u64, entries: &mut [PrescientFeedEntry]| {
+            let mut n = usize::MAX;
+            // SAFETY: `feed` is live until closed below; `entries` and `n` are locals.
+            let rc = unsafe { prescient_feed_read(feed, after, entries.as_mut_ptr(), entries.len(), &mut n) };
+            (rc, n)
+        };
+        let mut entries = [PrescientFeedEntry::default(); 4];
+        assert_eq!(read(feed, 0, &mut entries), (PrescientRc::Ok, 0));
+        for s in 1..=3 {
+            log.append(s * 10, s, s == 2);
+        }
+        assert_eq!(read(feed, 0, &mut entries), (PrescientRc::Ok, 3));
+        assert_eq!(entries[1], PrescientFeedEntry { position: 2, version: 20, key_hash: 2, tombstone: 1 });
+        for s in 4..=12 {
+            log.append(s * 10, s, false);
+        }
+        assert_eq!(read(feed, 30, &mut entries), (PrescientRc::CursorTooOld, 0));
+        assert!(last_error().contains("up to version 0x28"), "{}", last_error());
+        let mut dropped = 0;
+        // SAFETY: `feed` is live; `dropped` is a local.
+        assert_eq!(unsafe { prescient_feed_dropped(feed, &mut dropped) }, PrescientRc::Ok);
+        assert_eq!(dropped, 40);
+        assert_eq!(read(feed, 40, &mut entries), (PrescientRc::Ok, 4));
+        assert_eq!(read(std::ptr::null_mut(), 0, &mut entries), (PrescientRc::Invalid, 0));
+        // SAFETY: closed once.
+        unsafe { prescient_feed_close(feed) };
+
+        let missing = CString::new("/nonexistent/prescient-feed").unwrap();
+        // SAFETY: as above.
+        assert_eq!(unsafe { prescient_feed_open(missing.as_ptr(), &mut feed) }, PrescientRc::Feed);
+        assert!(last_error().contains("/nonexistent/prescient-feed"), "{}", last_error());
+        // SAFETY: a null path is refused.
+        assert_eq!(unsafe { prescient_feed_open(std::ptr::null(), &mut feed) }, PrescientRc::Invalid);
     }
 
     #[test]

@@ -16,7 +16,8 @@
 //! the API: [`host`] (create or attach, buffers, the directory's words),
 //! [`read_sla`] (what a read waits for), [`reads`] (the reader protocol over the
 //! directory), [`request`] (what one
-//! submission asks), [`queue_pair`] (submitting and reaping); then [`ffi`] (the C ABI).
+//! submission asks), [`queue_pair`] (submitting and reaping); [`feed`] (following a
+//! node's change-feed log from its file); then [`ffi`] (the C ABI).
 #![deny(unsafe_code)]
 
 pub mod arena;
@@ -26,6 +27,7 @@ pub mod config;
 pub mod descriptor;
 pub mod directory;
 pub mod error;
+pub mod feed;
 pub mod ffi;
 mod get_table;
 pub mod host;

@@ -1,5 +1,6 @@
-//! The mapping of a shared region: the only place the shim turns offsets into
-//! pointers.
+//! The mapping of a shared region, and the read-only mapping of a file another process
+//! writes ([`FileView`], the change-feed log): the only place the shim turns offsets
+//! into pointers.
 //!
 //! Both processes map the same file `MAP_SHARED` and `mlock` it. Words that both
 //! sides touch are reached as atomics; bytes are copied in and out with bounds
@@ -10,7 +11,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, AtomicU64};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use memmap2::{MmapOptions, MmapRaw};
 
@@ -196,6 +197,67 @@ impl Region {
         self.check(offset, len, 1);
         // SAFETY: in bounds (checked); exclusivity is the caller's contract above.
         unsafe { std::slice::from_raw_parts_mut(self.map.as_mut_ptr().add(offset), len) }
+    }
+}
+
+/// A whole file mapped read-only and shared, which another process may write at any
+/// time (the change-feed log `prescient-dpu` appends to). It is read only by aligned
+/// 8-byte atomic loads: no reference to its bytes is ever handed out, so a concurrent
+/// writer changes only the values loaded, which the caller checks.
+pub struct FileView {
+    map: MmapRaw,
+    len: usize,
+}
+
+// SAFETY: the mapping is read-only shared memory reached only through atomic loads in
+// `load_u64`; loading from several threads at once is as sound as from several
+// processes.
+unsafe impl Sync for FileView {}
+// SAFETY: see `Sync`; the mapping is not tied to the creating thread.
+unsafe impl Send for FileView {}
+
+impl std::fmt::Debug for FileView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileView").field("len", &self.len).finish()
+    }
+}
+
+impl FileView {
+    /// Maps the first `len` bytes of `file` (opened for reading) read-only and shared.
+    /// `len` must be non-zero and at most the file's length: the caller checked it,
+    /// since an access past the end of the file would be a SIGBUS, not an error.
+    pub fn map(file: &File, len: usize) -> std::io::Result<Self> {
+        assert!(len > 0, "an empty mapping has nothing to read");
+        let map = MmapOptions::new().len(len).map_raw_read_only(file)?;
+        Ok(Self { map, len })
+    }
+
+    /// Bytes mapped.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether nothing is mapped (never: [`FileView::map`] refuses an empty mapping).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The `u64` word at `offset` (8-byte aligned, inside the mapping; a programmer
+    /// error otherwise), loaded atomically with `order` (`Relaxed` or `Acquire`).
+    pub fn load_u64(&self, offset: usize, order: Ordering) -> u64 {
+        assert!(
+            offset % 8 == 0 && offset.checked_add(8).is_some_and(|end| end <= self.len),
+            "file view access {offset}+8 outside {} bytes or misaligned",
+            self.len
+        );
+        // SAFETY: in bounds and 8-byte aligned (checked above; the mapping starts on a
+        // page); the mapping lives as long as `self` and the caller checked the file
+        // is at least `len` long. The memory is read-only: an atomic load of a word no
+        // larger than a pointer, Relaxed or Acquire, is allowed on read-only memory
+        // (std::sync::atomic, "Atomic accesses to read-only memory"); nothing here
+        // stores to it. The writer's plain stores race with this load only as a peer
+        // process's would: the value may be any mix, which the caller validates.
+        unsafe { AtomicU64::from_ptr(self.map.as_ptr().add(offset).cast::<u64>().cast_mut()).load(order) }
     }
 }
 

@@ -1,6 +1,6 @@
 //! Support code shared by Prescient's system tests: finding the `prescient-dpu`
 //! binary, unique region paths, a DPU-app child process that is killed on drop,
-//! and the C client's entry point.
+//! and the entry points of the C client and the C feed follower.
 use std::ffi::{c_char, CString};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
@@ -8,6 +8,47 @@ use std::time::{Duration, Instant};
 
 extern "C" {
     fn prescient_c_client_run(region_path: *const c_char, ready_path: *const c_char, count: u32) -> i32;
+    fn prescient_c_feed_follow(path: *const c_char, cursor: *mut u64, until_position: u64, batch: usize) -> i32;
+    fn prescient_c_feed_too_old(path: *const c_char, cursor: u64, dropped: u64) -> i32;
+}
+
+/// The write the feed tests append at `position`: (version, key hash, tombstone).
+/// Versions rise with positions, with gaps. `tests/c/feed_follower.c` checks the same
+/// sequence.
+pub fn feed_sequence(position: u64) -> (u64, u64, bool) {
+    let version = 3 * position + position % 3;
+    let key_hash = position.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (position >> 3);
+    (version, key_hash, position % 11 == 0)
+}
+
+fn c_path(path: &Path) -> CString {
+    CString::new(path.as_os_str().as_encoded_bytes()).expect("no NUL in path")
+}
+
+/// Runs the C follower in `tests/c/feed_follower.c`: opens the feed log at `path`,
+/// reads from `*cursor` in batches of `batch` until it took position `until_position`,
+/// checking each entry against [`feed_sequence`], and leaves the last version taken in
+/// `*cursor`. Returns 0, or the negated line of the failed check.
+pub fn run_c_feed_follow(path: &Path, cursor: &mut u64, until_position: u64, batch: usize) -> i32 {
+    let path = c_path(path);
+    #[allow(unsafe_code)]
+    // SAFETY: `path` is a NUL-terminated string and `cursor` a live u64, both for the
+    // whole call; the follower only reads the one and writes the other.
+    unsafe {
+        prescient_c_feed_follow(path.as_ptr(), cursor, until_position, batch)
+    }
+}
+
+/// Runs the C check that a read of the feed log at `path` from `cursor` is refused
+/// with `PRESCIENT_RC_CURSOR_TOO_OLD` naming `dropped`. Returns 0, or the negated line
+/// of the failed check.
+pub fn run_c_feed_too_old(path: &Path, cursor: u64, dropped: u64) -> i32 {
+    let path = c_path(path);
+    #[allow(unsafe_code)]
+    // SAFETY: `path` is a NUL-terminated string for the whole call, only read.
+    unsafe {
+        prescient_c_feed_too_old(path.as_ptr(), cursor, dropped)
+    }
 }
 
 /// Runs the C client in `tests/c/client.c`: creates the region at `region`, touches

@@ -95,16 +95,18 @@ const _: () = assert!(
 );
 const _: () = assert!(STORE_LOCKS.is_power_of_two() && STORE_LOCKS <= STORE_SETS_MAX as usize);
 const _: () = assert!(HOME_WAYS_FIRST <= STORE_WAYS_MAX as usize && SET_HEAD_BYTES % 8 == 0);
-/// Bytes of one change-feed log entry (`format/feed.rs`).
-pub const FEED_ENTRY_BYTES: usize = 32;
-/// Fewest and most entries of a change-feed log (a power of two): how far back a host
-/// that follows the feed may fall before its cursor is too old.
-pub const FEED_ENTRIES_MIN: u32 = 8;
-/// See [`FEED_ENTRIES_MIN`].
-pub const FEED_ENTRIES_MAX: u32 = 1 << 24;
+// The change-feed log (`format/feed.rs`) is read by hosts through the shim, which
+// defines its format and limits once (`prescient_shim::config`, `prescient_shim::feed`):
+// bytes of one entry, and the fewest and most entries of a log (powers of two; how far
+// back a host that follows the feed may fall before its cursor is too old).
+pub use prescient_shim::config::{FEED_ENTRIES_MAX, FEED_ENTRIES_MIN, FEED_ENTRY_BYTES};
 
 const _: () = assert!(LINE_BYTES % FEED_ENTRY_BYTES == 0, "feed entries do not straddle lines");
 const _: () = assert!(FEED_ENTRIES_MIN.is_power_of_two() && FEED_ENTRIES_MAX.is_power_of_two());
+const _: () = assert!(
+    prescient_shim::config::FEED_HEADER_BYTES == HEADER_PAGE_BYTES,
+    "a feed log's header page is the cluster files' common one"
+);
 const _: () = assert!(HEADER_PAGE_BYTES as u64 + FEED_ENTRIES_MAX as u64 * FEED_ENTRY_BYTES as u64 <= REGION_BYTES_MAX);
 const _: () = assert!(OUTCOME_ENTRY_BYTES == LINE_BYTES);
 const _: () = assert!(OUTCOME_ENTRIES_DEFAULT.is_power_of_two() && OUTCOME_ENTRIES_MAX.is_power_of_two());

@@ -21,86 +21,22 @@
 //! entry early. A torn last entry fails its checksum and is not part of the feed at the
 //! next open. The file is a shared mapping: a killed process loses nothing appended;
 //! [`FeedLog::sync`] makes it survive power loss.
+//!
+//! This is the writer. The entry format and the header facts are the shim's
+//! ([`prescient_shim::feed`]), where a host's `FeedReader` follows the file from another
+//! process while this appends: what this writer must keep for it is the order "version
+//! to `dropped`, release fence, then the overwrite" in [`FeedLog::append`].
 #![forbid(unsafe_code)]
 
 use std::path::{Path, PathBuf};
 
-use super::file::{self, le32, le64, FileHeader, HeaderError, Opened};
+use super::file::{self, FileHeader, HeaderError, Opened};
 use crate::fabric::{FabricError, Memory};
-use crate::limits::{FEED_ENTRIES_MAX, FEED_ENTRIES_MIN, FEED_ENTRY_BYTES, HEADER_PAGE_BYTES};
+use crate::limits::{FEED_ENTRIES_MAX, FEED_ENTRIES_MIN, HEADER_PAGE_BYTES};
 
-/// Magic of a change-feed log file.
-pub const MAGIC: &[u8; 8] = b"PRSCFEED";
-/// Bytes of one entry.
-pub const ENTRY_LEN: usize = FEED_ENTRY_BYTES;
-/// Flag: the write deletes the key.
-pub const FLAG_TOMBSTONE: u32 = 1 << 0;
-/// Where in the header page the version of the newest overwritten entry is kept.
-pub const DROPPED_AT: usize = 64;
-
-/// Byte ranges of an entry's fields.
-pub mod field {
-    use std::ops::Range;
-    /// Position in the feed (from 1).
-    pub const POSITION: Range<usize> = 0..8;
-    /// The write's sequencer version.
-    pub const VERSION: Range<usize> = 8..16;
-    /// Hash of the key written.
-    pub const KEY_HASH: Range<usize> = 16..24;
-    /// Flags.
-    pub const FLAGS: Range<usize> = 24..28;
-    /// Checksum of the bytes before it.
-    pub const CRC: Range<usize> = 28..32;
-}
-
-const _: () = assert!(field::CRC.end == ENTRY_LEN);
-
-/// One committed write of the feed.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct FeedEntry {
-    /// Its position in this node's feed (from 1).
-    pub position: u64,
-    /// Its version: the order of the feed, the same on every node.
-    pub version: u64,
-    /// Hash of the key written.
-    pub key_hash: u64,
-    /// The write deletes the key.
-    pub tombstone: bool,
-}
-
-impl FeedEntry {
-    /// The entry's bytes.
-    pub fn emit(&self) -> [u8; ENTRY_LEN] {
-        let mut b = [0u8; ENTRY_LEN];
-        b[field::POSITION].copy_from_slice(&self.position.to_le_bytes());
-        b[field::VERSION].copy_from_slice(&self.version.to_le_bytes());
-        b[field::KEY_HASH].copy_from_slice(&self.key_hash.to_le_bytes());
-        let flags = if self.tombstone { FLAG_TOMBSTONE } else { 0 };
-        b[field::FLAGS].copy_from_slice(&flags.to_le_bytes());
-        let crc = crc32c::crc32c(&b[..field::CRC.start]);
-        b[field::CRC].copy_from_slice(&crc.to_le_bytes());
-        b
-    }
-
-    /// An entry read from the file: `None` if it was never written, is torn, or has
-    /// unknown flags.
-    pub fn parse(b: &[u8; ENTRY_LEN]) -> Option<Self> {
-        if crc32c::crc32c(&b[..field::CRC.start]) != le32(&b[field::CRC]) {
-            return None;
-        }
-        let flags = le32(&b[field::FLAGS]);
-        let position = le64(&b[field::POSITION]);
-        if flags & !FLAG_TOMBSTONE != 0 || position == 0 {
-            return None;
-        }
-        Some(Self {
-            position,
-            version: le64(&b[field::VERSION]),
-            key_hash: le64(&b[field::KEY_HASH]),
-            tombstone: flags & FLAG_TOMBSTONE != 0,
-        })
-    }
-}
+// The entry format and the header-page facts a host's reader checks are defined once,
+// in the shim, which follows this file from the host (`prescient_shim::feed`).
+pub use prescient_shim::feed::{field, FeedEntry, DROPPED_AT, ENTRY_LEN, FLAG_TOMBSTONE, MAGIC};
 
 /// What failed with a change-feed log.
 #[derive(Debug, thiserror::Error)]
@@ -321,6 +257,11 @@ impl FeedLog {
             // handed a feed with a gap.
             let gone = self.at(self.oldest)?;
             self.memory.store_u64(DROPPED_AT, gone.version).map_err(self.memory_err())?;
+            // Orders the store of `dropped` before every byte of the overwrite below: a
+            // host reader that copies a byte of the new entry and then (after its
+            // acquire fence) re-reads `dropped` sees this version or a later one, and
+            // does not hand out what it copied (prescient_shim::feed).
+            std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
             self.dropped = gone.version;
             self.oldest += 1;
         }
@@ -375,18 +316,33 @@ mod tests {
     }
 
     #[test]
-    fn entry_bytes_are_golden_and_checked() {
-        let e = FeedEntry { position: 2, version: 0x0100_0000_0005, key_hash: 0xaabb, tombstone: true };
-        let b = e.emit();
-        assert_eq!(
-            &b[..28],
-            &[2, 0, 0, 0, 0, 0, 0, 0, 5, 0, 0, 0, 0, 1, 0, 0, 0xbb, 0xaa, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0]
+    fn the_shims_reader_follows_this_log_from_another_mapping() {
+        use prescient_shim::feed::{FeedHeader, FeedReadError, FeedReader};
+        let dir = TempDir::new("feed-shim");
+        let path = dir.file("feed.prfeed");
+        let mut log = FeedLog::open(&path, 4, 8).unwrap();
+        // The header this writer makes is the one the shim checks.
+        let mut page = vec![0u8; HEADER_PAGE_BYTES];
+        FileHeader { ids: [4, 0], params: [8] }.emit(MAGIC, &mut page);
+        assert_eq!(FeedHeader::parse(page[..64].try_into().unwrap()), Ok(FeedHeader { node: 4, entries: 8 }));
+        let mut reader = FeedReader::open(&path).unwrap();
+        assert_eq!((reader.node(), reader.entries()), (4, 8));
+        let mut out = [FeedEntry::default(); 16];
+        for s in 1..=5 {
+            log.append(v(s), s, s == 2).unwrap();
+        }
+        assert_eq!(reader.read(0, &mut out).unwrap(), 5);
+        assert_eq!(out[1], FeedEntry { position: 2, version: v(2), key_hash: 2, tombstone: true });
+        for s in 6..=20 {
+            log.append(v(s), s, false).unwrap();
+        }
+        assert!(
+            matches!(reader.read(v(5), &mut out), Err(FeedReadError::CursorTooOld { dropped, .. }) if dropped == v(12))
         );
-        assert_eq!(FeedEntry::parse(&b), Some(e));
-        let mut torn = b;
-        torn[9] ^= 1;
-        assert_eq!(FeedEntry::parse(&torn), None);
-        assert_eq!(FeedEntry::parse(&[0; ENTRY_LEN]), None, "a never-written slot is no entry");
+        assert_eq!(reader.read(v(12), &mut out).unwrap(), 8);
+        let mut writers = [FeedEntry::default(); 8];
+        assert_eq!(log.read(v(12), &mut writers).unwrap(), 8);
+        assert_eq!(out[..8], writers, "the writer's own read and the host's agree");
     }
 
     #[test]
