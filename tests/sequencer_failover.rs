@@ -182,5 +182,38 @@ fn killing_the_sequencer_mid_write_hands_the_order_to_its_shadow() {
     let rejoined = put_all(&host0, &mut q0, 160..176, 4, |_| {});
     for (key, done) in &rejoined {
         assert_eq!((done.status, epoch_of(done.version >> 8)), (Status::Ok, new), "key {key}: {done:?}");
+        versions.insert(done.version >> 8);
+    }
+
+    // Every node's change feed, followed from this process through the shim as a host
+    // would: the acknowledged writes, every one, in version order, the same on every
+    // node (the old epoch ends once the restarted node's fate ring is read again).
+    let deadline = Instant::now() + WAIT;
+    let mut feeds: Vec<Vec<prescient_shim::feed::FeedEntry>> = vec![Vec::new(); 5];
+    for (i, feed) in feeds.iter_mut().enumerate() {
+        let path = c.data_dir(i).join("feed.prfeed");
+        let mut reader = loop {
+            match prescient_shim::feed::FeedReader::open(&path) {
+                Ok(r) => break r,
+                Err(e) => assert!(Instant::now() < deadline, "node {i}'s feed: {e}"),
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let mut out = [prescient_shim::feed::FeedEntry::default(); 64];
+        while !versions.iter().all(|v| feed.iter().any(|e| e.version == *v)) {
+            let after = feed.last().map_or(0, |e| e.version);
+            let got = reader.read(after, &mut out).unwrap_or_else(|e| panic!("node {i}'s feed: {e}"));
+            feed.extend_from_slice(&out[..got]);
+            if got == 0 {
+                let have = feed.iter().filter(|e| versions.contains(&e.version)).count();
+                assert!(Instant::now() < deadline, "node {i}'s feed holds {have} of the {} acknowledged writes", versions.len());
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        assert!(feed.windows(2).all(|w| w[0].version < w[1].version), "node {i}'s feed is in version order");
+    }
+    let shortest = feeds.iter().map(Vec::len).min().unwrap();
+    for (i, feed) in feeds.iter().enumerate() {
+        assert_eq!(feed[..shortest], feeds[0][..shortest], "node {i}'s feed is the order node 0's is");
     }
 }
