@@ -67,7 +67,8 @@ struct Source {
     epoch: u32,
     reading: Reading,
     generation: u32,
-    /// When it was last read, and whether that read taught anything.
+    /// When it was last read, and whether to read again at once (the last READ came
+    /// back full of new final entries: more are likely waiting).
     read_ns: u64,
     moved: bool,
     /// Entries this applier needed were overwritten before it read them.
@@ -219,7 +220,8 @@ impl Applier {
             self.sources[me].next = own.next().saturating_sub(entries).max(1);
         }
         let (from, to) = (self.sources[me].next, own.next());
-        if from >= to && now.mono_ns < self.sources[me].read_ns + self.reread_ns {
+        // As for a peer's ring: at once only while a chunk's worth waits.
+        if to < from + u64::from(FATE_READ_ENTRIES) && now.mono_ns < self.sources[me].read_ns + self.reread_ns {
             return false;
         }
         let to = to.min(from + u64::from(FATE_READ_ENTRIES));
@@ -350,7 +352,11 @@ impl Applier {
         if let Some(last) = last {
             s.next = open.unwrap_or(last + 1);
         }
-        s.moved = s.next != before || (last.is_some() && open.is_none());
+        // A ring keeps being READ at once only while READs come back full; otherwise
+        // once per `reread_ns` (each READ of the emulated fabric costs CPU, and a
+        // write's fate reaches every feed within that anyway).
+        let taken = chunk.len() / ENTRY_LEN;
+        s.moved = s.next >= before + taken as u64 && taken == FATE_READ_ENTRIES as usize;
         last.is_some()
     }
 
@@ -489,7 +495,12 @@ impl Applier {
         if c == start {
             return false;
         }
-        self.pending.retain(|&v| v >= c);
+        // Pending stamps leave the set as their decisions are read; what stays behind
+        // the cursor (a ring that stopped) is swept only once the set has grown, since
+        // a sweep visits every bucket.
+        if self.pending.len() > ORDER_WINDOW as usize {
+            self.pending.retain(|&v| v >= c);
+        }
         self.stuck = (c, now.mono_ns);
         own.set_cursor(c);
         true
