@@ -63,6 +63,9 @@ pub const ENTRIES_AT: usize = HEADER_PAGE_BYTES;
 /// Most stamps one entry covers.
 pub const COUNT_MAX: u32 = (1 << 24) - 1;
 
+/// Pending entries tracked without growing (writes in flight per node are fewer).
+const PENDING_HELD: usize = 4096;
+
 /// Byte ranges of an entry's fields.
 pub mod field {
     use std::ops::Range;
@@ -231,6 +234,10 @@ pub struct FateRing {
     mr: Arc<MemoryRegion>,
     /// The next position to write.
     next: u64,
+    /// The Pending entries, oldest first: `(position, stamp)` (writes in flight, so
+    /// few; kept here so that neither a write's settle nor the room check reads and
+    /// checksums the ring).
+    pending: std::collections::VecDeque<(u64, u64)>,
 }
 
 impl std::fmt::Debug for FateRing {
@@ -269,12 +276,24 @@ impl FateRing {
         let memory = Memory::map_file(&file, 0, file_bytes as usize).map_err(fab)?;
         // Peers READ it; only this node's CPU writes it.
         let mr = fabric.register(Arc::new(memory), Access::REMOTE_READ | Access::LOCAL_WRITE).map_err(fab)?;
-        let mut ring = Self { path: path.to_owned(), entries, mr, next: 1 };
+        let mut ring = Self {
+            path: path.to_owned(),
+            entries,
+            mr,
+            next: 1,
+            pending: std::collections::VecDeque::with_capacity(PENDING_HELD),
+        };
         let newest = (0..u64::from(entries))
             .filter_map(|slot| ring.slot(slot).filter(|e| e.position % u64::from(entries) == slot))
             .map(|e| e.position)
             .max();
         ring.next = newest.map_or(1, |p| p + 1);
+        let oldest = ring.next.saturating_sub(u64::from(entries)).max(1);
+        for p in oldest..ring.next {
+            if let Some(e) = ring.at(p).filter(|e| e.kind == FateKind::Pending) {
+                ring.pending.push_back((p, e.version));
+            }
+        }
         ring.mr.memory().store_u64(NEXT_AT, ring.next).map_err(|source| FateError::Fabric { path: path.to_owned(), source })?;
         Ok(ring)
     }
@@ -300,6 +319,15 @@ impl FateRing {
         FateEntry::parse(&b)
     }
 
+    /// The raw bytes of the entries from `position` on, as many as fit `out` (whole
+    /// entries) without passing the ring's end; how many entries were copied.
+    pub fn copy_from(&self, position: u64, out: &mut [u8]) -> usize {
+        let slot = position % u64::from(self.entries);
+        let k = ((out.len() / ENTRY_LEN) as u64).min(u64::from(self.entries) - slot) as usize;
+        self.mr.memory().read(ENTRIES_AT + slot as usize * ENTRY_LEN, &mut out[..k * ENTRY_LEN]).expect("inside the ring");
+        k
+    }
+
     /// The entry at `position`, if the ring still holds it.
     pub fn at(&self, position: u64) -> Option<FateEntry> {
         self.slot(position % u64::from(self.entries)).filter(|e| e.position == position)
@@ -315,9 +343,9 @@ impl FateRing {
         self.blocker().is_none()
     }
 
-    fn blocker(&self) -> Option<FateEntry> {
+    fn blocker(&self) -> Option<(u64, u64)> {
         let old = self.next.checked_sub(u64::from(self.entries))?;
-        self.at(old).filter(|e| e.kind == FateKind::Pending)
+        self.pending.front().copied().filter(|&(p, _)| p <= old)
     }
 
     /// Appends an entry of `kind` for `count` stamps from `version`; returns its
@@ -331,8 +359,8 @@ impl FateRing {
         count: u32,
     ) -> Result<u64, FateError> {
         debug_assert!(count <= COUNT_MAX);
-        if let Some(pending) = self.blocker() {
-            return Err(FateError::Full { path: self.path.clone(), position: self.next, pending: pending.version });
+        if let Some((_, pending)) = self.blocker() {
+            return Err(FateError::Full { path: self.path.clone(), position: self.next, pending });
         }
         let position = self.next;
         if let Some(old) = position.checked_sub(u64::from(self.entries)).and_then(|p| self.at(p)) {
@@ -345,6 +373,9 @@ impl FateRing {
             }
         }
         self.write(&FateEntry { position, version, key_hash, kind, tombstone, count });
+        if kind == FateKind::Pending {
+            self.pending.push_back((position, version));
+        }
         self.next += 1;
         self.mr.memory().store_u64(NEXT_AT, self.next).expect("aligned word in the header page");
         Ok(position)
@@ -355,15 +386,15 @@ impl FateRing {
     /// it (decided already, or a stamp this ring never recorded).
     pub fn settle(&mut self, version: u64, kind: FateKind) -> bool {
         debug_assert!(matches!(kind, FateKind::Committed | FateKind::Aborted));
-        // Writes decide soon after they take their stamp: look back from the newest.
-        let oldest = self.next.saturating_sub(u64::from(self.entries)).max(1);
-        for position in (oldest..self.next).rev() {
-            if let Some(e) = self.at(position).filter(|e| e.version == version && e.kind == FateKind::Pending) {
+        let Some(i) = self.pending.iter().position(|&(_, v)| v == version) else { return false };
+        let (position, _) = self.pending.remove(i).expect("found just above");
+        match self.at(position).filter(|e| e.kind == FateKind::Pending && e.version == version) {
+            Some(e) => {
                 self.write(&FateEntry { kind, ..e });
-                return true;
+                true
             }
+            None => false,
         }
-        false
     }
 
     /// Every entry the ring holds, oldest first (for a restart's recovery, not the data

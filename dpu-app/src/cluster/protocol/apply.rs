@@ -224,19 +224,10 @@ impl Applier {
         if to < from + u64::from(FATE_READ_ENTRIES) && now.mono_ns < self.sources[me].read_ns + self.reread_ns {
             return false;
         }
-        let to = to.min(from + u64::from(FATE_READ_ENTRIES));
+        let k = (to.saturating_sub(from)).min(u64::from(FATE_READ_ENTRIES)) as usize;
         let mut chunk = [0u8; FATE_READ_ENTRIES as usize * ENTRY_LEN];
-        let mut k = 0;
-        for p in from..to {
-            match own.at(p) {
-                Some(e) => {
-                    chunk[k * ENTRY_LEN..(k + 1) * ENTRY_LEN].copy_from_slice(&e.emit());
-                    k += 1;
-                }
-                None => break,
-            }
-        }
-        // Own entries below the published next are never torn (this thread wrote them).
+        let k = own.copy_from(from, &mut chunk[..k * ENTRY_LEN]);
+        // Own entries below the published next are whole (this thread wrote them).
         self.take_chunk(self.me, from, &chunk[..k * ENTRY_LEN], now)
     }
 
