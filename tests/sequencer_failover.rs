@@ -206,7 +206,11 @@ fn killing_the_sequencer_mid_write_hands_the_order_to_its_shadow() {
             feed.extend_from_slice(&out[..got]);
             if got == 0 {
                 let have = feed.iter().filter(|e| versions.contains(&e.version)).count();
-                assert!(Instant::now() < deadline, "node {i}'s feed holds {have} of the {} acknowledged writes", versions.len());
+                assert!(
+                    Instant::now() < deadline,
+                    "node {i}'s feed holds {have} of the {} acknowledged writes",
+                    versions.len()
+                );
                 std::thread::sleep(Duration::from_millis(10));
             }
         }

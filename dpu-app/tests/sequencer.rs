@@ -304,19 +304,27 @@ fn a_claimant_that_lost_a_competing_claim_of_its_epoch_follows_the_winner() {
     c.pause(1, false);
     c.pause(2, false);
     run(&mut c, "both shadows claim epoch 2", SECOND_NS, |c| {
-        [1u8, 2].iter().all(|&j| c.node(j).unwrap().leader_word_in_block() == Some(LeaderWord { epoch: 2, sequencer: j }))
+        [1u8, 2]
+            .iter()
+            .all(|&j| c.node(j).unwrap().leader_word_in_block() == Some(LeaderWord { epoch: 2, sequencer: j }))
     });
     let won = |c: &InProcess| -> Vec<u8> {
         c.nodes().filter(|n| n.sequencer_stats().unwrap().claims_won > 0).map(|n| n.id()).collect()
     };
     run(&mut c, "shadow 1 wins", SECOND_NS, |c| !won(c).is_empty());
     assert_eq!(won(&c), vec![1]);
-    run(&mut c, "shadow 2's claim ends", SECOND_NS, |c| c.node(2).unwrap().sequencer_stats().unwrap().claims_failed > 0);
+    run(&mut c, "shadow 2's claim ends", SECOND_NS, |c| {
+        c.node(2).unwrap().sequencer_stats().unwrap().claims_failed > 0
+    });
     c.heal(2, 3);
     c.heal(2, 4);
     let second = LeaderWord { epoch: 2, sequencer: 1 };
     run(&mut c, "every node follows the winner", SECOND_NS, |c| settled_on(c, second));
-    assert_eq!(c.node(2).unwrap().leader_word_in_block(), Some(LeaderWord { epoch: 2, sequencer: 2 }), "its own word stays in its block");
+    assert_eq!(
+        c.node(2).unwrap().leader_word_in_block(),
+        Some(LeaderWord { epoch: 2, sequencer: 2 }),
+        "its own word stays in its block"
+    );
     // Ten dead_afters with writes: nobody claims again.
     let writes = |c: &mut InProcess| {
         let from = c.now().mono_ns;

@@ -8,10 +8,12 @@
 //!   [`format::store`] (the fragment store peers READ for GETs), [`format::outcome`]
 //!   (a writer's durable record of what it decided), [`format::control`] (the
 //!   heartbeat block), [`format::hello`] (connection setup messages),
-//!   [`format::crc_combine`] (entry checksums from the CRCs of their parts);
+//!   [`format::crc_combine`] (entry checksums from the CRCs of their parts),
+//!   [`format::fates`] (what became of the sequencer stamps a node took) and
+//!   [`format::feed`] (a node's change feed);
 //! - configuration and time, here: [`config`] (the cluster file), [`placement`]
 //!   (storage nodes, cache-only members, and each key's holders), [`hlc`]
-//!   (versions), [`sequence`] (sequencer stamps), [`order`] (their ordered apply), [`close`] (what an epoch's close decides for it); every limit is in [`crate::limits`];
+//!   (versions), [`sequence`] (sequencer stamps), [`order`] (their ordered apply); every limit is in [`crate::limits`];
 //! - [`protocol`]: one single-threaded state machine per node
 //!   ([`protocol::node::Node`], driven by `poll(now)`) and its roles;
 //! - [`run`]: [`run::rendezvous`] (hello delivery in one process or over TCP),
@@ -30,7 +32,6 @@
 //! its lease has surely lapsed (see `control.rs`); a dead writer's marks are cleared
 //! by whoever notices. Any k fragments of a committed write rebuild it.
 
-pub mod close;
 pub mod config;
 pub mod format;
 pub mod hlc;

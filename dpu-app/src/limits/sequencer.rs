@@ -39,14 +39,6 @@ pub const ORDER_CLOSES_MAX: usize = 8;
 /// are merged, which makes holes look older, never younger.
 pub const ORDER_NOTICED_MAX: usize = 64;
 
-/// Stamps one close report carries (`cluster::close`): the stamps its reporter accepted
-/// and has not released, which its applier's window bounds.
-pub const CLOSE_REPORT_STAMPS_MAX: usize = ORDER_WINDOW as usize;
-/// Distinct stamps an epoch close holds over all its reports (reporters at different
-/// cursors report different ranges); a report that would pass it is refused.
-pub const CLOSE_STAMPS_MAX: usize = 2 * ORDER_WINDOW as usize;
-
-const _: () = assert!(CLOSE_STAMPS_MAX >= CLOSE_REPORT_STAMPS_MAX && CLOSE_REPORT_STAMPS_MAX >= 1);
 const _: () = assert!(ORDER_WINDOW >= 2 * STAMP_BLOCK_MAX as u64, "a block's unused stamps fit the window");
 const _: () = assert!(ORDER_WINDOW.is_power_of_two() && ORDER_AHEAD_MAX >= 1 && ORDER_CLOSES_MAX >= 1);
 const _: () = assert!(ORDER_NOTICED_MAX >= 2);

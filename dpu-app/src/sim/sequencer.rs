@@ -123,29 +123,39 @@ impl SequencerWatch {
             let Some((cursor, _, _)) = node.order_state() else { continue };
             let id = node.id() as usize;
             if let Some(a) = node.apply_stats().filter(|a| a.conflicts > 0 || a.lost > 0) {
-                return Err(format!("node {id}'s ordered apply met contradicting fates or lost a ring's entries: {a:?}"));
+                return Err(format!(
+                    "node {id}'s ordered apply met contradicting fates or lost a ring's entries: {a:?}"
+                ));
             }
             loop {
-                let got = node
-                    .read_feed(self.feeds[id].0, &mut out)
-                    .map_err(|e| format!("node {id}'s change feed: {e}"))?;
+                let got =
+                    node.read_feed(self.feeds[id].0, &mut out).map_err(|e| format!("node {id}'s change feed: {e}"))?;
                 for e in &out[..got] {
                     let (last, has, _) = &mut self.feeds[id];
                     if e.version <= *last || e.version >= cursor {
-                        return Err(format!("node {id}'s feed has version {:#x} after {last:#x} (cursor {cursor:#x})", e.version));
+                        return Err(format!(
+                            "node {id}'s feed has version {:#x} after {last:#x} (cursor {cursor:#x})",
+                            e.version
+                        ));
                     }
                     *last = e.version;
                     has.insert(e.version);
                     self.order_lag.1 += 1;
                     match self.order.insert(e.version, e.key_hash) {
                         Some(k) if k != e.key_hash => {
-                            return Err(format!("stamp {:#x} is key {k:#x} in one node's feed, {:#x} in node {id}'s", e.version, e.key_hash));
+                            return Err(format!(
+                                "stamp {:#x} is key {k:#x} in one node's feed, {:#x} in node {id}'s",
+                                e.version, e.key_hash
+                            ));
                         }
                         Some(_) => {}
                         None => {
                             for (j, (_, has, c)) in self.feeds.iter().enumerate() {
                                 if *c > e.version && !has.contains(&e.version) {
-                                    return Err(format!("node {j} released stamp {:#x} as a no-op, node {id} as a write", e.version));
+                                    return Err(format!(
+                                        "node {j} released stamp {:#x} as a no-op, node {id} as a write",
+                                        e.version
+                                    ));
                                 }
                             }
                         }

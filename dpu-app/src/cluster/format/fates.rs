@@ -242,7 +242,11 @@ pub struct FateRing {
 
 impl std::fmt::Debug for FateRing {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FateRing").field("path", &self.path).field("entries", &self.entries).field("next", &self.next).finish()
+        f.debug_struct("FateRing")
+            .field("path", &self.path)
+            .field("entries", &self.entries)
+            .field("next", &self.next)
+            .finish()
     }
 }
 
@@ -275,7 +279,7 @@ impl FateRing {
         let fab = |source| FateError::Fabric { path: path.to_owned(), source };
         let memory = Memory::map_file(&file, 0, file_bytes as usize).map_err(fab)?;
         // Peers READ it; only this node's CPU writes it.
-        let mr = fabric.register(Arc::new(memory), Access::REMOTE_READ | Access::LOCAL_WRITE).map_err(fab)?;
+        let mr = fabric.register(Arc::new(memory), Access::REMOTE_READ).map_err(fab)?;
         let mut ring = Self {
             path: path.to_owned(),
             entries,
@@ -294,7 +298,10 @@ impl FateRing {
                 ring.pending.push_back((p, e.version));
             }
         }
-        ring.mr.memory().store_u64(NEXT_AT, ring.next).map_err(|source| FateError::Fabric { path: path.to_owned(), source })?;
+        ring.mr
+            .memory()
+            .store_u64(NEXT_AT, ring.next)
+            .map_err(|source| FateError::Fabric { path: path.to_owned(), source })?;
         Ok(ring)
     }
 
@@ -324,7 +331,10 @@ impl FateRing {
     pub fn copy_from(&self, position: u64, out: &mut [u8]) -> usize {
         let slot = position % u64::from(self.entries);
         let k = ((out.len() / ENTRY_LEN) as u64).min(u64::from(self.entries) - slot) as usize;
-        self.mr.memory().read(ENTRIES_AT + slot as usize * ENTRY_LEN, &mut out[..k * ENTRY_LEN]).expect("inside the ring");
+        self.mr
+            .memory()
+            .read(ENTRIES_AT + slot as usize * ENTRY_LEN, &mut out[..k * ENTRY_LEN])
+            .expect("inside the ring");
         k
     }
 
@@ -455,7 +465,14 @@ mod tests {
 
     #[test]
     fn entry_bytes_are_golden_and_checked() {
-        let e = FateEntry { position: 3, version: v(7), key_hash: 0xaabb, kind: FateKind::Committed, tombstone: true, count: 1 };
+        let e = FateEntry {
+            position: 3,
+            version: v(7),
+            key_hash: 0xaabb,
+            kind: FateKind::Committed,
+            tombstone: true,
+            count: 1,
+        };
         let b = e.emit();
         assert_eq!(&b[0..8], &3u64.to_le_bytes());
         assert_eq!(&b[8..16], &v(7).to_le_bytes());

@@ -31,7 +31,9 @@ use super::links::Links;
 use super::pool::Pool;
 use super::time::Now;
 use super::wr::{Kind, WrId};
-use crate::cluster::format::fates::{FateEntry, FateKind, FateRing, CURSOR_AT, DROPPED_AT, ENTRIES_AT, ENTRY_LEN, NEXT_AT};
+use crate::cluster::format::fates::{
+    FateEntry, FateKind, FateRing, CURSOR_AT, DROPPED_AT, ENTRIES_AT, ENTRY_LEN, NEXT_AT,
+};
 use crate::cluster::format::feed::{FeedError, FeedLog};
 use crate::cluster::order::{Applied, Fate, OrderError, OrderStats, OrderedApply};
 use crate::cluster::sequence::{epoch_of, first_of, sequence_of};
@@ -279,7 +281,8 @@ impl Applier {
             Reading::Header(entries) => {
                 let mut words = [0u8; DROPPED_AT + 8 - CURSOR_AT];
                 pool.read(u32::from(j), &mut words);
-                let word = |at: usize| u64::from_le_bytes(words[at - CURSOR_AT..at - CURSOR_AT + 8].try_into().expect("8"));
+                let word =
+                    |at: usize| u64::from_le_bytes(words[at - CURSOR_AT..at - CURSOR_AT + 8].try_into().expect("8"));
                 let (next, dropped) = (word(NEXT_AT), word(DROPPED_AT));
                 if dropped > self.order.cursor() {
                     self.lose(j, dropped);
@@ -438,13 +441,12 @@ impl Applier {
     fn settle_epochs(&mut self, now: Now) -> bool {
         let mut busy = false;
         let epoch = epoch_of(self.order.cursor());
-        if self.complete.is_none_or(|(e, _)| e < epoch)
-            && self.sources.iter().all(|s| s.epoch > epoch && !s.lost)
-        {
+        if self.complete.is_none_or(|(e, _)| e < epoch) && self.sources.iter().all(|s| s.epoch > epoch && !s.lost) {
             let end = self.ends.iter().find(|e| e.0 == epoch).map_or(0, |e| e.1).max(self.order.cursor());
             // The first sequence never recorded: an end at the epoch's last sequence
             // wraps into the next epoch's number.
-            let end_seq = if epoch_of(end) > epoch { 1 << crate::limits::SEQUENCE_BITS } else { sequence_of(end).max(1) };
+            let end_seq =
+                if epoch_of(end) > epoch { 1 << crate::limits::SEQUENCE_BITS } else { sequence_of(end).max(1) };
             match self.order.close_epoch(epoch, end_seq, now.mono_ns) {
                 Ok(()) => {
                     self.complete = Some((epoch, end));

@@ -4,7 +4,7 @@
 //! Three layers, each importing only the ones below it (`ci/import_cycles.py` checks
 //! that no file of `cluster/` imports itself back):
 //! - [`node`] on top: `Node` owns every role and the node's shared equipment; its
-//!   children `node/{read,hold,write,repair,jobs,leases,membership}.rs` are the
+//!   children `node/{read,hold,write,repair,jobs,leases,membership,sequencer,apply}.rs` are the
 //!   dispatch, one per role: each builds its role's context from split borrows of the
 //!   node's fields, calls the role, and passes the effects it returns on to the roles
 //!   they are for (the only place one role's doing reaches another's).
@@ -12,9 +12,10 @@
 //!   narrow context: the reader (`get.rs`, [`get::Reader`]), the holder of other
 //!   writers' fragments (`holder.rs`), the writer (`replicate.rs`, one write's state
 //!   machine in [`mod@write`]), the repairer ([`repair`]), predictor leases ([`lease`]),
-//!   directory jobs (`jobs.rs`, one job's rounds in [`slotjob`]) and membership with
-//!   connection setup (`membership.rs`, `connect.rs`). No role file imports another
-//!   role's file or `node.rs`.
+//!   directory jobs (`jobs.rs`, one job's rounds in [`slotjob`]), membership with
+//!   connection setup (`membership.rs`, `connect.rs`), and in sequencer mode the
+//!   sequencer ([`sequencer`]) and the ordered apply ([`apply`]). No role file imports
+//!   another role's file or `node.rs`.
 //! - The shared lower modules the roles and the node both use: [`slots`] (generation
 //!   slot tables, typed handles), [`links`] (the peers; the one way work requests
 //!   leave), [`pacer`] (a peer's congestion window and the requests it holds), [`peer`] (one peer's state, a resync cursor's rewind), [`wr`] (work-request

@@ -380,7 +380,8 @@ impl<F: Fabric> Node<F> {
         let applier = match &sequencer {
             None => None,
             Some(s) => {
-                let feed = FeedLog::open(&data_dir.join("feed.prfeed"), me, FEED_ENTRIES_DEFAULT).map_err(Error::Feed)?;
+                let feed =
+                    FeedLog::open(&data_dir.join("feed.prfeed"), me, FEED_ENTRIES_DEFAULT).map_err(Error::Feed)?;
                 Some(Applier::new(me, n, s.fates(), feed, config.heartbeat_us * 1_000, now).map_err(Error::Order)?)
             }
         };

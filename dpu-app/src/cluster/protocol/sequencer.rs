@@ -281,7 +281,13 @@ impl Sequencer {
             self.record(FateKind::Unused, r.start, 0, false, (r.end - r.start) as u32);
         }
         if committed + aborted + rests.len() as u64 > 0 {
-            tracing::info!(node = self.me, committed, aborted, unused = rests.len(), "recorded the fates a previous incarnation left open");
+            tracing::info!(
+                node = self.me,
+                committed,
+                aborted,
+                unused = rests.len(),
+                "recorded the fates a previous incarnation left open"
+            );
         }
         self.mark_epoch(self.leader.epoch);
     }
