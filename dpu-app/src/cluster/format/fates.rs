@@ -419,21 +419,26 @@ impl FateRing {
     /// taken from a block in order, so each rest runs from past its last used stamp to
     /// the block's end.
     pub fn unaccounted(&self) -> Vec<std::ops::Range<u64>> {
-        let held = self.held();
-        let mut rests = Vec::new();
-        for (i, b) in held.iter().enumerate().filter(|(_, e)| e.kind == FateKind::Block) {
-            let stamps = b.stamps();
-            let mut from = stamps.start;
-            for e in &held[i + 1..] {
-                if e.kind != FateKind::Block && e.kind != FateKind::Epoch && stamps.contains(&e.version) {
-                    from = from.max(e.version + u64::from(e.count));
+        // One pass: blocks by first stamp, each with how far its stamps were used or
+        // given up (blocks of one node never overlap: they are ranges of a counter).
+        let mut blocks = std::collections::BTreeMap::new();
+        for e in self.held() {
+            let stamps = e.stamps();
+            match e.kind {
+                FateKind::Block => {
+                    blocks.insert(stamps.start, (stamps.end, stamps.start));
+                }
+                FateKind::Epoch => {}
+                _ => {
+                    if let Some((_, (end, used))) = blocks.range_mut(..=stamps.start).next_back() {
+                        if stamps.start < *end {
+                            *used = (*used).max(stamps.end);
+                        }
+                    }
                 }
             }
-            if from < stamps.end {
-                rests.push(from..stamps.end);
-            }
         }
-        rests
+        blocks.into_values().filter(|&(end, used)| used < end).map(|(end, used)| used..end).collect()
     }
 
     /// The end of the stamps of every entry overwritten so far (0: none).

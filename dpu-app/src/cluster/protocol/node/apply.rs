@@ -44,6 +44,12 @@ impl<F: Fabric> Node<F> {
         self.applier.as_ref().map(|a| a.stats)
     }
 
+    /// The version of the newest entry of this node's change feed (0: none; also in
+    /// HLC mode).
+    pub fn feed_last_version(&self) -> u64 {
+        self.applier.as_ref().map_or(0, |a| a.feed().last_version())
+    }
+
     /// Up to `out.len()` entries of this node's change feed after version `after`
     /// (0: from the start); `Ok(0)` in HLC mode.
     pub fn read_feed(&self, after: u64, out: &mut [FeedEntry]) -> Result<usize, FeedError> {
