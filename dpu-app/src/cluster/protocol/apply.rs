@@ -69,6 +69,8 @@ struct Source {
     epoch: u32,
     reading: Reading,
     generation: u32,
+    /// When the READ in flight was posted.
+    posted_ns: u64,
     /// When it was last read, and whether to read again at once (the last READ came
     /// back full of new final entries: more are likely waiting).
     read_ns: u64,
@@ -84,6 +86,8 @@ struct Source {
 pub struct ApplyStats {
     /// READs of peers' rings.
     pub reads: u64,
+    /// READs that never completed (their link was reset), posted again.
+    pub reads_given_up: u64,
     /// Ring entries taken in.
     pub entries: u64,
     /// Stamps settled as no-ops because no ring records them (their epoch ended).
@@ -139,6 +143,7 @@ impl Applier {
             epoch: 0,
             reading: Reading::Idle,
             generation: 0,
+            posted_ns: 0,
             read_ns: 0,
             moved: true,
             lost: false,
@@ -236,6 +241,14 @@ impl Applier {
     /// Posts the READ of node `j`'s ring that is due, if any.
     fn post_read<Q: RawQp>(&mut self, cx: &mut ApplyCx<'_, Q>, j: u8, now: Now) -> bool {
         let s = self.sources[j as usize];
+        if s.reading != Reading::Idle && now.mono_ns >= s.posted_ns + READ_GIVEN_UP_REREADS * self.reread_ns {
+            // A link reset drops what was in flight on it without a completion: the
+            // READ is given up (a late completion carries an old generation) and posted
+            // again once the link is back.
+            self.sources[j as usize].reading = Reading::Idle;
+            self.stats.reads_given_up += 1;
+            return false;
+        }
         if s.reading != Reading::Idle || s.lost || (!s.moved && now.mono_ns < s.read_ns + self.reread_ns) {
             return false;
         }
@@ -255,7 +268,7 @@ impl Applier {
             (Reading::Chunk(s.next, k), ENTRIES_AT as u64 + slot * ENTRY_LEN as u64, k as usize * ENTRY_LEN)
         };
         let src = &mut self.sources[j as usize];
-        (src.reading, src.generation) = (reading, generation);
+        (src.reading, src.generation, src.posted_ns) = (reading, generation, now.mono_ns);
         self.stats.reads += 1;
         cx.links.post(
             j,
@@ -522,6 +535,10 @@ impl Applier {
         self.feed.read(after, out)
     }
 }
+
+/// A READ of a ring not back after this many re-read periods is given up (its link was
+/// reset under it).
+const READ_GIVEN_UP_REREADS: u64 = 8;
 
 /// Blocks of stamps held for the roll decision (two in hand per node, and some more).
 const BLOCKS_HELD: usize = 4 * crate::limits::NODES_MAX;

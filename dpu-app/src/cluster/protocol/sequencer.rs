@@ -493,8 +493,13 @@ impl Sequencer {
             // Deposed: nothing fetched from this counter from now on is of any epoch.
             cx.control.set_counter(0);
             self.leading = None;
-            self.stats.deposed += 1;
-            tracing::warn!(node = self.me, epoch, by = %word, "deposed as sequencer");
+            if self.claim.is_some_and(|c| c.word == word) {
+                // Its own claim of the next epoch (a roll) reached its own block first.
+                tracing::info!(node = self.me, epoch, next = %word, "stopped sequencing for its own claim of the next epoch");
+            } else {
+                self.stats.deposed += 1;
+                tracing::warn!(node = self.me, epoch, by = %word, "deposed as sequencer");
+            }
         }
         tracing::info!(node = self.me, from = %self.leader, to = %word, "sequencer epoch changed");
         self.follow(word, now);
