@@ -18,6 +18,15 @@ const SECOND_NS: u64 = 1_000_000_000;
 
 /// Five nodes, RS(3, 2), quorum 3 (two nodes may be down), sequencer 0, shadows 1 and 2.
 fn cluster(name: &str, stamp_block: u32) -> (InProcess, std::path::PathBuf) {
+    cluster_with(name, stamp_block, |_| {})
+}
+
+/// [`cluster`] with `change` made to its configuration first.
+fn cluster_with(
+    name: &str,
+    stamp_block: u32,
+    change: impl FnOnce(&mut ClusterConfig),
+) -> (InProcess, std::path::PathBuf) {
     let dir = std::env::temp_dir().join(format!("prescient-seq-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(dir.join("keys")).unwrap();
@@ -37,6 +46,7 @@ fn cluster(name: &str, stamp_block: u32) -> (InProcess, std::path::PathBuf) {
     config.dead_after_us = 4_000;
     config.write_timeout_us = 200_000;
     config.ordering = Ordering::Sequencer(SequencerConfig { sequencer: 0, shadows: vec![1, 2], stamp_block });
+    change(&mut config);
     config.validate().unwrap();
     let region = region_config_for(&config, 2, 256);
     let c = InProcess::start(Arc::new(config), ClusterClock::manual(SECOND_NS), ModelConfig::ideal(), region, &dir)
@@ -348,5 +358,51 @@ fn a_claimant_that_lost_a_competing_claim_of_its_epoch_follows_the_winner() {
     writes(&mut c);
     assert!(settled_on(&c, second), "the cluster left {second} after the loser's restart");
     assert_eq!(c.node(1).unwrap().sequencer_stats().unwrap().deposed, 0, "shadow 1 was never deposed");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A node down while the writers' fate rings wrap past what it had read: restarted, it
+/// finds the entries it needed overwritten, stops its order with an error (counted)
+/// rather than guess, and its feed stays a prefix of the others'; the other nodes' feeds
+/// go on complete.
+#[test]
+fn a_node_that_fell_a_whole_fate_ring_behind_stops_its_order_and_says_so() {
+    let (mut c, dir) = cluster_with("behind", 2, |config| config.fate_entries = 16);
+    let first = LeaderWord { epoch: 1, sequencer: 0 };
+    run(&mut c, "node 0 claims epoch 1", SECOND_NS, |c| settled_on(c, first));
+    let mut committed = BTreeSet::new();
+    let v = put(&mut c, 1, b"a", b"before").version >> 8;
+    committed.insert(v);
+    run(&mut c, "node 4 releases the first write", SECOND_NS, |c| c.node(4).unwrap().order_state().unwrap().0 > v);
+    c.crash(4);
+    // Each write leaves a Block and a Pending entry, and a dropped rest: 30 writes wrap
+    // the 16-entry rings of nodes 1 and 2 several times.
+    for i in 0..30u8 {
+        let done = put(&mut c, 1 + i % 2, b"a", &[b'a' + i % 26]);
+        assert_eq!(done.status, Status::Ok, "write {i}: {done:?}");
+        committed.insert(done.version >> 8);
+    }
+    c.restart(4).unwrap();
+    run(&mut c, "node 4 finds a ring overwritten", SECOND_NS, |c| c.node(4).unwrap().apply_stats().unwrap().lost > 0);
+    let others: Vec<u8> = vec![0, 1, 2, 3];
+    let top = *committed.last().unwrap();
+    run(&mut c, "the others release every write", SECOND_NS, |c| {
+        others.iter().all(|&j| c.node(j).unwrap().order_state().unwrap().0 > top)
+    });
+    let mut feeds = Vec::new();
+    for j in 0..5u8 {
+        let mut out = vec![FeedEntry::default(); 256];
+        let got = c.node(j).unwrap().read_feed(0, &mut out).unwrap();
+        feeds.push(out[..got].iter().map(|e| e.version).collect::<Vec<_>>());
+    }
+    for j in 0..4 {
+        assert_eq!(feeds[j], committed.iter().copied().collect::<Vec<_>>(), "node {j}'s feed");
+    }
+    assert!(
+        feeds[4].len() < feeds[0].len() && feeds[0].starts_with(&feeds[4]),
+        "node 4's feed is a prefix: {:?}",
+        feeds[4]
+    );
+    assert!(c.node(4).unwrap().order_state().unwrap().0 <= top, "node 4's order stopped");
     let _ = std::fs::remove_dir_all(dir);
 }

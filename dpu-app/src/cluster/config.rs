@@ -40,9 +40,9 @@ pub use network::{Congestion, NetworkConfig};
 pub use ordering::{Ordering, SequencerConfig, DEFAULT_STAMP_BLOCK};
 
 use crate::limits::{
-    FRAGMENTS_MAX, HEARTBEAT_US_MIN, LEASE_HEARTBEATS_MIN, LOG_SLOTS_MAX, LOG_SLOTS_MIN, NAME_BYTES_MAX, NODES_MAX,
-    NODES_MIN, OUTCOME_ENTRIES_MAX, OUTCOME_ENTRIES_MIN, STORE_BYTES_LIMIT, STORE_BYTES_MIN, TIMING_US_MAX,
-    VALUE_BYTES_LIMIT,
+    FATE_ENTRIES_DEFAULT, FATE_ENTRIES_MAX, FATE_ENTRIES_MIN, FRAGMENTS_MAX, HEARTBEAT_US_MIN, LEASE_HEARTBEATS_MIN,
+    LOG_SLOTS_MAX, LOG_SLOTS_MIN, NAME_BYTES_MAX, NODES_MAX, NODES_MIN, OUTCOME_ENTRIES_MAX, OUTCOME_ENTRIES_MIN,
+    STORE_BYTES_LIMIT, STORE_BYTES_MIN, TIMING_US_MAX, VALUE_BYTES_LIMIT,
 };
 
 /// Defaults of the optional `[cluster]` fields (the example's values).
@@ -232,6 +232,9 @@ pub struct ClusterConfig {
     pub log_slots: usize,
     /// Writes each writer's outcome table tracks (a power of two).
     pub outcome_entries: usize,
+    /// Entries of each node's fate ring in sequencer mode (a power of two): how far an
+    /// applier that was down may fall behind a writer and still catch up.
+    pub fate_entries: usize,
     /// What a holder's acknowledgement promises.
     pub durability: Durability,
     /// How often each node reads every peer's heartbeat block.
@@ -289,6 +292,7 @@ struct RawCluster {
     store_bytes: Option<i64>,
     log_slots: Option<i64>,
     outcome_entries: Option<i64>,
+    fate_entries: Option<i64>,
     durability: Option<String>,
     heartbeat_us: Option<i64>,
     lease_us: Option<i64>,
@@ -465,6 +469,7 @@ impl ClusterConfig {
             store_bytes: sized("cluster.store_bytes", c.store_bytes, DEFAULT_STORE_BYTES)?,
             log_slots: sized("cluster.log_slots", c.log_slots, DEFAULT_LOG_SLOTS)?,
             outcome_entries: sized("cluster.outcome_entries", c.outcome_entries, DEFAULT_OUTCOME_ENTRIES)?,
+            fate_entries: sized("cluster.fate_entries", c.fate_entries, FATE_ENTRIES_DEFAULT as usize)?,
             durability,
             heartbeat_us: micros("cluster.heartbeat_us", c.heartbeat_us, DEFAULT_HEARTBEAT_US)?,
             lease_us: micros("cluster.lease_us", c.lease_us, DEFAULT_LEASE_US)?,
@@ -504,6 +509,7 @@ impl ClusterConfig {
             store_bytes: DEFAULT_STORE_BYTES,
             log_slots: DEFAULT_LOG_SLOTS,
             outcome_entries: DEFAULT_OUTCOME_ENTRIES,
+            fate_entries: FATE_ENTRIES_DEFAULT as usize,
             durability: DEFAULT_DURABILITY,
             heartbeat_us: DEFAULT_HEARTBEAT_US,
             lease_us: DEFAULT_LEASE_US,
@@ -842,6 +848,15 @@ impl ClusterConfig {
                 "cluster.outcome_entries",
                 self.outcome_entries,
                 format!("must be a power of two from {OUTCOME_ENTRIES_MIN} to {OUTCOME_ENTRIES_MAX} (2^20)"),
+            ));
+        }
+        if !self.fate_entries.is_power_of_two()
+            || !(FATE_ENTRIES_MIN as usize..=FATE_ENTRIES_MAX as usize).contains(&self.fate_entries)
+        {
+            return Err(self.invalid(
+                "cluster.fate_entries",
+                self.fate_entries,
+                format!("must be a power of two from {FATE_ENTRIES_MIN} to {FATE_ENTRIES_MAX} (2^24)"),
             ));
         }
         Ok(())

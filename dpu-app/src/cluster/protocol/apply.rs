@@ -377,7 +377,7 @@ impl Applier {
                 ring = j,
                 stamp,
                 cursor = self.order.cursor(),
-                "node {j}'s fate ring overwrote entries this node had not read: its order stops here (catching up from a peer's feed is not built; restart it with an empty data folder to start over)"
+                "node {j}'s fate ring overwrote entries this node had not read: this node's order and change feed stop here (catching up from a peer's feed is not built); a larger `fate_entries` in the cluster file's [cluster] lets a node stay down longer"
             );
         }
     }

@@ -363,7 +363,7 @@ impl<F: Fabric> Node<F> {
             None => None,
             Some(s) => {
                 let file = HlcFloor::open(&data_dir.join("leader-word")).map_err(Error::Hlc)?;
-                let fates = FateRing::open(&*fabric, &data_dir.join("fates.prfate"), me, FATE_ENTRIES_DEFAULT)
+                let fates = FateRing::open(&*fabric, &data_dir.join("fates.prfate"), me, config.fate_entries as u32)
                     .map_err(Error::Fates)?;
                 let seq =
                     Sequencer::new(me, n, s, config.dead_after_us, config.heartbeat_us, file, fates, &control, now)
