@@ -1327,7 +1327,7 @@ mod tests {
     #[test]
     fn the_size_rules_name_their_field() {
         let fx = Fixture::new("sizes");
-        let cases: [(&str, &str, &[&str]); 10] = [
+        let cases: [(&str, &str, &[&str]); 12] = [
             ("value_bytes_max = 8192", "value_bytes_max = 0", &["cluster.value_bytes_max = 0", "64 MiB"]),
             ("value_bytes_max = 8192", "value_bytes_max = 67108865", &["cluster.value_bytes_max = 67108865"]),
             ("store_bytes = 1073741824", "store_bytes = 16383", &["cluster.store_bytes = 16383", "16 KiB"]),
@@ -1340,6 +1340,8 @@ mod tests {
             ("log_slots = 256", "log_slots = 300", &["cluster.log_slots = 300"]),
             ("log_slots = 256", "log_slots = 131072", &["cluster.log_slots = 131072"]),
             ("outcome_entries = 65536", "outcome_entries = 512", &["cluster.outcome_entries = 512", "from 1024"]),
+            ("fate_entries = 65536", "fate_entries = 4", &["cluster.fate_entries = 4", "from 8"]),
+            ("fate_entries = 65536", "fate_entries = 100", &["cluster.fate_entries = 100", "power of two"]),
             ("outcome_entries = 65536", "outcome_entries = 65535", &["cluster.outcome_entries = 65535"]),
             ("outcome_entries = 65536", "outcome_entries = 2097152", &["cluster.outcome_entries = 2097152", "2^20"]),
         ];
