@@ -395,8 +395,8 @@ fn a_node_that_fell_a_whole_fate_ring_behind_stops_its_order_and_says_so() {
         let got = c.node(j).unwrap().read_feed(0, &mut out).unwrap();
         feeds.push(out[..got].iter().map(|e| e.version).collect::<Vec<_>>());
     }
-    for j in 0..4 {
-        assert_eq!(feeds[j], committed.iter().copied().collect::<Vec<_>>(), "node {j}'s feed");
+    for (j, feed) in feeds.iter().enumerate().take(4) {
+        assert_eq!(*feed, committed.iter().copied().collect::<Vec<_>>(), "node {j}'s feed");
     }
     assert!(
         feeds[4].len() < feeds[0].len() && feeds[0].starts_with(&feeds[4]),
