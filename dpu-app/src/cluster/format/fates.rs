@@ -238,6 +238,8 @@ pub struct FateRing {
     /// few; kept here so that neither a write's settle nor the room check reads and
     /// checksums the ring).
     pending: std::collections::VecDeque<(u64, u64)>,
+    /// The newest epoch of any entry the ring held when it was opened.
+    newest_epoch: u32,
 }
 
 impl std::fmt::Debug for FateRing {
@@ -286,18 +288,21 @@ impl FateRing {
             mr,
             next: 1,
             pending: std::collections::VecDeque::with_capacity(PENDING_HELD),
+            newest_epoch: 0,
         };
-        let newest = (0..u64::from(entries))
-            .filter_map(|slot| ring.slot(slot).filter(|e| e.position % u64::from(entries) == slot))
-            .map(|e| e.position)
-            .max();
-        ring.next = newest.map_or(1, |p| p + 1);
-        let oldest = ring.next.saturating_sub(u64::from(entries)).max(1);
-        for p in oldest..ring.next {
-            if let Some(e) = ring.at(p).filter(|e| e.kind == FateKind::Pending) {
-                ring.pending.push_back((p, e.version));
+        // One pass over the slots: a slot whose entry's position maps to it holds that
+        // position's entry (positions are dense, so every such entry is of the last ring).
+        let mut newest = 0;
+        for slot in 0..u64::from(entries) {
+            let Some(e) = ring.slot(slot).filter(|e| e.position % u64::from(entries) == slot) else { continue };
+            newest = newest.max(e.position);
+            ring.newest_epoch = ring.newest_epoch.max(epoch_of(e.version));
+            if e.kind == FateKind::Pending {
+                ring.pending.push_back((e.position, e.version));
             }
         }
+        ring.pending.make_contiguous().sort_unstable();
+        ring.next = newest + 1;
         ring.mr
             .memory()
             .store_u64(NEXT_AT, ring.next)
@@ -439,6 +444,16 @@ impl FateRing {
             }
         }
         blocks.into_values().filter(|&(end, used)| used < end).map(|(end, used)| used..end).collect()
+    }
+
+    /// The newest epoch of any entry the ring held when it was opened (0: none).
+    pub fn newest_epoch_at_open(&self) -> u32 {
+        self.newest_epoch
+    }
+
+    /// The stamps of the writes still Pending, oldest first.
+    pub fn pending(&self) -> impl Iterator<Item = u64> + '_ {
+        self.pending.iter().map(|&(_, v)| v)
     }
 
     /// The end of the stamps of every entry overwritten so far (0: none).

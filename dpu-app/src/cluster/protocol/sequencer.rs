@@ -252,7 +252,7 @@ impl Sequencer {
             generation: 0,
             claim_after_ns: now.mono_ns,
             file,
-            marked_epoch: fates.held().iter().map(|e| epoch_of(e.version)).max().unwrap_or(0),
+            marked_epoch: fates.newest_epoch_at_open(),
             fates,
             last_taken: None,
             stats: SeqStats::default(),
@@ -264,8 +264,7 @@ impl Sequencer {
     /// Committed or Aborted), the rest of each block the crash left in hand is unused,
     /// and the node's epoch gets its marker.
     pub fn recover_fates(&mut self, decided: impl Fn(u64) -> FateKind) {
-        let pending: Vec<u64> =
-            self.fates.held().iter().filter(|e| e.kind == FateKind::Pending).map(|e| e.version).collect();
+        let pending: Vec<u64> = self.fates.pending().collect();
         let (mut committed, mut aborted) = (0u64, 0u64);
         for v in pending {
             let kind = decided(v);
