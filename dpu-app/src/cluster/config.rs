@@ -40,9 +40,10 @@ pub use network::{Congestion, NetworkConfig};
 pub use ordering::{Ordering, SequencerConfig, DEFAULT_STAMP_BLOCK};
 
 use crate::limits::{
-    FATE_ENTRIES_DEFAULT, FATE_ENTRIES_MAX, FATE_ENTRIES_MIN, FRAGMENTS_MAX, HEARTBEAT_US_MIN, LEASE_HEARTBEATS_MIN,
-    LOG_SLOTS_MAX, LOG_SLOTS_MIN, NAME_BYTES_MAX, NODES_MAX, NODES_MIN, OUTCOME_ENTRIES_MAX, OUTCOME_ENTRIES_MIN,
-    STORE_BYTES_LIMIT, STORE_BYTES_MIN, TIMING_US_MAX, VALUE_BYTES_LIMIT,
+    FATE_ENTRIES_DEFAULT, FATE_ENTRIES_MAX, FATE_ENTRIES_MIN, FEED_ENTRIES_DEFAULT, FEED_ENTRIES_MAX, FEED_ENTRIES_MIN,
+    FRAGMENTS_MAX, HEARTBEAT_US_MIN, LEASE_HEARTBEATS_MIN, LOG_SLOTS_MAX, LOG_SLOTS_MIN, NAME_BYTES_MAX, NODES_MAX,
+    NODES_MIN, OUTCOME_ENTRIES_MAX, OUTCOME_ENTRIES_MIN, STORE_BYTES_LIMIT, STORE_BYTES_MIN, TIMING_US_MAX,
+    VALUE_BYTES_LIMIT,
 };
 
 /// Defaults of the optional `[cluster]` fields (the example's values).
@@ -235,6 +236,10 @@ pub struct ClusterConfig {
     /// Entries of each node's fate ring in sequencer mode (a power of two): how far an
     /// applier that was down may fall behind a writer and still catch up.
     pub fate_entries: usize,
+    /// Entries of each node's change feed in sequencer mode (a power of two): how far a
+    /// host following it may fall behind, and how far a peer that fell behind may copy
+    /// from it.
+    pub feed_entries: usize,
     /// What a holder's acknowledgement promises.
     pub durability: Durability,
     /// How often each node reads every peer's heartbeat block.
@@ -293,6 +298,7 @@ struct RawCluster {
     log_slots: Option<i64>,
     outcome_entries: Option<i64>,
     fate_entries: Option<i64>,
+    feed_entries: Option<i64>,
     durability: Option<String>,
     heartbeat_us: Option<i64>,
     lease_us: Option<i64>,
@@ -470,6 +476,7 @@ impl ClusterConfig {
             log_slots: sized("cluster.log_slots", c.log_slots, DEFAULT_LOG_SLOTS)?,
             outcome_entries: sized("cluster.outcome_entries", c.outcome_entries, DEFAULT_OUTCOME_ENTRIES)?,
             fate_entries: sized("cluster.fate_entries", c.fate_entries, FATE_ENTRIES_DEFAULT as usize)?,
+            feed_entries: sized("cluster.feed_entries", c.feed_entries, FEED_ENTRIES_DEFAULT as usize)?,
             durability,
             heartbeat_us: micros("cluster.heartbeat_us", c.heartbeat_us, DEFAULT_HEARTBEAT_US)?,
             lease_us: micros("cluster.lease_us", c.lease_us, DEFAULT_LEASE_US)?,
@@ -510,6 +517,7 @@ impl ClusterConfig {
             log_slots: DEFAULT_LOG_SLOTS,
             outcome_entries: DEFAULT_OUTCOME_ENTRIES,
             fate_entries: FATE_ENTRIES_DEFAULT as usize,
+            feed_entries: FEED_ENTRIES_DEFAULT as usize,
             durability: DEFAULT_DURABILITY,
             heartbeat_us: DEFAULT_HEARTBEAT_US,
             lease_us: DEFAULT_LEASE_US,
@@ -857,6 +865,15 @@ impl ClusterConfig {
                 "cluster.fate_entries",
                 self.fate_entries,
                 format!("must be a power of two from {FATE_ENTRIES_MIN} to {FATE_ENTRIES_MAX} (2^24)"),
+            ));
+        }
+        if !self.feed_entries.is_power_of_two()
+            || !(FEED_ENTRIES_MIN as usize..=FEED_ENTRIES_MAX as usize).contains(&self.feed_entries)
+        {
+            return Err(self.invalid(
+                "cluster.feed_entries",
+                self.feed_entries,
+                format!("must be a power of two from {FEED_ENTRIES_MIN} to {FEED_ENTRIES_MAX} (2^24)"),
             ));
         }
         Ok(())
@@ -1327,7 +1344,7 @@ mod tests {
     #[test]
     fn the_size_rules_name_their_field() {
         let fx = Fixture::new("sizes");
-        let cases: [(&str, &str, &[&str]); 12] = [
+        let cases: [(&str, &str, &[&str]); 14] = [
             ("value_bytes_max = 8192", "value_bytes_max = 0", &["cluster.value_bytes_max = 0", "64 MiB"]),
             ("value_bytes_max = 8192", "value_bytes_max = 67108865", &["cluster.value_bytes_max = 67108865"]),
             ("store_bytes = 1073741824", "store_bytes = 16383", &["cluster.store_bytes = 16383", "16 KiB"]),
@@ -1342,6 +1359,8 @@ mod tests {
             ("outcome_entries = 65536", "outcome_entries = 512", &["cluster.outcome_entries = 512", "from 1024"]),
             ("fate_entries = 65536", "fate_entries = 4", &["cluster.fate_entries = 4", "from 8"]),
             ("fate_entries = 65536", "fate_entries = 100", &["cluster.fate_entries = 100", "power of two"]),
+            ("feed_entries = 65536", "feed_entries = 4", &["cluster.feed_entries = 4", "from 8"]),
+            ("feed_entries = 65536", "feed_entries = 100", &["cluster.feed_entries = 100", "power of two"]),
             ("outcome_entries = 65536", "outcome_entries = 65535", &["cluster.outcome_entries = 65535"]),
             ("outcome_entries = 65536", "outcome_entries = 2097152", &["cluster.outcome_entries = 2097152", "2^20"]),
         ];

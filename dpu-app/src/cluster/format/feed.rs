@@ -29,9 +29,10 @@
 #![forbid(unsafe_code)]
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use super::file::{self, FileHeader, HeaderError, Opened};
-use crate::fabric::{FabricError, Memory};
+use crate::fabric::{Access, Fabric, FabricError, Memory, MemoryRegion, RemoteRegion};
 use crate::limits::{FEED_ENTRIES_MAX, FEED_ENTRIES_MIN, HEADER_PAGE_BYTES};
 
 // The entry format and the header-page facts a host's reader checks are defined once,
@@ -122,7 +123,9 @@ pub struct FeedLog {
     path: PathBuf,
     entries: u32,
     /// The whole file, header page included.
-    memory: Memory,
+    memory: Arc<Memory>,
+    /// Its registration for peers' READs ([`FeedLog::register`]).
+    mr: Option<Arc<MemoryRegion>>,
     /// The oldest position held (`next` when empty).
     oldest: u64,
     /// The next position to append.
@@ -181,7 +184,16 @@ impl FeedLog {
         };
         let memory = Memory::map_file(&file, 0, file_bytes as usize)
             .map_err(|source| FeedError::Memory { path: path.to_owned(), source })?;
-        let mut log = Self { path: path.to_owned(), entries, memory, oldest: 1, next: 1, last_version: 0, dropped: 0 };
+        let mut log = Self {
+            path: path.to_owned(),
+            entries,
+            memory: Arc::new(memory),
+            mr: None,
+            oldest: 1,
+            next: 1,
+            last_version: 0,
+            dropped: 0,
+        };
         log.dropped = log.memory.load_u64(DROPPED_AT).map_err(log.memory_err())?;
         // The newest whole entry is the tail; the feed held runs down from it while
         // each position is in its slot.
@@ -246,6 +258,43 @@ impl FeedLog {
         self.oldest..self.next
     }
 
+    /// The newest version overwritten, or marked missing by [`FeedLog::skip_to`] (0:
+    /// none): a reader whose cursor is below it is told its cursor is too old.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+
+    /// Registers the file on `fabric` for peers to READ: a node that fell behind
+    /// copies the writes it missed from a peer's feed (`protocol/apply.rs`). Only this
+    /// node's CPU writes it.
+    pub fn register<F: Fabric>(&mut self, fabric: &F) -> Result<RemoteRegion, FeedError> {
+        let mr = fabric
+            .register(Arc::clone(&self.memory), Access::REMOTE_READ)
+            .map_err(|source| FeedError::Memory { path: self.path.clone(), source })?;
+        let remote = mr.remote();
+        self.mr = Some(mr);
+        Ok(remote)
+    }
+
+    /// Where peers READ it, once registered.
+    pub fn remote(&self) -> Option<RemoteRegion> {
+        self.mr.as_ref().map(|mr| mr.remote())
+    }
+
+    /// Marks every version up to `version` as missing from this feed: the writes
+    /// between the last entry and `version` could not be copied (every peer's feed had
+    /// overwritten them), so a reader whose cursor is below `version` is told its
+    /// cursor is too old rather than handed a feed with a gap. Appends go on above it.
+    pub fn skip_to(&mut self, version: u64) -> Result<(), FeedError> {
+        if version <= self.dropped {
+            return Ok(());
+        }
+        self.memory.store_u64(DROPPED_AT, version).map_err(self.memory_err())?;
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
+        self.dropped = version;
+        Ok(())
+    }
+
     /// Appends a committed write released in order; returns its position.
     pub fn append(&mut self, version: u64, key_hash: u64, tombstone: bool) -> Result<u64, FeedError> {
         if version <= self.last_version {
@@ -256,13 +305,15 @@ impl FeedLog {
             // The oldest entry goes: its version first, so no reader below it is
             // handed a feed with a gap.
             let gone = self.at(self.oldest)?;
-            self.memory.store_u64(DROPPED_AT, gone.version).map_err(self.memory_err())?;
+            // (A skip may have marked more as missing already.)
+            let dropped = gone.version.max(self.dropped);
+            self.memory.store_u64(DROPPED_AT, dropped).map_err(self.memory_err())?;
             // Orders the store of `dropped` before every byte of the overwrite below: a
             // host reader that copies a byte of the new entry and then (after its
             // acquire fence) re-reads `dropped` sees this version or a later one, and
             // does not hand out what it copied (prescient_shim::feed).
             std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
-            self.dropped = gone.version;
+            self.dropped = dropped;
             self.oldest += 1;
         }
         let bytes = FeedEntry { position, version, key_hash, tombstone }.emit();
@@ -395,6 +446,46 @@ mod tests {
         assert_eq!(log.held(), 13..21);
         assert!(matches!(log.read(v(23), &mut out), Err(FeedError::CursorTooOld { .. })));
         assert_eq!(log.read(v(39), &mut out).unwrap(), 1);
+    }
+
+    /// A skip marks versions missing: a reader below the mark is told its cursor is too
+    /// old, appends go on above it at the next position, a later wrap never lowers the
+    /// mark, and all of it survives a reopen; the shim's reader sees the same.
+    #[test]
+    fn a_skip_marks_versions_missing_and_a_wrap_never_lowers_the_mark() {
+        use prescient_shim::feed::{FeedReadError, FeedReader};
+        let dir = TempDir::new("feed-skip");
+        let path = dir.file("feed.prfeed");
+        let mut log = FeedLog::open(&path, 1, 8).unwrap();
+        log.append(v(1), 1, false).unwrap();
+        log.append(v(2), 2, false).unwrap();
+        log.skip_to(v(50)).unwrap();
+        log.skip_to(v(40)).unwrap();
+        assert_eq!((log.dropped(), log.last_version(), log.held()), (v(50), v(2), 1..3));
+        let mut out = [FeedEntry::default(); 16];
+        assert!(matches!(log.read(v(2), &mut out), Err(FeedError::CursorTooOld { dropped, .. }) if dropped == v(50)));
+        assert_eq!(log.read(v(50), &mut out).unwrap(), 0);
+        for s in 51..=58 {
+            log.append(v(s), s, false).unwrap();
+        }
+        // Two wraps overwrote versions 1 and 2, below the mark: it stays.
+        assert_eq!((log.dropped(), log.held()), (v(50), 3..11));
+        let drop_and_open = |log: FeedLog| {
+            drop(log);
+            FeedLog::open(&path, 1, 8).unwrap()
+        };
+        let mut log = drop_and_open(log);
+        assert_eq!(log.dropped(), v(50));
+        assert_eq!(log.read(v(50), &mut out).unwrap(), 8);
+        assert_eq!(out[0], FeedEntry { position: 3, version: v(51), key_hash: 51, tombstone: false });
+        let mut reader = FeedReader::open(&path).unwrap();
+        assert!(
+            matches!(reader.read(v(2), &mut out), Err(FeedReadError::CursorTooOld { dropped, .. }) if dropped == v(50))
+        );
+        assert_eq!(reader.read(v(50), &mut out).unwrap(), 8);
+        // The next wrap overwrites version 51, above the mark: the mark follows it.
+        log.append(v(59), 59, false).unwrap();
+        assert_eq!(log.dropped(), v(51));
     }
 
     /// Random appends, reopens and reads from random cursors against a model of the

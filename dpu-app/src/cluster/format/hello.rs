@@ -24,7 +24,9 @@
 //! 164..168 store record bytes  168..172 log slots  172..176 log slot bytes   (u32 each)
 //! 176..184 log applied: `from`'s applied sequence of the log for `to`
 //! 184..204 fates: `from`'s fate ring (sequencer mode; zero otherwise)
-//! 204..252 reserved (0)    252..256 crc32c of 0..252
+//! 204..224 feed: `from`'s change feed (sequencer mode; zero otherwise: a node that
+//!          fell behind copies the writes it missed from it)
+//! 224..252 reserved (0)    252..256 crc32c of 0..252
 //! ```
 //!
 //! [`Hello::new_checked`] also refuses a Hello whose geometry does not fit the region it
@@ -88,8 +90,10 @@ pub mod field {
     pub const LOG_APPLIED: Range<usize> = 176..184;
     /// The sender's fate ring (sequencer mode; zero otherwise).
     pub const FATES: Range<usize> = 184..204;
+    /// The sender's change feed (sequencer mode; zero otherwise).
+    pub const FEED: Range<usize> = 204..224;
     /// Reserved, zero.
-    pub const RESERVED: Range<usize> = 204..252;
+    pub const RESERVED: Range<usize> = 224..252;
     /// CRC32C of bytes 0..252.
     pub const CRC: Range<usize> = 252..256;
 }
@@ -101,7 +105,9 @@ const _: () = assert!(
     field::LOG_SLOT_BYTES.end == field::LOG_APPLIED.start
         && field::LOG_APPLIED.end == field::FATES.start
         && field::FATES.end - field::FATES.start == RemoteRegion::WIRE_BYTES
-        && field::FATES.end == field::RESERVED.start
+        && field::FATES.end == field::FEED.start
+        && field::FEED.end - field::FEED.start == RemoteRegion::WIRE_BYTES
+        && field::FEED.end == field::RESERVED.start
         && field::RESERVED.end == field::CRC.start
 );
 
@@ -263,6 +269,7 @@ impl<T: AsRef<[u8]>> Hello<T> {
             ("store", self.store()),
             ("directory", self.directory()),
             ("fates", self.fates()),
+            ("feed", self.feed()),
         ];
         for (name, r) in regions {
             if r.addr.checked_add(r.len).is_none() {
@@ -392,6 +399,11 @@ impl<T: AsRef<[u8]>> Hello<T> {
         region(&self.buffer.as_ref()[field::FATES])
     }
 
+    /// The sender's change feed (sequencer mode; zero otherwise).
+    pub fn feed(&self) -> RemoteRegion {
+        region(&self.buffer.as_ref()[field::FEED])
+    }
+
     /// The sender's applied sequence of its log for the receiver.
     pub fn log_applied(&self) -> u64 {
         u64::from_le_bytes(self.buffer.as_ref()[field::LOG_APPLIED].try_into().expect("8 bytes"))
@@ -445,6 +457,8 @@ pub struct HelloRepr {
     pub applied: u64,
     /// `from`'s fate ring (peers READ it in sequencer mode; zero otherwise).
     pub fates: RemoteRegion,
+    /// `from`'s change feed (a peer that fell behind READs it; zero otherwise).
+    pub feed: RemoteRegion,
 }
 
 impl HelloRepr {
@@ -471,6 +485,7 @@ impl HelloRepr {
             log_slot_bytes: hello.log_slot_bytes(),
             applied: hello.log_applied(),
             fates: hello.fates(),
+            feed: hello.feed(),
         })
     }
 
@@ -500,6 +515,7 @@ impl HelloRepr {
         b[field::LOG_SLOT_BYTES].copy_from_slice(&self.log_slot_bytes.to_le_bytes());
         b[field::LOG_APPLIED].copy_from_slice(&self.applied.to_le_bytes());
         b[field::FATES].copy_from_slice(&self.fates.to_bytes());
+        b[field::FEED].copy_from_slice(&self.feed.to_bytes());
         b[field::RESERVED].fill(0);
         let crc = crc32c::crc32c(&b[..field::CRC.start]);
         b[field::CRC].copy_from_slice(&crc.to_le_bytes());
@@ -550,6 +566,7 @@ pub(crate) mod tests {
             log_slot_bytes: 4096,
             applied: 0,
             fates: region(0x6000_0000, 0x2000, 0x0006_0006),
+            feed: region(0x7000_0000, 0x3000, 0x0007_0007),
         }
     }
 
@@ -578,9 +595,11 @@ pub(crate) mod tests {
     /// The fate ring's region (addr, len, rkey), after 8 zero bytes of the log's applied
     /// sequence.
     const GOLDEN_FATES: [u8; 20] = [0, 0, 0, 0x60, 0, 0, 0, 0, 0, 0x20, 0, 0, 0, 0, 0, 0, 0x06, 0, 0x06, 0];
-    /// CRC32C of GOLDEN, 8 zero bytes, GOLDEN_FATES and 48 zero bytes, computed
-    /// independently (a bitwise CRC32C in Python).
-    const GOLDEN_CRC: u32 = 0x6cba_8d64;
+    /// The change feed's region (addr, len, rkey).
+    const GOLDEN_FEED: [u8; 20] = [0, 0, 0, 0x70, 0, 0, 0, 0, 0, 0x30, 0, 0, 0, 0, 0, 0, 0x07, 0, 0x07, 0];
+    /// CRC32C of GOLDEN, 8 zero bytes, GOLDEN_FATES, GOLDEN_FEED and 28 zero bytes,
+    /// computed independently (a bitwise CRC32C in Python).
+    const GOLDEN_CRC: u32 = 0x796b_e84c;
 
     /// Re-seals `frame` after a test edits it, so that a later check is what refuses it.
     fn reseal(frame: &mut [u8; HELLO_BYTES]) {
@@ -594,7 +613,8 @@ pub(crate) mod tests {
         assert_eq!(frame[..176], GOLDEN);
         assert_eq!(frame[176..184], [0u8; 8]);
         assert_eq!(frame[184..204], GOLDEN_FATES);
-        assert_eq!(frame[204..252], [0u8; 48]);
+        assert_eq!(frame[204..224], GOLDEN_FEED);
+        assert_eq!(frame[224..252], [0u8; 28]);
         assert_eq!(frame[252..], GOLDEN_CRC.to_le_bytes());
         let view = Hello::new_checked(&frame[..]).unwrap();
         assert_eq!(HelloRepr::parse(&view).unwrap(), repr());
@@ -631,9 +651,9 @@ pub(crate) mod tests {
         reseal(&mut f);
         assert_eq!(Hello::new_checked(&f[..]).unwrap_err(), HelloError::Format { found: 2, supported: FORMAT });
         let mut f = frame;
-        f[220] = 1;
+        f[240] = 1;
         reseal(&mut f);
-        assert_eq!(Hello::new_checked(&f[..]).unwrap_err(), HelloError::Reserved { offset: 220, value: 1 });
+        assert_eq!(Hello::new_checked(&f[..]).unwrap_err(), HelloError::Reserved { offset: 240, value: 1 });
         let mut f = frame;
         f[field::KIND] = 3;
         reseal(&mut f);

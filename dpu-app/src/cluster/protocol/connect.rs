@@ -90,6 +90,7 @@ impl Membership {
             log_slot_bytes: log.geometry.slot_bytes(),
             applied: log.applied,
             fates: a.fates.unwrap_or(RemoteRegion { addr: 0, len: 0, rkey: 0 }),
+            feed: a.feed.unwrap_or(RemoteRegion { addr: 0, len: 0, rkey: 0 }),
         }
     }
 
@@ -199,6 +200,7 @@ impl Membership {
                     log_slots: hello.log_slots,
                     log_slot_bytes: hello.log_slot_bytes,
                     fates: hello.fates,
+                    feed: hello.feed,
                 });
                 // Continue our log on the peer where it says it has applied.
                 p.next_seq = hello.applied;

@@ -111,6 +111,8 @@ pub(super) struct Advert<'a> {
     pub next_write_seq: u64,
     /// The fate ring's registration (sequencer mode).
     pub fates: Option<RemoteRegion>,
+    /// The change feed's registration (sequencer mode).
+    pub feed: Option<RemoteRegion>,
 }
 
 /// What membership and connection setup may touch of the node.

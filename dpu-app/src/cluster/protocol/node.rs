@@ -380,8 +380,10 @@ impl<F: Fabric> Node<F> {
         let applier = match &sequencer {
             None => None,
             Some(s) => {
-                let feed =
-                    FeedLog::open(&data_dir.join("feed.prfeed"), me, FEED_ENTRIES_DEFAULT).map_err(Error::Feed)?;
+                let mut feed = FeedLog::open(&data_dir.join("feed.prfeed"), me, config.feed_entries as u32)
+                    .map_err(Error::Feed)?;
+                // Peers that fell behind copy from it.
+                feed.register(&*fabric).map_err(Error::Feed)?;
                 Some(Applier::new(me, n, s.fates(), feed, config.heartbeat_us * 1_000, now).map_err(Error::Order)?)
             }
         };

@@ -138,6 +138,8 @@ pub struct Remote {
     pub log_slot_bytes: u32,
     /// Its fate ring (sequencer mode; zero length otherwise).
     pub fates: RemoteRegion,
+    /// Its change feed (sequencer mode; zero length otherwise).
+    pub feed: RemoteRegion,
 }
 
 /// An entry this node wrote into the peer's log, awaiting its acknowledgement.

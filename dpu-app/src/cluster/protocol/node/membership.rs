@@ -40,6 +40,7 @@ impl<F: Fabric> Node<F> {
                 directory_slots: self.directory_slots,
                 next_write_seq: self.writer.next_write_seq(),
                 fates: self.sequencer.as_ref().map(|s| s.fates().remote()),
+                feed: self.applier.as_ref().and_then(|a| a.feed().remote()),
             },
         };
         (&mut self.membership, cx)
