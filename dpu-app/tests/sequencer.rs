@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use prescient_dpu::cluster::config::{ClusterConfig, Ordering, SequencerConfig};
-use prescient_dpu::cluster::format::feed::FeedEntry;
+use prescient_dpu::cluster::format::feed::{FeedEntry, FeedError};
 use prescient_dpu::cluster::run::inprocess::{region_config_for, ClusterClock, InProcess};
 use prescient_dpu::cluster::sequence::{epoch_of, LeaderWord};
 use prescient_dpu::fabric::emu::ModelConfig;
@@ -361,48 +361,100 @@ fn a_claimant_that_lost_a_competing_claim_of_its_epoch_follows_the_winner() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// A node down while the writers' fate rings wrap past what it had read: restarted, it
-/// finds the entries it needed overwritten, stops its order with an error (counted)
-/// rather than guess, and its feed stays a prefix of the others'; the other nodes' feeds
-/// go on complete.
-#[test]
-fn a_node_that_fell_a_whole_fate_ring_behind_stops_its_order_and_says_so() {
-    let (mut c, dir) = cluster_with("behind", 2, |config| config.fate_entries = 16);
+/// Takes node 4 down after the first write, and makes 30 more (through nodes 1 and 2)
+/// while it is down: each write leaves a Block and a Pending entry and a dropped rest,
+/// so 16-entry fate rings wrap several times. Returns the committed versions (without
+/// the writer byte), the first one first.
+fn writes_while_node_4_is_down(c: &mut InProcess) -> BTreeSet<u64> {
     let first = LeaderWord { epoch: 1, sequencer: 0 };
-    run(&mut c, "node 0 claims epoch 1", SECOND_NS, |c| settled_on(c, first));
+    run(c, "node 0 claims epoch 1", SECOND_NS, |c| settled_on(c, first));
     let mut committed = BTreeSet::new();
-    let v = put(&mut c, 1, b"a", b"before").version >> 8;
+    let v = put(c, 1, b"a", b"before").version >> 8;
     committed.insert(v);
-    run(&mut c, "node 4 releases the first write", SECOND_NS, |c| c.node(4).unwrap().order_state().unwrap().0 > v);
+    run(c, "node 4 releases the first write", SECOND_NS, |c| c.node(4).unwrap().order_state().unwrap().0 > v);
     c.crash(4);
-    // Each write leaves a Block and a Pending entry, and a dropped rest: 30 writes wrap
-    // the 16-entry rings of nodes 1 and 2 several times.
     for i in 0..30u8 {
-        let done = put(&mut c, 1 + i % 2, b"a", &[b'a' + i % 26]);
+        let done = put(c, 1 + i % 2, b"a", &[b'a' + i % 26]);
         assert_eq!(done.status, Status::Ok, "write {i}: {done:?}");
         committed.insert(done.version >> 8);
     }
+    committed
+}
+
+/// Node `j`'s change feed after version `after`, as versions.
+fn feed_after(c: &InProcess, j: u8, after: u64) -> Result<Vec<u64>, FeedError> {
+    let mut out = vec![FeedEntry::default(); 256];
+    let got = c.node(j).unwrap().read_feed(after, &mut out)?;
+    Ok(out[..got].iter().map(|e| e.version).collect())
+}
+
+/// A node down while the writers' fate rings wrap past what it had read: restarted, it
+/// finds the entries it needed overwritten, copies the writes it missed from a peer's
+/// change feed (which still holds them), and its order goes on from the peer's cursor:
+/// its feed holds every committed write in order, the ones before, during and after its
+/// absence, like every other node's.
+#[test]
+fn a_node_that_fell_a_whole_fate_ring_behind_catches_up_from_a_peers_feed() {
+    let (mut c, dir) = cluster_with("behind", 2, |config| config.fate_entries = 16);
+    let mut committed = writes_while_node_4_is_down(&mut c);
     c.restart(4).unwrap();
-    run(&mut c, "node 4 finds a ring overwritten", SECOND_NS, |c| c.node(4).unwrap().apply_stats().unwrap().lost > 0);
-    let others: Vec<u8> = vec![0, 1, 2, 3];
-    let top = *committed.last().unwrap();
-    run(&mut c, "the others release every write", SECOND_NS, |c| {
-        others.iter().all(|&j| c.node(j).unwrap().order_state().unwrap().0 > top)
+    run(&mut c, "node 4 catches up", SECOND_NS, |c| c.node(4).unwrap().apply_stats().unwrap().catch_ups > 0);
+    let stats = c.node(4).unwrap().apply_stats().unwrap();
+    assert!(stats.lost > 0 && stats.copied > 0 && stats.feed_gaps == 0, "{stats:?}");
+    // Writes after the catch-up reach its feed through the rings again.
+    for i in 0..10u8 {
+        let done = put(&mut c, i % 5, b"b", &[i]);
+        assert_eq!(done.status, Status::Ok, "write {i} after: {done:?}");
+        committed.insert(done.version >> 8);
+    }
+    feeds_hold(&mut c, &committed);
+    let stats = c.node(4).unwrap().apply_stats().unwrap();
+    assert!(stats.catch_ups >= 1 && (stats.feed_gaps, stats.conflicts) == (0, 0), "{stats:?}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// As above, but every peer's change feed (8 entries) has wrapped past what node 4
+/// misses too: its feed marks those versions missing, so a host following it from
+/// before is told its cursor is too old (never handed a feed with a gap), and from the
+/// mark on it holds every later write, like every other node's.
+#[test]
+fn a_node_whose_missing_writes_left_every_peers_feed_marks_them_missing() {
+    let (mut c, dir) = cluster_with("behind-gap", 2, |config| {
+        config.fate_entries = 16;
+        config.feed_entries = 8;
     });
-    let mut feeds = Vec::new();
-    for j in 0..5u8 {
-        let mut out = vec![FeedEntry::default(); 256];
-        let got = c.node(j).unwrap().read_feed(0, &mut out).unwrap();
-        feeds.push(out[..got].iter().map(|e| e.version).collect::<Vec<_>>());
+    let before = writes_while_node_4_is_down(&mut c);
+    c.restart(4).unwrap();
+    run(&mut c, "node 4 gives up copying", SECOND_NS, |c| c.node(4).unwrap().apply_stats().unwrap().catch_ups > 0);
+    let stats = c.node(4).unwrap().apply_stats().unwrap();
+    assert_eq!((stats.feed_gaps, stats.copied), (1, 0), "{stats:?}");
+    // (The mark is the peer's cursor then, which may not have passed all 30 writes yet.)
+    match feed_after(&c, 4, *before.first().unwrap()) {
+        Err(FeedError::CursorTooOld { dropped, .. }) => assert!(dropped > *before.first().unwrap(), "{dropped:#x}"),
+        other => panic!("a host at the first write is told its cursor is too old: {other:?}"),
     }
-    for (j, feed) in feeds.iter().enumerate().take(4) {
-        assert_eq!(*feed, committed.iter().copied().collect::<Vec<_>>(), "node {j}'s feed");
+    let mut after = BTreeSet::new();
+    for i in 0..6u8 {
+        let done = put(&mut c, i % 5, b"b", &[i]);
+        assert_eq!(done.status, Status::Ok, "write {i} after: {done:?}");
+        after.insert(done.version >> 8);
     }
+    let top = *after.last().unwrap();
+    run(&mut c, "every order releases the later writes", SECOND_NS, |c| {
+        c.nodes().all(|n| n.order_state().unwrap().0 > top)
+    });
+    // Every feed after the newest mark (node 4's, or an 8-entry feed's own wrap) is the
+    // same, and ends with the later writes.
+    let from = c.nodes().map(|n| n.feed_dropped()).max().unwrap();
+    let tail = feed_after(&c, 0, from).unwrap();
     assert!(
-        feeds[4].len() < feeds[0].len() && feeds[0].starts_with(&feeds[4]),
-        "node 4's feed is a prefix: {:?}",
-        feeds[4]
+        tail.ends_with(&after.iter().copied().collect::<Vec<_>>()),
+        "{tail:x?} {after:x?} {from:#x} {:x?}",
+        c.nodes().map(|n| n.feed_dropped()).collect::<Vec<_>>()
     );
-    assert!(c.node(4).unwrap().order_state().unwrap().0 <= top, "node 4's order stopped");
+    for j in 1..5u8 {
+        assert_eq!(feed_after(&c, j, from).unwrap(), tail, "node {j}'s feed after {from:#x}");
+    }
+    assert_eq!(c.node(4).unwrap().apply_stats().unwrap().conflicts, 0);
     let _ = std::fs::remove_dir_all(dir);
 }

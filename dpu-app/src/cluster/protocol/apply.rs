@@ -22,8 +22,20 @@
 //! reads the rings in. What it cannot know it waits for: a ring it cannot READ (that
 //! node is down: the order stalls until it is back, since the cluster has no membership
 //! change), a Pending write (its writer decides within its timeout, or at its restart).
-//! An applier that finds entries it needed overwritten (it fell a whole ring behind a
-//! writer) stops, counts it and says so: catching up from a peer's feed is not built.
+//!
+//! Catching up: an applier that finds entries it needed overwritten (it was down, or
+//! stalled, while a writer went a whole ring further) can no longer learn those stamps'
+//! fates from the rings, so it copies them from a peer's change feed instead, which is
+//! registered for READ and advertised in the Hello. It READs the peer's ring header for
+//! the peer's cursor (every committed write below it is in the peer's feed), copies the
+//! peer's feed entries from its own feed's next position up to that cursor, and starts
+//! its order again there, reading every ring afresh. Feeds hold the same writes in the
+//! same order from position 1, so the peer's entry just before this node's next position
+//! must hold this node's last version: that check (and each entry's position and
+//! checksum) is what makes a copy safe. When no peer's feed still holds what is missing
+//! (every one wrapped, or none lines up), the feed marks those versions missing
+//! ([`FeedLog::skip_to`]): a host following it from before is told its cursor is too old,
+//! never handed a feed with a gap.
 
 use std::collections::HashSet;
 
@@ -34,11 +46,11 @@ use super::wr::{Kind, WrId};
 use crate::cluster::format::fates::{
     FateEntry, FateKind, FateRing, CURSOR_AT, DROPPED_AT, ENTRIES_AT, ENTRY_LEN, NEXT_AT,
 };
-use crate::cluster::format::feed::{FeedError, FeedLog};
+use crate::cluster::format::feed::{FeedEntry, FeedError, FeedLog, ENTRY_LEN as FEED_ENTRY_LEN};
 use crate::cluster::order::{Applied, Fate, OrderError, OrderStats, OrderedApply};
 use crate::cluster::sequence::{epoch_of, first_of, sequence_of};
 use crate::fabric::{Op, RawQp};
-use crate::limits::{FATE_READ_ENTRIES, ORDER_CLOSES_MAX, ORDER_WINDOW, WR_INDEX_MAX};
+use crate::limits::{FATE_READ_ENTRIES, HEADER_PAGE_BYTES, ORDER_CLOSES_MAX, ORDER_WINDOW, WR_INDEX_MAX};
 
 /// What the applier may use of its node for one call.
 pub struct ApplyCx<'a, Q: RawQp> {
@@ -58,6 +70,68 @@ enum Reading {
     Header(u64),
     /// A chunk of entries (how many) from this position is being READ.
     Chunk(u64, u64),
+    /// Catching up: the peer's cursor word in its ring header is being READ.
+    Cursor,
+    /// Catching up: the peer's change feed's `dropped` word (the newest version it
+    /// overwrote or marked missing).
+    FeedMark,
+    /// Catching up: the entry of the peer's change feed at this position (locating).
+    Probe(u64),
+    /// Catching up: entries (how many) of the peer's change feed from this position.
+    Feed(u64, u64),
+}
+
+/// Catching up from a peer's change feed (see the module doc).
+#[derive(Clone, Copy, Debug)]
+struct CatchUp {
+    /// The peer copied from.
+    peer: u8,
+    /// Its cursor (0 until read): every committed write below it is in its feed.
+    upto: u64,
+    /// Its feed was seen to hold every write after what this feed covers (its
+    /// `dropped` is not above it).
+    holds: bool,
+    /// Locating where the copy starts in the peer's feed, the first position that is
+    /// above this feed's last version (or not written yet): the highest position seen
+    /// before it (`true`: held, at or below that version; `false`: overwritten), the
+    /// lowest seen at or after it, and the galloping step.
+    below: Option<(u64, bool)>,
+    above: Option<u64>,
+    step: u64,
+    /// The next position of the peer's feed to copy (0: still locating).
+    at: u64,
+    /// Peers that could not serve the copy (their feed wrapped past it), in a row.
+    refused: usize,
+    /// Reads in a row that met a torn entry (being written).
+    torn: u8,
+    /// Not before this time: a round over every peer found none ahead.
+    wait_until_ns: u64,
+    /// Rounds over every peer in a row that found none ahead, and the highest stamp
+    /// any ring read meanwhile has overwritten (see [`Applier::skip_past_loss`]).
+    rounds: u8,
+    past: u64,
+    /// The copy is done: the order starts again at `upto`.
+    done: bool,
+}
+
+impl CatchUp {
+    fn new(peer: u8) -> Self {
+        Self {
+            peer,
+            upto: 0,
+            holds: false,
+            below: None,
+            above: None,
+            step: 1,
+            at: 0,
+            refused: 0,
+            torn: 0,
+            wait_until_ns: 0,
+            rounds: 0,
+            past: 0,
+            done: false,
+        }
+    }
 }
 
 /// One node's ring as this applier reads it.
@@ -92,8 +166,16 @@ pub struct ApplyStats {
     pub entries: u64,
     /// Stamps settled as no-ops because no ring records them (their epoch ended).
     pub unrecorded: u64,
-    /// Rings that lost entries this applier needed (it stopped).
+    /// Rings that lost entries this applier needed (it caught up from a peer's feed).
     pub lost: u64,
+    /// Catch-ups from a peer's change feed completed.
+    pub catch_ups: u64,
+    /// Feed entries copied from peers by catch-ups.
+    pub copied: u64,
+    /// Catch-ups that found no peer's feed still holding what was missing: the feed
+    /// marked those versions missing (hosts following from before restart from a
+    /// snapshot).
+    pub feed_gaps: u64,
     /// Fates the order refused as contradicting what it knew (a bug; logged).
     pub conflicts: u64,
     /// Feed appends that failed.
@@ -120,6 +202,8 @@ pub struct Applier {
     /// The cursor a roll was last asked at (once per stuck stamp).
     rolled_at: u64,
     reread_ns: u64,
+    /// Catching up from a peer's feed, if it fell a whole ring behind a writer.
+    catch: Option<CatchUp>,
     /// Counters.
     pub stats: ApplyStats,
 }
@@ -138,22 +222,11 @@ impl Applier {
             0 => first_of(1),
             c => c,
         };
-        let source = Source {
-            next: 0,
-            epoch: 0,
-            reading: Reading::Idle,
-            generation: 0,
-            posted_ns: 0,
-            read_ns: 0,
-            moved: true,
-            lost: false,
-            started: false,
-        };
         Ok(Self {
             me,
             order: OrderedApply::new(cursor)?,
             feed,
-            sources: vec![source; n],
+            sources: vec![FRESH; n],
             pending: HashSet::with_capacity(ORDER_WINDOW as usize),
             blocks: Vec::with_capacity(BLOCKS_HELD),
             ends: Vec::with_capacity(2 * ORDER_CLOSES_MAX),
@@ -161,13 +234,19 @@ impl Applier {
             stuck: (cursor, now.mono_ns),
             rolled_at: 0,
             reread_ns,
+            catch: None,
             stats: ApplyStats::default(),
         })
     }
 
-    /// The next stamp to release: every stamp below it was released.
+    /// The next stamp to release: every stamp below it was released (while catching
+    /// up, copied into the feed: the order's own cursor moves there once the copy is
+    /// done).
     pub fn cursor(&self) -> u64 {
-        self.order.cursor()
+        match self.catch {
+            Some(_) => self.order.cursor().max(self.feed.last_version() + 1),
+            None => self.order.cursor(),
+        }
     }
 
     /// What the order released.
@@ -205,6 +284,9 @@ impl Applier {
     /// One round: reads its own ring, posts READs of the peers' rings that are due,
     /// settles what the epochs' ends allow and releases into the feed.
     pub fn poll<Q: RawQp>(&mut self, cx: &mut ApplyCx<'_, Q>, now: Now) -> bool {
+        if self.catch.is_some() {
+            return self.catch_up(cx, now);
+        }
         let mut busy = self.read_own(cx.own, now);
         for j in 0..self.sources.len() as u8 {
             if j != self.me {
@@ -241,15 +323,11 @@ impl Applier {
     /// Posts the READ of node `j`'s ring that is due, if any.
     fn post_read<Q: RawQp>(&mut self, cx: &mut ApplyCx<'_, Q>, j: u8, now: Now) -> bool {
         let s = self.sources[j as usize];
-        if s.reading != Reading::Idle && now.mono_ns >= s.posted_ns + READ_GIVEN_UP_REREADS * self.reread_ns {
-            // A link reset drops what was in flight on it without a completion: the
-            // READ is given up (a late completion carries an old generation) and posted
-            // again once the link is back.
-            self.sources[j as usize].reading = Reading::Idle;
-            self.stats.reads_given_up += 1;
+        if s.reading != Reading::Idle {
+            self.give_up_stale(j, now);
             return false;
         }
-        if s.reading != Reading::Idle || s.lost || (!s.moved && now.mono_ns < s.read_ns + self.reread_ns) {
+        if s.lost || (!s.moved && now.mono_ns < s.read_ns + self.reread_ns) {
             return false;
         }
         let Some(remote) = cx.links.peer(j).filter(|p| p.is_up()).and_then(|p| p.remote).map(|r| r.fates) else {
@@ -279,8 +357,21 @@ impl Applier {
         true
     }
 
-    /// A READ of node `j`'s ring came back (`ok`: its bytes are in the pool).
-    pub fn on_read(&mut self, pool: &Pool, j: u8, generation: u32, ok: bool, now: Now) {
+    /// Gives up the READ of node `j` in flight if it is overdue. A link reset drops what
+    /// was in flight on it without a completion: the READ is given up (a late
+    /// completion carries an old generation) and posted again once the link is back.
+    fn give_up_stale(&mut self, j: u8, now: Now) {
+        let s = &mut self.sources[j as usize];
+        if s.reading != Reading::Idle && now.mono_ns >= s.posted_ns + READ_GIVEN_UP_REREADS * self.reread_ns {
+            s.reading = Reading::Idle;
+            self.stats.reads_given_up += 1;
+        }
+    }
+
+    /// A READ of node `j`'s ring (or, catching up, its feed) came back (`ok`: its bytes
+    /// are in the pool); `own` is this node's ring, whose cursor a finished catch-up
+    /// moves.
+    pub fn on_read(&mut self, pool: &Pool, own: &FateRing, j: u8, generation: u32, ok: bool, now: Now) {
         let Some(s) = self.sources.get(j as usize).copied() else { return };
         if s.generation != generation || s.reading == Reading::Idle {
             return;
@@ -311,6 +402,40 @@ impl Applier {
                 pool.read(u32::from(j), &mut chunk[..len]);
                 self.take_chunk(j, from, &chunk[..len], now);
             }
+            Reading::Cursor => {
+                let mut words = [0u8; DROPPED_AT + 8 - CURSOR_AT];
+                pool.read(u32::from(j), &mut words);
+                let word =
+                    |at: usize| u64::from_le_bytes(words[at - CURSOR_AT..at - CURSOR_AT + 8].try_into().expect("8"));
+                self.heard_cursor(j, word(CURSOR_AT), word(DROPPED_AT), own, now);
+            }
+            Reading::FeedMark => {
+                let mut word = [0u8; 8];
+                pool.read(u32::from(j), &mut word);
+                let covered = self.covered();
+                if let Some(c) = self.catch.as_mut().filter(|c| c.peer == j && c.upto != 0 && !c.holds) {
+                    if u64::from_le_bytes(word) <= covered {
+                        c.holds = true;
+                    } else {
+                        self.refuse(j, "its feed no longer holds (or never held) every write after this node's", now);
+                    }
+                }
+            }
+            Reading::Probe(at) => {
+                let mut entry = [0u8; FEED_ENTRY_LEN];
+                pool.read(u32::from(j), &mut entry);
+                self.probed(j, at, &entry, now);
+            }
+            Reading::Feed(from, k) => {
+                let mut chunk = [0u8; FEED_CHUNK_ENTRIES * FEED_ENTRY_LEN];
+                let len = (k as usize * FEED_ENTRY_LEN).min(chunk.len());
+                pool.read(u32::from(j), &mut chunk[..len]);
+                self.copy_feed(j, from, &chunk[..len], now);
+            }
+        }
+        // A finished catch-up moves the order at once, with the feed it filled.
+        if let Some(c) = self.catch.filter(|c| c.done) {
+            self.restart_at(c.upto, own, now);
         }
     }
 
@@ -369,17 +494,320 @@ impl Applier {
 
     fn lose(&mut self, j: u8, stamp: u64) {
         let s = &mut self.sources[j as usize];
-        if !s.lost {
-            s.lost = true;
-            self.stats.lost += 1;
-            tracing::error!(
+        if s.lost {
+            return;
+        }
+        s.lost = true;
+        self.stats.lost += 1;
+        if self.sources.len() < 2 {
+            tracing::error!(node = self.me, stamp, cursor = self.order.cursor(), "this node's fate ring overwrote entries its order had not read, and a one-node cluster has no peer to catch up from: its order and change feed stop here; a larger `fate_entries` in the cluster file's [cluster] avoids this");
+            return;
+        }
+        tracing::warn!(
+            node = self.me,
+            ring = j,
+            stamp,
+            cursor = self.order.cursor(),
+            "node {j}'s fate ring overwrote entries this node had not read: it catches up from a peer's change feed (a larger `fate_entries` in the cluster file's [cluster] lets a node stay down longer without that)"
+        );
+        if self.catch.is_none() {
+            self.catch = Some(CatchUp::new(((usize::from(self.me) + 1) % self.sources.len()) as u8));
+        }
+    }
+
+    /// The version every committed write up to which this feed holds, or has marked
+    /// missing.
+    fn covered(&self) -> u64 {
+        self.feed.last_version().max(self.feed.dropped())
+    }
+
+    /// One step of catching up from a peer's feed: posts the READ that is due, or
+    /// starts the order again once the copy is done.
+    fn catch_up<Q: RawQp>(&mut self, cx: &mut ApplyCx<'_, Q>, now: Now) -> bool {
+        let Some(c) = self.catch else { return false };
+        if c.done {
+            self.restart_at(c.upto, cx.own, now);
+            return true;
+        }
+        let j = c.peer;
+        let s = self.sources[j as usize];
+        if s.reading != Reading::Idle {
+            self.give_up_stale(j, now);
+            return false;
+        }
+        if now.mono_ns < c.wait_until_ns {
+            return false;
+        }
+        let remote = cx.links.peer(j).filter(|p| p.is_up()).and_then(|p| p.remote);
+        let feed_entries = |r: crate::fabric::RemoteRegion| {
+            r.len.checked_sub(HEADER_PAGE_BYTES as u64).map_or(0, |b| b / FEED_ENTRY_LEN as u64)
+        };
+        let Some(r) = remote.filter(|r| r.fates.len > ENTRIES_AT as u64 && feed_entries(r.feed).is_power_of_two())
+        else {
+            self.next_peer(now);
+            return false;
+        };
+        let entries = feed_entries(r.feed);
+        let slot_at = |position: u64| HEADER_PAGE_BYTES as u64 + (position % entries) * FEED_ENTRY_LEN as u64;
+        let (reading, region, at, len) = if c.upto == 0 {
+            (Reading::Cursor, r.fates, CURSOR_AT as u64, DROPPED_AT + 8 - CURSOR_AT)
+        } else if !c.holds {
+            (Reading::FeedMark, r.feed, crate::cluster::format::feed::DROPPED_AT as u64, 8)
+        } else if c.at == 0 {
+            let x = self.next_probe();
+            (Reading::Probe(x), r.feed, slot_at(x), FEED_ENTRY_LEN)
+        } else {
+            let k = (FEED_CHUNK_ENTRIES as u64).min(entries - c.at % entries);
+            (Reading::Feed(c.at, k), r.feed, slot_at(c.at), k as usize * FEED_ENTRY_LEN)
+        };
+        let generation = (s.generation + 1) & WR_INDEX_MAX;
+        let src = &mut self.sources[j as usize];
+        (src.reading, src.generation, src.posted_ns) = (reading, generation, now.mono_ns);
+        self.stats.reads += 1;
+        cx.links.post(
+            j,
+            WrId::new(Kind::FateRead, j, generation, 0),
+            Op::Read { remote: region.at(at) },
+            cx.pool.buf(u32::from(j), len),
+        );
+        true
+    }
+
+    /// Catching up: the next peer to try; a round over all of them waits a re-read
+    /// period before the next.
+    fn next_peer(&mut self, now: Now) {
+        let n = self.sources.len();
+        let Some(c) = self.catch.as_mut() else { return };
+        let mut peer = (usize::from(c.peer) + 1) % n;
+        if peer == usize::from(self.me) {
+            peer = (peer + 1) % n;
+        }
+        let round = peer <= usize::from(c.peer);
+        let wait_until_ns = if round { now.mono_ns + self.reread_ns } else { 0 };
+        let rounds = if round { c.rounds.saturating_add(1) } else { c.rounds };
+        *c = CatchUp { refused: c.refused, wait_until_ns, rounds, past: c.past, ..CatchUp::new(peer as u8) };
+    }
+
+    /// Catching up: peer `j`'s ring header came back: its cursor, and the highest stamp
+    /// its ring has overwritten.
+    fn heard_cursor(&mut self, j: u8, upto: u64, dropped: u64, own: &FateRing, now: Now) {
+        let cursor = self.order.cursor();
+        let Some(c) = self.catch.as_mut().filter(|c| c.peer == j && c.upto == 0) else { return };
+        c.past = c.past.max(dropped);
+        if upto > cursor {
+            (c.upto, c.rounds) = (upto, 0);
+            return;
+        }
+        // Not ahead of this node: try another.
+        self.next_peer(now);
+        if self.catch.is_some_and(|c| c.rounds >= CATCH_UP_ROUNDS) {
+            self.skip_past_loss(own);
+        }
+    }
+
+    /// Catching up, when no peer that answers is ahead of this node for
+    /// [`CATCH_UP_ROUNDS`] rounds: every node's order stalled (a node down holding a
+    /// block of stamps stalls it until its restart records the block's rest) while the
+    /// writers' rings went a whole ring further, so the fates of the stamps they
+    /// overwrote are gone everywhere. Rather than stop for good, the feed marks every
+    /// version below the highest stamp overwritten missing, and the order goes on
+    /// from there: a host following the feed is told its cursor is too old, never
+    /// handed a feed with a gap. (Another node may pick a different point; each
+    /// feed's writes stay those of the one order.)
+    fn skip_past_loss(&mut self, own: &FateRing) {
+        let Some(c) = self.catch.as_mut() else { return };
+        let upto = c.past.max(own.dropped()).max(self.order.cursor());
+        (c.upto, c.done) = (upto, true);
+        self.stats.feed_gaps += 1;
+        if let Err(err) = self.feed.skip_to(upto - 1) {
+            self.stats.feed_errors += 1;
+            tracing::error!(node = self.me, error = %err, "cannot mark the change feed's missing versions");
+        }
+        if self.stats.feed_gaps.is_power_of_two() {
+            tracing::warn!(
                 node = self.me,
-                ring = j,
-                stamp,
                 cursor = self.order.cursor(),
-                "node {j}'s fate ring overwrote entries this node had not read: this node's order and change feed stop here (catching up from a peer's feed is not built); a larger `fate_entries` in the cluster file's [cluster] lets a node stay down longer"
+                upto,
+                times = self.stats.feed_gaps,
+                "no node's order is ahead of this one's, and fate rings overwrote fates it needed: the order stalled (a node down holding stamps) longer than the writers take to fill a ring. The feed marks the versions up to {upto:#x} missing (a host following it gets `CursorTooOld` and restarts from a snapshot) and goes on; a larger `fate_entries` in the cluster file's [cluster] rides out longer stalls"
             );
         }
+    }
+
+    /// Locating: the position to probe next. It gallops from this feed's next position
+    /// (where an aligned peer's copy starts: feeds hold the same writes from position
+    /// 1) until the start is bracketed, then bisects.
+    fn next_probe(&mut self) -> u64 {
+        let hint = self.feed.held().end;
+        let Some(c) = self.catch.as_mut() else { return hint };
+        let (x, gallop) = match (c.below, c.above) {
+            (None, None) => (hint, false),
+            (Some((b, _)), None) => (b + c.step, true),
+            (None, Some(a)) => (a.saturating_sub(c.step).max(1), true),
+            (Some((b, _)), Some(a)) => (b + (a - b) / 2, false),
+        };
+        if gallop {
+            c.step = c.step.saturating_mul(2);
+        }
+        x
+    }
+
+    /// Locating: the peer's feed entry at position `x` came back.
+    fn probed(&mut self, j: u8, x: u64, bytes: &[u8], now: Now) {
+        let covered = self.covered();
+        let Some(c) = self.catch.as_mut().filter(|c| c.peer == j && c.holds && c.at == 0) else { return };
+        match FeedEntry::parse(bytes.try_into().expect("an entry's bytes")) {
+            None if bytes.iter().any(|&b| b != 0) => {
+                c.torn += 1;
+                if c.torn > CATCH_UP_TORN_READS {
+                    return self.refuse(j, "an entry stays unreadable", now);
+                }
+                return;
+            }
+            // Not written yet, or above what this feed covers: the start is at or
+            // before it.
+            None => c.above = Some(c.above.map_or(x, |a| a.min(x))),
+            Some(e) if e.position < x || (e.position == x && e.version > covered) => {
+                c.above = Some(c.above.map_or(x, |a| a.min(x)));
+            }
+            // Overwritten (`false`), or held at or below what this feed covers.
+            Some(e) => {
+                let held = e.position == x;
+                if c.below.is_none_or(|(b, _)| x > b) {
+                    c.below = Some((x, held));
+                }
+            }
+        }
+        c.torn = 0;
+        let (below, above) = (c.below, c.above);
+        match (below, above) {
+            // The peer holds the entry right before the start, at or below what this
+            // feed covers: nothing between is missing from it.
+            (Some((b, true)), Some(a)) if a == b + 1 => c.at = a,
+            // From the peer's first entry ever: only for a feed that has nothing yet.
+            (None, Some(1)) if covered == 0 => c.at = 1,
+            (Some((b, false)), Some(a)) if a == b + 1 => {
+                self.refuse(j, "its feed wrapped past what this node misses", now)
+            }
+            (None, Some(1)) => self.refuse(j, "its feed is younger than this node's", now),
+            _ => {}
+        }
+    }
+
+    /// Catching up: entries of peer `j`'s feed from position `from` came back. Takes
+    /// them while each is whole, at its position and below the peer's cursor.
+    fn copy_feed(&mut self, j: u8, from: u64, chunk: &[u8], now: Now) {
+        let Some(mut c) = self.catch.filter(|c| c.peer == j && c.at == from && !c.done) else { return };
+        for (i, bytes) in chunk.chunks_exact(FEED_ENTRY_LEN).enumerate() {
+            let position = from + i as u64;
+            let Some(e) = FeedEntry::parse(bytes.try_into().expect("an entry's bytes")) else {
+                if bytes.iter().all(|&b| b == 0) {
+                    // Never written: the peer's feed ends here.
+                    c.done = true;
+                } else {
+                    // Torn (being written): read again, a few times.
+                    c.torn += 1;
+                    if c.torn > CATCH_UP_TORN_READS {
+                        self.catch = Some(c);
+                        return self.refuse(j, "an entry stays unreadable", now);
+                    }
+                }
+                break;
+            };
+            if e.position < position || e.version >= c.upto {
+                // Not written yet, or written after the cursor was read: every write
+                // below the cursor is copied.
+                c.done = true;
+                break;
+            }
+            if e.position > position {
+                // Overwritten while copying: what was copied stays; another peer (or
+                // this one again) is located from there.
+                self.catch = Some(c);
+                return self.refuse(j, "its feed wrapped while this node copied it", now);
+            }
+            c.torn = 0;
+            c.at = position + 1;
+            match self.feed.append(e.version, e.key_hash, e.tombstone) {
+                Ok(_) => self.stats.copied += 1,
+                Err(err) => {
+                    self.stats.feed_errors += 1;
+                    tracing::error!(node = self.me, peer = j, error = %err, "cannot copy a peer's feed entry");
+                    self.catch = Some(c);
+                    return self.refuse(j, "an entry would not append", now);
+                }
+            }
+        }
+        self.catch = Some(c);
+    }
+
+    /// Catching up: peer `j` cannot serve the copy. Another is tried; once every peer
+    /// was refused in a row, the versions below the last one's cursor are marked
+    /// missing from this feed and the order starts again there.
+    fn refuse(&mut self, j: u8, why: &'static str, now: Now) {
+        let peers = self.sources.len() - 1;
+        let Some(c) = self.catch.as_mut() else { return };
+        c.refused += 1;
+        tracing::warn!(
+            node = self.me,
+            peer = j,
+            refused = c.refused,
+            "cannot catch up from node {j}'s change feed: {why}"
+        );
+        if c.refused < peers {
+            return self.next_peer(now);
+        }
+        let upto = c.upto;
+        c.done = true;
+        self.stats.feed_gaps += 1;
+        if let Err(err) = self.feed.skip_to(upto - 1) {
+            self.stats.feed_errors += 1;
+            tracing::error!(node = self.me, error = %err, "cannot mark the change feed's missing versions");
+        }
+        if !self.stats.feed_gaps.is_power_of_two() {
+            return;
+        }
+        tracing::warn!(
+            node = self.me,
+            last = self.feed.last_version(),
+            upto,
+            times = self.stats.feed_gaps,
+            "no peer's change feed still holds the writes this node missed: its feed marks the versions up to {upto:#x} missing, so a host following it from before gets `CursorTooOld` and restarts from a snapshot; a larger `feed_entries` (or `fate_entries`) in the cluster file's [cluster] keeps a node from falling this far behind"
+        );
+    }
+
+    /// Starts the order again at `cursor` once a catch-up copied every write below it:
+    /// every ring is read afresh from its header.
+    fn restart_at(&mut self, cursor: u64, own: &FateRing, now: Now) {
+        let order = match OrderedApply::new(cursor) {
+            Ok(order) => order,
+            Err(err) => {
+                self.stats.conflicts += 1;
+                tracing::error!(node = self.me, error = %err, "cannot start the order again after a catch-up");
+                self.catch = None;
+                return;
+            }
+        };
+        let peer = self.catch.map_or(self.me, |c| c.peer);
+        self.order = order;
+        own.set_cursor(cursor);
+        for s in &mut self.sources {
+            // A READ still in flight is of the old order: its completion is ignored.
+            let generation = (s.generation + 1) & WR_INDEX_MAX;
+            *s = Source { generation, ..FRESH };
+        }
+        self.pending.clear();
+        self.blocks.clear();
+        self.ends.clear();
+        (self.complete, self.stuck, self.rolled_at, self.catch) = (None, (cursor, now.mono_ns), 0, None);
+        self.stats.catch_ups += 1;
+        tracing::info!(
+            node = self.me,
+            peer,
+            cursor,
+            copied = self.stats.copied,
+            "caught up from a peer's change feed; the order goes on from the cursor"
+        );
     }
 
     fn end_of(&mut self, epoch: u32, end: u64) {
@@ -535,6 +963,30 @@ impl Applier {
         self.feed.read(after, out)
     }
 }
+
+/// A ring not read yet.
+const FRESH: Source = Source {
+    next: 0,
+    epoch: 0,
+    reading: Reading::Idle,
+    generation: 0,
+    posted_ns: 0,
+    read_ns: 0,
+    moved: true,
+    lost: false,
+    started: false,
+};
+
+/// Feed entries per catch-up READ: what a ring chunk's pool buffer holds.
+const FEED_CHUNK_ENTRIES: usize = FATE_READ_ENTRIES as usize * ENTRY_LEN / FEED_ENTRY_LEN;
+
+/// Rounds over every peer that find none ahead of this node before a catch-up gives up
+/// on copying and marks what was lost missing ([`Applier::skip_past_loss`]).
+const CATCH_UP_ROUNDS: u8 = 8;
+
+/// Reads in a row that find a torn entry where a catch-up's copy stands before that
+/// peer is given up (an entry is torn only while it is being written).
+const CATCH_UP_TORN_READS: u8 = 8;
 
 /// A READ of a ring not back after this many re-read periods is given up (its link was
 /// reset under it).

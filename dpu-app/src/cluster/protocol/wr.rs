@@ -42,7 +42,8 @@ pub enum Kind {
     StampFetch = 13,
     /// A claim's CAS on a node's leader word: a = the claim's generation.
     LeaderCas = 14,
-    /// A READ of a peer's fate ring (header words or a chunk): a = the read's generation.
+    /// A READ of a peer's fate ring (header words or a chunk) or, catching up, of its
+    /// cursor or change feed: a = the read's generation.
     FateRead = 15,
 }
 

@@ -26,10 +26,10 @@ impl<F: Fabric> Node<F> {
         busy
     }
 
-    /// A READ of peer `j`'s fate ring came back.
+    /// A READ of peer `j`'s fate ring (or, catching up, its change feed) came back.
     pub(in crate::cluster::protocol) fn on_fate_read(&mut self, j: u8, generation: u32, ok: bool, now: Now) {
-        if let Some(applier) = self.applier.as_mut() {
-            applier.on_read(&self.pools.fates, j, generation, ok, now);
+        if let (Some(applier), Some(sequencer)) = (self.applier.as_mut(), self.sequencer.as_ref()) {
+            applier.on_read(&self.pools.fates, sequencer.fates(), j, generation, ok, now);
         }
     }
 
@@ -48,6 +48,12 @@ impl<F: Fabric> Node<F> {
     /// HLC mode).
     pub fn feed_last_version(&self) -> u64 {
         self.applier.as_ref().map_or(0, |a| a.feed().last_version())
+    }
+
+    /// The newest version this node's change feed dropped or marked missing (0: none,
+    /// also in HLC mode): a host reading from a cursor below it is told it is too old.
+    pub fn feed_dropped(&self) -> u64 {
+        self.applier.as_ref().map_or(0, |a| a.feed().dropped())
     }
 
     /// Up to `out.len()` entries of this node's change feed after version `after`
