@@ -65,6 +65,15 @@ pub struct SequencerWatch {
     pub order_drained_ns: Histogram,
     /// Feed checks made.
     checks: u64,
+    /// Per node: its incarnation's catch-ups from a peer's feed and entries copied, as
+    /// last seen; and those of incarnations that ended (a restart zeroes the counts).
+    catch_seen: Vec<(u64, u64, u64)>,
+    catch_banked: (u64, u64, u64),
+    /// Whether a feed may mark versions missing (small fate rings: an order stalled
+    /// longer than a ring loses fates everywhere); otherwise a mark breaks the run.
+    gaps_allowed: bool,
+    /// Per node: every version up to this one is marked missing from its feed.
+    marks: Vec<u64>,
     /// A fault took the sequencer of this epoch away at this time.
     lost: Option<(u32, u64)>,
     /// The new epoch, once claimed after `lost`, and when; waits for its first write.
@@ -77,10 +86,13 @@ pub struct SequencerWatch {
 
 impl SequencerWatch {
     /// A watch for a cluster of `nodes`.
-    pub fn new(nodes: u8) -> Self {
+    pub fn new(nodes: u8, gaps_allowed: bool) -> Self {
         Self {
             epochs: vec![0; nodes.into()],
             feeds: (0..nodes).map(|_| (0, HashSet::new(), 0)).collect(),
+            catch_seen: vec![(0, 0, 0); nodes.into()],
+            gaps_allowed,
+            marks: vec![0; nodes.into()],
             ..Self::default()
         }
     }
@@ -134,10 +146,25 @@ impl SequencerWatch {
         for node in cluster.nodes() {
             let Some((cursor, _, _)) = node.order_state() else { continue };
             let id = node.id() as usize;
-            if let Some(a) = node.apply_stats().filter(|a| a.conflicts > 0 || a.lost > 0) {
-                return Err(format!(
-                    "node {id}'s ordered apply met contradicting fates or lost a ring's entries: {a:?}"
-                ));
+            if let Some(a) = node.apply_stats() {
+                if a.conflicts > 0 || (a.feed_gaps > 0 && !self.gaps_allowed) {
+                    return Err(format!(
+                        "node {id}'s ordered apply met contradicting fates, or fell behind every peer's feed: {a:?}"
+                    ));
+                }
+                let seen = &mut self.catch_seen[id];
+                if a.catch_ups < seen.0 {
+                    let b = &mut self.catch_banked;
+                    *b = (b.0 + seen.0, b.1 + seen.1, b.2 + seen.2);
+                }
+                *seen = (a.catch_ups, a.copied, a.feed_gaps);
+            }
+            // Versions a feed marked missing are not in it: the checks below pass
+            // over them, and reading goes on above the mark.
+            let mark = node.feed_dropped();
+            if mark > self.marks[id] {
+                self.marks[id] = mark;
+                self.feeds[id].0 = self.feeds[id].0.max(mark);
             }
             while node.feed_last_version() > self.feeds[id].0 {
                 let got =
@@ -163,7 +190,7 @@ impl SequencerWatch {
                         Some(_) => {}
                         None => {
                             for (j, (_, has, c)) in self.feeds.iter().enumerate() {
-                                if *c > e.version && !has.contains(&e.version) {
+                                if *c > e.version && !has.contains(&e.version) && e.version > self.marks[j] {
                                     return Err(format!(
                                         "node {j} released stamp {:#x} as a no-op, node {id} as a write",
                                         e.version
@@ -182,11 +209,16 @@ impl SequencerWatch {
                 }
             }
             let (_, has, checked) = &mut self.feeds[id];
-            if let Some((&v, _)) = self.order.range(*checked..cursor).find(|(v, _)| !has.contains(v)) {
+            let from = (*checked).max(self.marks[id] + 1).min(cursor);
+            if let Some((&v, _)) = self.order.range(from..cursor).find(|(v, _)| !has.contains(v)) {
                 return Err(format!("node {id}'s order released stamp {v:#x} as a no-op; another node's as a write"));
             }
-            if let Some(&v) = self.versions.range(*checked..cursor).find(|&&v| !has.contains(&v)) {
-                return Err(format!("node {id}'s order released past committed version {v:#x} without it"));
+            if let Some(&v) = self.versions.range(from..cursor).find(|&&v| !has.contains(&v)) {
+                return Err(format!(
+                    "node {id}'s order released past committed version {v:#x} without it (cursor {cursor:#x}, feed marked missing up to {:#x}; {:?})",
+                    self.marks[id],
+                    node.apply_stats()
+                ));
             }
             *checked = cursor;
             if self.checks % LAG_EVERY == 0 {
@@ -204,8 +236,11 @@ impl SequencerWatch {
             return Err(format!("version {version:#x} committed twice (stamp {stamp:#x})"));
         }
         for (j, (_, has, cursor)) in self.feeds.iter().enumerate() {
-            if *cursor > version && !has.contains(&version) {
-                return Err(format!("node {j}'s order released past committed version {version:#x} without it"));
+            if *cursor > version && !has.contains(&version) && version > self.marks[j] {
+                return Err(format!(
+                    "node {j}'s order released past committed version {version:#x} without it (cursor {cursor:#x}, feed marked missing up to {:#x})",
+                    self.marks[j]
+                ));
             }
         }
         let epoch = epoch_of(version);
@@ -225,6 +260,12 @@ impl SequencerWatch {
     /// The newest committed version (0: none).
     pub fn newest_committed(&self) -> u64 {
         self.versions.last().copied().unwrap_or(0)
+    }
+
+    /// Catch-ups in the run, the feed entries they copied from peers, and those that
+    /// marked versions missing.
+    pub fn catch_ups(&self) -> (u64, u64, u64) {
+        self.catch_seen.iter().fold(self.catch_banked, |t, s| (t.0 + s.0, t.1 + s.1, t.2 + s.2))
     }
 
     /// Epochs won in the run.
