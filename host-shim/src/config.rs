@@ -44,9 +44,12 @@ pub const VALUE_OFFSET: usize = KEY_BYTES_MAX + HEADROOM_BYTES;
 /// in place (the authentication tag).
 pub const TAILROOM_BYTES: usize = 64;
 
-/// Bytes of the header page at the start of a change-feed log file (the cluster
-/// files' common header page; `prescient-dpu` checks its own constant equals this).
-pub const FEED_HEADER_BYTES: usize = 4096;
+/// Bytes of the header page at the start of every cluster file
+/// ([`crate::file_header`]); `prescient-dpu`'s limits take theirs from this.
+pub const FILE_HEADER_PAGE_BYTES: usize = 4096;
+/// Bytes of the header page at the start of a change-feed log file: the cluster files'
+/// common header page.
+pub const FEED_HEADER_BYTES: usize = FILE_HEADER_PAGE_BYTES;
 /// Bytes of one change-feed log entry.
 pub const FEED_ENTRY_BYTES: usize = 32;
 /// Fewest entries of a change-feed log (a power of two): how far back a host that

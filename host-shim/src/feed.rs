@@ -15,6 +15,11 @@
 //!              24..28 flags (bit 0 tombstone)   28..32 CRC32C of bytes 0..28
 //! ```
 //!
+//! The header page's first 64 bytes are the common header of every cluster file
+//! ([`crate::file_header`], with the node as first id, no second id and one geometry
+//! parameter, the entries), checked by the same code that `prescient-dpu` uses for its
+//! files.
+//!
 //! The writer is the only writer and appends in place with plain stores: positions are
 //! dense and versions rise with them. Before it overwrites an entry it stores that
 //! entry's version in `dropped`, then a release fence. So the reader, which never
@@ -38,12 +43,13 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{fence, Ordering};
 
 use crate::config::{FEED_ANCHOR_PROBES, FEED_ENTRIES_MAX, FEED_ENTRIES_MIN, FEED_ENTRY_BYTES, FEED_HEADER_BYTES};
+use crate::file_header::{FileHeader, HeaderError, COMMON_BYTES};
 use crate::region::FileView;
 
 /// Magic of a change-feed log file.
 pub const MAGIC: &[u8; 8] = b"PRSCFEED";
-/// Format of the header page this build reads (the cluster files' common format).
-pub const FORMAT: u32 = 1;
+// Format of the header page this build reads: the cluster files' common format.
+pub use crate::file_header::FORMAT;
 /// Bytes of the header page; the entries start after it.
 pub const HEADER_BYTES: usize = FEED_HEADER_BYTES;
 /// Bytes of one entry.
@@ -53,26 +59,20 @@ pub const FLAG_TOMBSTONE: u32 = 1 << 0;
 /// Where in the header page the version of the newest overwritten entry is kept.
 pub const DROPPED_AT: usize = header::DROPPED.start;
 
-/// Byte ranges of the header page's fields that the reader checks.
+/// Byte ranges of the header page's feed fields; the rest of its first 64 bytes is the
+/// common header's ([`crate::file_header::field`]).
 pub mod header {
+    use crate::file_header::{field, COMMON_BYTES};
     use std::ops::Range;
-    /// Magic ([`super::MAGIC`]).
-    pub const MAGIC: Range<usize> = 0..8;
-    /// Format ([`super::FORMAT`]).
-    pub const FORMAT: Range<usize> = 8..12;
-    /// The node whose feed this is.
-    pub const NODE: usize = 12;
-    /// Zero (the second id of the common header; a feed has none).
-    pub const ZERO: Range<usize> = 13..16;
-    /// Entries in the ring.
-    pub const ENTRIES: Range<usize> = 16..20;
-    /// CRC32C of the bytes before it.
-    pub const CRC: Range<usize> = 20..24;
-    /// Zero to the end of the common part.
-    pub const TAIL: Range<usize> = 24..64;
+    /// The node whose feed this is: the common header's first id.
+    pub const NODE: usize = field::ID0;
+    /// The common header's second id: zero, a feed has none.
+    pub const ID1: usize = field::ID1;
+    /// Entries in the ring: the common header's one geometry parameter.
+    pub const ENTRIES: Range<usize> = field::PARAMS..field::PARAMS + 4;
     /// The version of the newest entry overwritten (0: none); written before each
     /// overwrite.
-    pub const DROPPED: Range<usize> = 64..72;
+    pub const DROPPED: Range<usize> = COMMON_BYTES..COMMON_BYTES + 8;
 }
 
 /// Byte ranges of an entry's fields.
@@ -152,40 +152,11 @@ impl FeedEntry {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum HeaderProblem {
-    /// Shorter than a header page.
-    #[error("it is {len} bytes long, shorter than its {HEADER_BYTES}-byte header page")]
-    Short {
-        /// Bytes in the file.
-        len: u64,
-    },
-    /// Another kind of file.
-    #[error("its magic is {found:?}, expected {MAGIC:?}: it is another kind of file")]
-    Magic {
-        /// Magic found.
-        found: [u8; 8],
-    },
-    /// A format this build does not read.
-    #[error("its header format is {found}; this build reads format {FORMAT}")]
-    Format {
-        /// Format found.
-        found: u32,
-    },
-    /// The header checksum does not match.
-    #[error("its header checksum is {stored:#010x}, the bytes give {computed:#010x}: the header is damaged")]
-    Checksum {
-        /// Checksum in the header.
-        stored: u32,
-        /// Checksum of the bytes.
-        computed: u32,
-    },
-    /// A byte that must be zero is not.
-    #[error("its header byte {offset} is {value:#04x}, must be zero: the header is damaged or of a newer format")]
-    NonZero {
-        /// Offset of the byte.
-        offset: usize,
-        /// Its value.
-        value: u8,
-    },
+    /// The common header of every cluster file is not a feed log's, or is damaged: the
+    /// file is short, another kind of file, of another format, fails its checksum, or
+    /// has a nonzero byte where a feed log has none (its second id).
+    #[error(transparent)]
+    Common(#[from] HeaderError),
     /// A ring size outside the limits.
     #[error(
         "its header gives {entries} entries, not a power of two from {FEED_ENTRIES_MIN} to {FEED_ENTRIES_MAX}: the header is damaged"
@@ -206,30 +177,19 @@ pub struct FeedHeader {
 }
 
 impl FeedHeader {
-    /// Checks the common part of a header page (its first 64 bytes): magic, format,
-    /// checksum, zero bytes and the ring size.
-    pub fn parse(page: &[u8; header::TAIL.end]) -> Result<Self, HeaderProblem> {
-        let found: [u8; 8] = page[header::MAGIC].try_into().expect("field is 8 bytes");
-        if &found != MAGIC {
-            return Err(HeaderProblem::Magic { found });
+    /// Checks the common part of a header page (its first 64 bytes): the common header
+    /// of every cluster file ([`FileHeader::parse_common`]: magic, format, checksum, zero
+    /// bytes), then what a feed log adds: no second id, and the ring size.
+    pub fn parse(page: &[u8; COMMON_BYTES]) -> Result<Self, HeaderProblem> {
+        let found = FileHeader::<1>::parse_common(MAGIC, page)?;
+        if found.ids[1] != 0 {
+            return Err(HeaderError::NonZero { offset: header::ID1, value: found.ids[1] }.into());
         }
-        let format = le32(&page[header::FORMAT]);
-        if format != FORMAT {
-            return Err(HeaderProblem::Format { found: format });
-        }
-        let stored = le32(&page[header::CRC]);
-        let computed = crc32c::crc32c(&page[..header::CRC.start]);
-        if stored != computed {
-            return Err(HeaderProblem::Checksum { stored, computed });
-        }
-        if let Some(offset) = header::ZERO.chain(header::TAIL).find(|&i| page[i] != 0) {
-            return Err(HeaderProblem::NonZero { offset, value: page[offset] });
-        }
-        let entries = le32(&page[header::ENTRIES]);
+        let entries = found.params[0];
         if !entries.is_power_of_two() || !(FEED_ENTRIES_MIN..=FEED_ENTRIES_MAX).contains(&entries) {
             return Err(HeaderProblem::Entries { entries });
         }
-        Ok(Self { node: page[header::NODE], entries })
+        Ok(Self { node: found.ids[0], entries })
     }
 
     /// Bytes of a file with this header: the header page and the ring.
@@ -407,7 +367,8 @@ impl FeedReader {
         let file = File::open(path).map_err(io("open"))?;
         let len = file.metadata().map_err(io("read the length of"))?.len();
         if len < HEADER_BYTES as u64 {
-            return Err(not_a_feed(HeaderProblem::Short { len }));
+            let len = usize::try_from(len).expect("below a header page");
+            return Err(not_a_feed(HeaderError::Truncated { len, need: HEADER_BYTES }.into()));
         }
         let page = FileView::map(&file, HEADER_BYTES).map_err(io("map"))?;
         let found = FeedHeader::parse(&words(&page, 0)).map_err(not_a_feed)?;
@@ -653,8 +614,8 @@ impl FeedReader {
 }
 
 /// The first 64 bytes at `offset` of `view`, loaded a word at a time.
-fn words(view: &FileView, offset: usize) -> [u8; header::TAIL.end] {
-    let mut b = [0u8; header::TAIL.end];
+fn words(view: &FileView, offset: usize) -> [u8; COMMON_BYTES] {
+    let mut b = [0u8; COMMON_BYTES];
     for (i, word) in b.chunks_exact_mut(8).enumerate() {
         word.copy_from_slice(&view.load_u64(offset + 8 * i, Ordering::Relaxed).to_ne_bytes());
     }
@@ -820,21 +781,26 @@ mod tests {
             p[at] = value;
             FeedHeader::parse(&common(&p))
         };
-        assert!(matches!(damaged(0, b'X'), Err(HeaderProblem::Magic { .. })));
-        assert_eq!(damaged(8, 2), Err(HeaderProblem::Format { found: 2 }));
+        assert!(matches!(damaged(0, b'X'), Err(HeaderProblem::Common(HeaderError::Magic { .. }))));
+        assert_eq!(damaged(8, 2), Err(HeaderProblem::Common(HeaderError::Format { found: 2 })));
         for at in [12, 13, 16, 19, 21] {
-            assert!(matches!(damaged(at, 0x55), Err(HeaderProblem::Checksum { .. })), "byte {at}");
+            assert!(matches!(damaged(at, 0x55), Err(HeaderProblem::Common(HeaderError::Checksum { .. }))), "byte {at}");
         }
-        assert_eq!(damaged(40, 9), Err(HeaderProblem::NonZero { offset: 40, value: 9 }));
+        assert_eq!(damaged(40, 9), Err(HeaderProblem::Common(HeaderError::NonZero { offset: 40, value: 9 })));
         for entries in [0, 4, 48, 1 << 25] {
             let p = header_page(3, entries);
             assert_eq!(FeedHeader::parse(&common(&p)), Err(HeaderProblem::Entries { entries }));
         }
-        let mut p = header_page(3, 64);
-        p[14] = 1;
-        let crc = crc32c::crc32c(&p[..20]);
-        p[20..24].copy_from_slice(&crc.to_le_bytes());
-        assert_eq!(FeedHeader::parse(&common(&p)), Err(HeaderProblem::NonZero { offset: 14, value: 1 }));
+        // With the checksum made good: a common zero byte, and the second id a feed has not.
+        for at in [13, 14] {
+            let mut p = header_page(3, 64);
+            p[at] = 1;
+            let crc = crc32c::crc32c(&p[..20]);
+            p[20..24].copy_from_slice(&crc.to_le_bytes());
+            let e = FeedHeader::parse(&common(&p)).unwrap_err();
+            assert_eq!(e, HeaderProblem::Common(HeaderError::NonZero { offset: at, value: 1 }));
+            assert!(e.to_string().contains("must be zero: the header is damaged or of a newer format"), "{e}");
+        }
 
         // Whole files: each refusal names the file and says what to do.
         let log = TestLog::create("header", 16);
@@ -845,15 +811,26 @@ mod tests {
         assert!(missing.to_string().contains("check that the path names a node's feed log"), "{missing}");
         log.scribble(0, b"PRSCLOG!");
         let e = FeedReader::open(&log.path).unwrap_err();
-        assert!(matches!(e, FeedReadError::NotAFeed { problem: HeaderProblem::Magic { .. }, .. }), "{e}");
+        assert!(
+            matches!(e, FeedReadError::NotAFeed { problem: HeaderProblem::Common(HeaderError::Magic { .. }), .. }),
+            "{e}"
+        );
         assert!(e.to_string().contains("point the reader at a node's feed log"), "{e}");
+        assert!(e.to_string().contains("it is another kind of file"), "{e}");
         log.scribble(0, b"PRSCFEED");
         log.scribble(4096 + 16 * 32, &[0; 8]);
         let e = FeedReader::open(&log.path).unwrap_err();
         assert!(matches!(e, FeedReadError::Length { len: 4616, expected: 4608, .. }), "{e}");
         std::fs::write(&log.path, b"short").unwrap();
         let e = FeedReader::open(&log.path).unwrap_err();
-        assert!(matches!(e, FeedReadError::NotAFeed { problem: HeaderProblem::Short { len: 5 }, .. }), "{e}");
+        assert!(
+            matches!(
+                e,
+                FeedReadError::NotAFeed { problem: HeaderProblem::Common(HeaderError::Truncated { len: 5, .. }), .. }
+            ),
+            "{e}"
+        );
+        assert!(e.to_string().contains("it is 5 bytes long, shorter than its 4096-byte header page"), "{e}");
     }
 
     #[test]

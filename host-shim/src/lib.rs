@@ -16,8 +16,9 @@
 //! the API: [`host`] (create or attach, buffers, the directory's words),
 //! [`read_sla`] (what a read waits for), [`reads`] (the reader protocol over the
 //! directory), [`request`] (what one
-//! submission asks), [`queue_pair`] (submitting and reaping); [`feed`] (following a
-//! node's change-feed log from its file); then [`ffi`] (the C ABI).
+//! submission asks), [`queue_pair`] (submitting and reaping); [`file_header`] (the
+//! common header of every cluster file) and [`feed`] (following a node's change-feed
+//! log from its file); then [`ffi`] (the C ABI).
 #![deny(unsafe_code)]
 
 pub mod arena;
@@ -29,6 +30,7 @@ pub mod directory;
 pub mod error;
 pub mod feed;
 pub mod ffi;
+pub mod file_header;
 mod get_table;
 pub mod host;
 pub mod layout;

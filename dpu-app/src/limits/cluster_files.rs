@@ -8,8 +8,9 @@ use super::{MESSAGE_BYTES_MAX, NODES_MAX, REGION_BYTES_MAX};
 use crate::stripe::HEADER_LEN as FRAGMENT_HEADER_BYTES;
 
 /// Bytes of the header page at the start of every cluster file. The body starts after it,
-/// so a body mapped on its own starts on a page boundary.
-pub const HEADER_PAGE_BYTES: usize = 4096;
+/// so a body mapped on its own starts on a page boundary. The shim defines it with the
+/// common header (`prescient_shim::file_header`), which its feed reader checks too.
+pub const HEADER_PAGE_BYTES: usize = prescient_shim::config::FILE_HEADER_PAGE_BYTES;
 /// Slots, records and outcome entries are multiples of this, so each starts on its own
 /// cache line and every aligned 8-byte word in them can be stored atomically.
 pub const LINE_BYTES: usize = 64;

@@ -368,14 +368,12 @@ mod tests {
 
     #[test]
     fn the_shims_reader_follows_this_log_from_another_mapping() {
-        use prescient_shim::feed::{FeedHeader, FeedReadError, FeedReader};
+        use prescient_shim::feed::{FeedReadError, FeedReader};
         let dir = TempDir::new("feed-shim");
         let path = dir.file("feed.prfeed");
         let mut log = FeedLog::open(&path, 4, 8).unwrap();
-        // The header this writer makes is the one the shim checks.
-        let mut page = vec![0u8; HEADER_PAGE_BYTES];
-        FileHeader { ids: [4, 0], params: [8] }.emit(MAGIC, &mut page);
-        assert_eq!(FeedHeader::parse(page[..64].try_into().unwrap()), Ok(FeedHeader { node: 4, entries: 8 }));
+        // The header this writer made is the one the shim checks: the common part is the
+        // same code on both sides; the node and the ring size are where the reader looks.
         let mut reader = FeedReader::open(&path).unwrap();
         assert_eq!((reader.node(), reader.entries()), (4, 8));
         let mut out = [FeedEntry::default(); 16];

@@ -1,22 +1,13 @@
 //! A cluster file: a 4096-byte header page naming what the file is and its geometry, then
 //! the body (log slots, store sets, outcome entries), created atomically and never reset.
 //!
-//! The first 64 bytes of the header page have one layout for every kind of cluster file
-//! (all integers little-endian):
+//! The first 64 bytes of the header page have one layout for every kind of cluster file,
+//! defined once in the shim ([`prescient_shim::file_header`], re-exported here), where
+//! the host's feed reader checks the same header this app writes. Bytes 64.. of the page
+//! belong to the file kind (the log keeps its applied sequence there).
 //!
-//! ```text
-//!  0..8   magic (8 bytes, names the kind of file)
-//!  8..12  format (u32, 1)
-//! 12      first id (node, or writer of a log)   13  second id (holder of a log, or 0)
-//! 14..16  zero
-//! 16..    the geometry: `N` u32 parameters
-//! 16+4N.. CRC32C of bytes 0..16+4N
-//! ..64    zero
-//! ```
-//!
-//! Bytes 64.. of the page belong to the file kind (the log keeps its applied sequence
-//! there). Creation writes the header page and sizes the file under a temporary name, syncs
-//! it, and links it into place: a crash leaves either no file or a whole header, and an
+//! Creation writes the header page and sizes the file under a temporary name, syncs it,
+//! and links it into place: a crash leaves either no file or a whole header, and an
 //! existing file is never overwritten, only validated by its owner.
 #![forbid(unsafe_code)]
 
@@ -26,134 +17,9 @@ use std::path::{Path, PathBuf};
 
 use crate::limits::HEADER_PAGE_BYTES;
 
-/// Format of the header page this build writes and reads.
-pub const FORMAT: u32 = 1;
-/// Bytes of the common part of the header page.
-pub const COMMON_BYTES: usize = 64;
-
-/// Byte ranges of the common header fields.
-pub mod field {
-    use std::ops::Range;
-    /// Magic naming the kind of file.
-    pub const MAGIC: Range<usize> = 0..8;
-    /// Format version.
-    pub const FORMAT: Range<usize> = 8..12;
-    /// First id (node, or a log's writer).
-    pub const ID0: usize = 12;
-    /// Second id (a log's holder, else 0).
-    pub const ID1: usize = 13;
-    /// Zero.
-    pub const ZERO: Range<usize> = 14..16;
-    /// First geometry parameter; parameter `i` is at `PARAMS + 4 * i`.
-    pub const PARAMS: usize = 16;
-}
-
-/// Why a header page is not a valid header of the expected kind.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum HeaderError {
-    /// The file is shorter than a header page.
-    #[error("it is {len} bytes long, shorter than its {need}-byte header page")]
-    Truncated {
-        /// Bytes in the file.
-        len: usize,
-        /// Bytes of a header page.
-        need: usize,
-    },
-    /// The magic is not the expected one: another kind of file.
-    #[error("its magic is {found:?}, expected {expected:?}: it is another kind of file")]
-    Magic {
-        /// Magic found.
-        found: [u8; 8],
-        /// Magic expected.
-        expected: [u8; 8],
-    },
-    /// A header of a format this build does not read.
-    #[error("its header format is {found}; this build reads format {FORMAT}")]
-    Format {
-        /// Format found.
-        found: u32,
-    },
-    /// The header checksum does not match: the header was damaged.
-    #[error("its header checksum is {stored:#010x}, the bytes give {computed:#010x}: the header is damaged")]
-    Checksum {
-        /// Checksum in the header.
-        stored: u32,
-        /// Checksum of the bytes.
-        computed: u32,
-    },
-    /// A byte that must be zero is not.
-    #[error("its header byte {offset} is {value:#04x}, must be zero: the header is damaged or of a newer format")]
-    NonZero {
-        /// Offset of the byte.
-        offset: usize,
-        /// Its value.
-        value: u8,
-    },
-}
-
-/// The common header of a cluster file with `N` geometry parameters: what
-/// [`FileHeader::emit`] writes and [`FileHeader::parse`] reads.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct FileHeader<const N: usize> {
-    /// The two id bytes.
-    pub ids: [u8; 2],
-    /// The geometry parameters.
-    pub params: [u32; N],
-}
-
-impl<const N: usize> FileHeader<N> {
-    const CRC_AT: usize = field::PARAMS + 4 * N;
-    const FITS: () = assert!(field::PARAMS + 4 * N + 4 <= COMMON_BYTES, "parameters fit the first line");
-
-    /// Writes the header into the first [`COMMON_BYTES`] of `page`, zero-filling the rest of
-    /// that line; panics (programmer error) if `page` is shorter.
-    pub fn emit(&self, magic: &[u8; 8], page: &mut [u8]) {
-        let () = Self::FITS;
-        let b = &mut page[..COMMON_BYTES];
-        b.fill(0);
-        b[field::MAGIC].copy_from_slice(magic);
-        b[field::FORMAT].copy_from_slice(&FORMAT.to_le_bytes());
-        b[field::ID0] = self.ids[0];
-        b[field::ID1] = self.ids[1];
-        for (i, p) in self.params.iter().enumerate() {
-            b[field::PARAMS + 4 * i..field::PARAMS + 4 * i + 4].copy_from_slice(&p.to_le_bytes());
-        }
-        let crc = crc32c::crc32c(&b[..Self::CRC_AT]);
-        b[Self::CRC_AT..Self::CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
-    }
-
-    /// Reads and checks a header page from a file: its length, magic, format, checksum and
-    /// zero bytes. Whether the ids and geometry are the expected ones is the caller's check.
-    pub fn parse(magic: &[u8; 8], page: &[u8]) -> Result<Self, HeaderError> {
-        let () = Self::FITS;
-        if page.len() < HEADER_PAGE_BYTES {
-            return Err(HeaderError::Truncated { len: page.len(), need: HEADER_PAGE_BYTES });
-        }
-        let found: [u8; 8] = page[field::MAGIC].try_into().expect("field is 8 bytes");
-        if &found != magic {
-            return Err(HeaderError::Magic { found, expected: *magic });
-        }
-        let format = le32(&page[field::FORMAT]);
-        if format != FORMAT {
-            return Err(HeaderError::Format { found: format });
-        }
-        let stored = le32(&page[Self::CRC_AT..Self::CRC_AT + 4]);
-        let computed = crc32c::crc32c(&page[..Self::CRC_AT]);
-        if stored != computed {
-            return Err(HeaderError::Checksum { stored, computed });
-        }
-        let mut zero = field::ZERO.chain(Self::CRC_AT + 4..COMMON_BYTES);
-        if let Some(offset) = zero.find(|&i| page[i] != 0) {
-            return Err(HeaderError::NonZero { offset, value: page[offset] });
-        }
-        let mut params = [0u32; N];
-        for (i, p) in params.iter_mut().enumerate() {
-            *p = le32(&page[field::PARAMS + 4 * i..field::PARAMS + 4 * i + 4]);
-        }
-        Ok(Self { ids: [page[field::ID0], page[field::ID1]], params })
-    }
-}
+// The common header (magic, format, ids, geometry, CRC32C) is the shim's, so that the
+// host's feed reader and these files cannot drift apart.
+pub use prescient_shim::file_header::{field, FileHeader, HeaderError, COMMON_BYTES, FORMAT};
 
 pub(super) fn le32(b: &[u8]) -> u32 {
     u32::from_le_bytes(b.try_into().expect("field is 4 bytes"))
@@ -306,62 +172,18 @@ mod tests {
     use super::testing::TempDir;
     use super::*;
 
-    const MAGIC: &[u8; 8] = b"PRSCTEST";
-
-    /// The exact bytes before the checksum of a header with ids (3, 1) and parameters
-    /// (64, 4160); the checksum (CRC32C of these 24 bytes) follows, then zeros.
-    const GOLDEN: [u8; 24] = [
-        b'P', b'R', b'S', b'C', b'T', b'E', b'S', b'T', // magic
-        1, 0, 0, 0, // format
-        3, 1, 0, 0, // ids, zero
-        0x40, 0, 0, 0, // 64
-        0x40, 0x10, 0, 0, // 4160
-    ];
-
-    fn golden() -> [u8; HEADER_PAGE_BYTES] {
+    /// A header page to create a file with (open_or_create does not validate it).
+    fn header_page() -> [u8; HEADER_PAGE_BYTES] {
         let mut page = [0u8; HEADER_PAGE_BYTES];
-        page[..24].copy_from_slice(&GOLDEN);
-        let crc = crc32c::crc32c(&GOLDEN);
-        page[24..28].copy_from_slice(&crc.to_le_bytes());
+        FileHeader { ids: [3, 1], params: [64, 4160] }.emit(b"PRSCTEST", &mut page);
         page
-    }
-
-    #[test]
-    fn emit_writes_the_golden_bytes_and_parse_reads_them() {
-        let header = FileHeader { ids: [3, 1], params: [64, 4160] };
-        let mut page = [0xffu8; HEADER_PAGE_BYTES];
-        header.emit(MAGIC, &mut page);
-        assert_eq!(page[..COMMON_BYTES], golden()[..COMMON_BYTES]);
-        assert_eq!(FileHeader::<2>::parse(MAGIC, &golden()).unwrap(), header);
-    }
-
-    #[test]
-    fn damaged_headers_are_refused_with_the_matching_error() {
-        let g = golden();
-        assert!(matches!(FileHeader::<2>::parse(MAGIC, &g[..100]), Err(HeaderError::Truncated { len: 100, .. })));
-        assert!(matches!(FileHeader::<2>::parse(b"PRSCOTHR", &g), Err(HeaderError::Magic { .. })));
-        let mut b = g;
-        b[8] = 2;
-        assert_eq!(FileHeader::<2>::parse(MAGIC, &b), Err(HeaderError::Format { found: 2 }));
-        for offset in 12..28 {
-            let mut b = g;
-            b[offset] ^= 0x01;
-            assert!(matches!(FileHeader::<2>::parse(MAGIC, &b), Err(HeaderError::Checksum { .. })), "byte {offset}");
-        }
-        let mut b = g;
-        b[40] = 7;
-        assert_eq!(FileHeader::<2>::parse(MAGIC, &b), Err(HeaderError::NonZero { offset: 40, value: 7 }));
-        // Bytes past the common line belong to the file kind.
-        let mut b = g;
-        b[64] = 7;
-        assert!(FileHeader::<2>::parse(MAGIC, &b).is_ok());
     }
 
     #[test]
     fn creates_once_then_opens_what_exists() {
         let dir = TempDir::new("file-create");
         let path = dir.file("table");
-        let page = golden();
+        let page = header_page();
         let Opened::Created(file) = open_or_create(&path, &page, 3 * 4096).unwrap() else {
             panic!("a missing file is created");
         };
