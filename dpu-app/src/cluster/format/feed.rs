@@ -165,7 +165,7 @@ impl FeedLog {
             Opened::Existing { file, page, len } => {
                 let found = FileHeader::<1>::parse(MAGIC, &page).map_err(not_a_feed)?;
                 if found.ids[1] != 0 {
-                    return Err(not_a_feed(HeaderError::NonZero { offset: 13, value: found.ids[1] }));
+                    return Err(not_a_feed(HeaderError::NonZero { offset: file::field::ID1, value: found.ids[1] }));
                 }
                 if (found.ids[0], found.params[0]) != (node, entries) {
                     return Err(FeedError::Mismatch {

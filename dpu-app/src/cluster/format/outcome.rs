@@ -440,7 +440,7 @@ impl OutcomeTable {
             Opened::Existing { file, page, len } => {
                 let found = FileHeader::<1>::parse(MAGIC, &page).map_err(not_a_table)?;
                 if found.ids[1] != 0 {
-                    return Err(not_a_table(HeaderError::NonZero { offset: 13, value: found.ids[1] }));
+                    return Err(not_a_table(HeaderError::NonZero { offset: file::field::ID1, value: found.ids[1] }));
                 }
                 let found = OutcomeIdentity { node: found.ids[0], entries: found.params[0] };
                 if found != expected {
