@@ -23,6 +23,9 @@
 //!   (none released it as a no-op), and every write a host saw commit is in the feed
 //!   of every node whose order released past it (no committed write skipped, none
 //!   applied twice);
+//!   a feed that marked versions missing (it fell behind what every peer's feed or
+//!   ring still held) is checked above its mark; marks are allowed only where the run
+//!   chose small fate rings (odd seeds), and fail the run otherwise;
 //! - no hole stays open past its bound: once the run has settled (every node up,
 //!   every link healed, nothing in flight), every node's order releases every committed
 //!   write within the run's write bound (checked once per seed, in `run`);
