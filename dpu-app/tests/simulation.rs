@@ -107,6 +107,8 @@ fn sequencer_seeds_700_to_740() {
     // Faults hit the sequencer and shadows took over, and writes committed throughout.
     assert!(total.writes.1 > 100 * 40, "{}", total.line());
     assert!(total.failover.0 > 40 && total.failover.1.count() > 0, "{}", total.line());
+    // Nodes fell a whole (small, odd seeds') fate ring behind and copied from peers' feeds.
+    assert!(total.catch_ups.0 > 0 && total.catch_ups.1 > 0, "{}", total.line());
     eprintln!("sequencer seeds 700..740: {}", total.line());
 }
 
