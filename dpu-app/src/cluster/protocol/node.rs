@@ -622,6 +622,9 @@ impl<F: Fabric> Node<F> {
         if self.writer.has_held() {
             busy |= self.start_held(now);
         }
+        if self.sequencer.is_some() {
+            busy |= self.fetch_wanted_stamps(now);
+        }
         busy |= self.advance_gets(now);
         busy |= self.advance_repairs(now);
         busy |= self.run_timers(now);

@@ -36,11 +36,13 @@
 //! A write takes a stamp only from a block whose FETCH_ADD was posted after the write
 //! arrived (or, on the sequencer, from its counter at once): such a stamp is above
 //! every stamp issued before, so versions follow real time across keys and nodes, and
-//! a key's versions only move forward for writes that do not overlap. Blocks amortise
-//! the round trip over the writes waiting when it is posted; under light load each
-//! write fetches its own. Stamps a writer fetched and does not use (the rest of a
-//! block once a later write needs a newer one, a block of a deposed epoch, a block
-//! older than four heartbeats) are holes: counted and dropped, never given to a write.
+//! a key's versions only move forward for writes that do not overlap. A block is as
+//! large as the writes waiting when it is posted (at most `stamp_block`), since no
+//! write that arrives later may use it: under light load each write fetches a block of
+//! one, under load one round trip serves many. Stamps a writer fetched and does not
+//! use (left by a write that failed before taking its stamp, a block of a deposed
+//! epoch, a block older than four heartbeats) are holes: counted and dropped, never
+//! given to a write.
 //!
 //! Every stamp this node takes is recorded in its fate ring (`format/fates.rs`), which
 //! every node's applier READs (`fates.rs`): a block when it comes back, before any of
@@ -81,6 +83,9 @@ pub struct SeqCx<'a, Q: RawQp> {
     pub(super) links: &'a mut Links<Q>,
     pub(super) control: &'a ControlBlock,
     pub(super) pool: &'a Pool,
+    /// Writes this node holds (waiting for a stamp, or for their key): a block
+    /// fetched now serves at most these.
+    pub(super) waiting: usize,
 }
 
 /// A block of stamps in hand: versions `next..end`, its FETCH_ADD posted at
@@ -368,18 +373,6 @@ impl Sequencer {
         self.leading
     }
 
-    /// Whether a write could take a stamp now (the caller takes writes from the host
-    /// only while one can: the rest wait in the rings).
-    pub fn available(&self, now: Now) -> u64 {
-        if !self.fates.has_room() {
-            return 0;
-        }
-        if self.leading.is_some() {
-            return u64::MAX;
-        }
-        self.blocks.iter().filter(|b| self.usable(b, now)).map(Block::left).sum()
-    }
-
     fn usable(&self, b: &Block, now: Now) -> bool {
         b.next < b.end && epoch_of(b.next) == self.leader.epoch && now.mono_ns < b.fetched_ns + self.block_ttl_ns
     }
@@ -616,11 +609,6 @@ impl Sequencer {
         self.dead_after_ns + (rank as u64 - 1) * (self.dead_after_ns / 2)
     }
 
-    /// Writes wait for a stamp: fetch a block at the next poll.
-    pub fn want(&mut self) {
-        self.wanted = true;
-    }
-
     /// A write that arrived at `arrived_ns` waits for a stamp: fetch a block at the
     /// next poll if none fetched after it is in hand.
     pub fn want_for(&mut self, arrived_ns: u64) {
@@ -628,8 +616,17 @@ impl Sequencer {
         self.want_after_ns = self.want_after_ns.max(arrived_ns);
     }
 
-    /// Posts a FETCH_ADD of a block while stamps are in demand (writes wait, or one
-    /// was taken within a block's lifetime) and less than half a block is in hand.
+    /// Posts the FETCH_ADD a write that just arrived waits for, in the same round as it
+    /// arrived rather than at the next [`Sequencer::poll`] (a write fetches its own
+    /// block under light load: the round trip is on its latency).
+    pub fn fetch_wanted(&mut self, cx: &mut SeqCx<'_, impl RawQp>, now: Now) -> bool {
+        self.wanted && self.fetch_if_low(cx, now)
+    }
+
+    /// Posts a FETCH_ADD of a block while writes wait for stamps, as large as the
+    /// writes waiting (up to `stamp_block`): a write takes a stamp only from a block
+    /// posted after it arrived, so no write that arrives later could use the rest,
+    /// which would only be holes every node's order must settle.
     fn fetch_if_low(&mut self, cx: &mut SeqCx<'_, impl RawQp>, now: Now) -> bool {
         if self.leading.is_some() || self.claim.is_some() || self.fetch.is_some() || !self.leader.is_set() {
             return false;
@@ -643,15 +640,14 @@ impl Sequencer {
                 self.drop_block(i);
             }
         }
-        let demand = self.wanted || now.mono_ns < self.last_take_ns.saturating_add(self.block_ttl_ns);
-        if !demand || self.blocks[1].left() > 0 || (self.blocks[0].left() * 2 > self.stamp_block && !self.wanted) {
+        if !self.wanted || self.blocks[1].left() > 0 {
             return false;
         }
         self.wanted = false;
         let l = self.leader.sequencer;
         let Some(remote) = cx.links.peer(l).filter(|p| p.is_up()).and_then(|p| p.remote) else { return false };
         self.generation = self.generation.wrapping_add(1) & crate::limits::WR_INDEX_MAX;
-        let add = self.stamp_block;
+        let add = (cx.waiting as u64).clamp(1, self.stamp_block);
         self.fetch = Some(Fetch { generation: self.generation, epoch: self.leader.epoch, posted_ns: now.mono_ns, add });
         self.stats.fetches += 1;
         cx.links.post(

@@ -19,7 +19,8 @@ impl<F: Fabric> Node<F> {
         if let Some(leading) = sequencer.leading() {
             let after_ns = HOLE_ROLL_DEAD_AFTERS * self.config.dead_after_us * 1_000;
             if applier.wants_roll(leading, after_ns, now) {
-                let mut cx = SeqCx { links: &mut self.links, control: &self.control, pool: &self.pools.seq };
+                let waiting = self.writer.held_len();
+                let mut cx = SeqCx { links: &mut self.links, control: &self.control, pool: &self.pools.seq, waiting };
                 sequencer.roll(&mut cx, now);
             }
         }

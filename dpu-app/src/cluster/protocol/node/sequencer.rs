@@ -12,7 +12,8 @@ impl<F: Fabric> Node<F> {
     /// The sequencer role and its context, borrowed from disjoint fields.
     fn seq_cx(&mut self) -> Option<(&mut Sequencer, SeqCx<'_, F::Qp>)> {
         let sequencer = self.sequencer.as_mut()?;
-        Some((sequencer, SeqCx { links: &mut self.links, control: &self.control, pool: &self.pools.seq }))
+        let waiting = self.writer.held_len();
+        Some((sequencer, SeqCx { links: &mut self.links, control: &self.control, pool: &self.pools.seq, waiting }))
     }
 
     /// One round of the sequencer role. A leader word that cannot be persisted stops
@@ -21,6 +22,12 @@ impl<F: Fabric> Node<F> {
         let me = self.me;
         let Some((s, mut cx)) = self.seq_cx() else { return false };
         s.poll(&mut cx, now).unwrap_or_else(|e| panic!("node {me}: {e}"))
+    }
+
+    /// Posts the block FETCH_ADD that writes taken in this round wait for.
+    pub(in crate::cluster::protocol) fn fetch_wanted_stamps(&mut self, now: Now) -> bool {
+        let Some((s, mut cx)) = self.seq_cx() else { return false };
+        s.fetch_wanted(&mut cx, now)
     }
 
     /// A stamp FETCH_ADD came back.
@@ -44,12 +51,6 @@ impl<F: Fabric> Node<F> {
         let Some(view) = self.links.peer(j).and_then(|p| p.view) else { return };
         let Some((s, mut cx)) = self.seq_cx() else { return };
         s.heard(&mut cx, j, &view, now).unwrap_or_else(|e| panic!("node {me}: {e}"));
-    }
-
-    /// Stamps this node's writes may take now (unbounded in HLC mode and while this
-    /// node sequences).
-    pub(in crate::cluster::protocol) fn stamps_available(&self, now: Now) -> u64 {
-        self.sequencer.as_ref().map_or(u64::MAX, |s| s.available(now))
     }
 
     /// The sequencer's leader word as this node knows it, and whether this node

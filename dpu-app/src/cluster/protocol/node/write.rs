@@ -101,17 +101,12 @@ impl<F: Fabric> Node<F> {
         if !self.ready_to_serve(now) {
             return false;
         }
-        // Writes need a write slot (and in sequencer mode a stamp) and GETs a GET
-        // slot; NOPs need neither. A round starts a bounded number of them (see the
-        // limit).
-        let stamps = u32::try_from(self.stamps_available(now)).unwrap_or(u32::MAX);
-        if stamps == 0 && self.host.has_work() {
-            if let Some(s) = self.sequencer.as_mut() {
-                s.want();
-            }
-        }
+        // Writes need a write slot and GETs a GET slot; NOPs need neither. A round
+        // starts a bounded number of them (see the limit). In sequencer mode a write is
+        // taken without a stamp in hand: it waits, held, for a block fetched after it
+        // arrived (`start_write`), which no block fetched before could be.
         let room = Room {
-            writes: (self.writer.room() as u32).min(stamps),
+            writes: self.writer.room() as u32,
             gets: self.reader.available() as u32,
             requests: (self.taken.capacity() as u32).min(REQUESTS_STARTED_PER_ROUND),
         };
@@ -167,13 +162,8 @@ impl<F: Fabric> Node<F> {
         let mut busy = false;
         let mut i = 0;
         loop {
-            if self.stamps_available(now) == 0 {
-                // In sequencer mode, held writes wait for stamps as new ones do.
-                if let Some(s) = self.sequencer.as_mut() {
-                    s.want();
-                }
-                return busy;
-            }
+            // (In sequencer mode a held write without a stamp in hand goes back to its
+            // place below and asks for a block; one past its deadline fails.)
             let (writer, mut cx) = self.write_cx();
             match writer.next_held(&mut cx, &mut i, now) {
                 HeldNext::Start(held) => {
