@@ -38,8 +38,9 @@ pub struct SequencerConfig {
     /// (`cluster.shadows`); the sequencer itself may be listed to take over again
     /// after a restart of a shadow.
     pub shadows: Vec<u8>,
-    /// Most stamps a writer fetches with one FETCH_ADD (as many as writes wait) (`cluster.stamp_block`, 1 to
-    /// [`STAMP_BLOCK_MAX`]); stamps a writer does not use become holes.
+    /// Most stamps a writer fetches with one FETCH_ADD, as many as writes wait
+    /// (`cluster.stamp_block`, 1 to [`STAMP_BLOCK_MAX`]); stamps a writer does not use
+    /// become holes.
     pub stamp_block: u32,
 }
 
