@@ -337,7 +337,6 @@ impl Applier {
             return false;
         }
         let entries = (remote.len - ENTRIES_AT as u64) / ENTRY_LEN as u64;
-        let generation = (s.generation + 1) & WR_INDEX_MAX;
         let (reading, at, len) = if s.next == 0 {
             (Reading::Header(entries), CURSOR_AT as u64, DROPPED_AT + 8 - CURSOR_AT)
         } else {
@@ -345,16 +344,27 @@ impl Applier {
             let k = u64::from(FATE_READ_ENTRIES).min(entries - slot);
             (Reading::Chunk(s.next, k), ENTRIES_AT as u64 + slot * ENTRY_LEN as u64, k as usize * ENTRY_LEN)
         };
+        self.post(cx, j, reading, remote.at(at), len, now);
+        true
+    }
+
+    /// Posts a READ of `len` bytes at `remote` of node `j` into its pool buffer, as
+    /// `reading`; a completion of any READ posted before it is ignored.
+    fn post<Q: RawQp>(
+        &mut self,
+        cx: &mut ApplyCx<'_, Q>,
+        j: u8,
+        reading: Reading,
+        remote: crate::fabric::RemoteAddr,
+        len: usize,
+        now: Now,
+    ) {
         let src = &mut self.sources[j as usize];
+        let generation = (src.generation + 1) & WR_INDEX_MAX;
         (src.reading, src.generation, src.posted_ns) = (reading, generation, now.mono_ns);
         self.stats.reads += 1;
-        cx.links.post(
-            j,
-            WrId::new(Kind::FateRead, j, generation, 0),
-            Op::Read { remote: remote.at(at) },
-            cx.pool.buf(u32::from(j), len),
-        );
-        true
+        let op = Op::Read { remote };
+        cx.links.post(j, WrId::new(Kind::FateRead, j, generation, 0), op, cx.pool.buf(u32::from(j), len));
     }
 
     /// Gives up the READ of node `j` in flight if it is overdue. A link reset drops what
@@ -560,16 +570,7 @@ impl Applier {
             let k = (FEED_CHUNK_ENTRIES as u64).min(entries - c.at % entries);
             (Reading::Feed(c.at, k), r.feed, slot_at(c.at), k as usize * FEED_ENTRY_LEN)
         };
-        let generation = (s.generation + 1) & WR_INDEX_MAX;
-        let src = &mut self.sources[j as usize];
-        (src.reading, src.generation, src.posted_ns) = (reading, generation, now.mono_ns);
-        self.stats.reads += 1;
-        cx.links.post(
-            j,
-            WrId::new(Kind::FateRead, j, generation, 0),
-            Op::Read { remote: region.at(at) },
-            cx.pool.buf(u32::from(j), len),
-        );
+        self.post(cx, j, reading, region.at(at), len, now);
         true
     }
 
