@@ -27,13 +27,16 @@
 //! stalled, while a writer went a whole ring further) can no longer learn those stamps'
 //! fates from the rings, so it copies them from a peer's change feed instead, which is
 //! registered for READ and advertised in the Hello. It READs the peer's ring header for
-//! the peer's cursor (every committed write below it is in the peer's feed), copies the
-//! peer's feed entries from its own feed's next position up to that cursor, and starts
-//! its order again there, reading every ring afresh. Feeds hold the same writes in the
-//! same order from position 1, so the peer's entry just before this node's next position
-//! must hold this node's last version: that check (and each entry's position and
-//! checksum) is what makes a copy safe. When no peer's feed still holds what is missing
-//! (every one wrapped, or none lines up), the feed marks those versions missing
+//! the peer's cursor (every committed write below it is in the peer's feed) and the peer
+//! feed's `dropped` word (it must hold every write after this node's feed), finds the
+//! first of the peer's entries above this feed's last version (probing from this feed's
+//! next position, where it is when the feeds line up), copies from there up to that
+//! cursor, and starts its order again there, reading every ring afresh. A start is taken
+//! only when the peer's entry just before it is held and at or below this feed's last
+//! version; that, and each entry's position and checksum, is what makes a copy safe.
+//! When no peer's feed still holds what is missing (every one wrapped past it), or no
+//! peer's order is ahead (every order stalled past what the rings keep), the feed marks
+//! those versions missing
 //! ([`FeedLog::skip_to`]): a host following it from before is told its cursor is too old,
 //! never handed a feed with a gap.
 
@@ -338,7 +341,7 @@ impl Applier {
         }
         let entries = (remote.len - ENTRIES_AT as u64) / ENTRY_LEN as u64;
         let (reading, at, len) = if s.next == 0 {
-            (Reading::Header(entries), CURSOR_AT as u64, DROPPED_AT + 8 - CURSOR_AT)
+            (Reading::Header(entries), CURSOR_AT as u64, HEADER_WORDS_LEN)
         } else {
             let slot = s.next % entries;
             let k = u64::from(FATE_READ_ENTRIES).min(entries - slot);
@@ -393,11 +396,7 @@ impl Applier {
         match s.reading {
             Reading::Idle => {}
             Reading::Header(entries) => {
-                let mut words = [0u8; DROPPED_AT + 8 - CURSOR_AT];
-                pool.read(u32::from(j), &mut words);
-                let word =
-                    |at: usize| u64::from_le_bytes(words[at - CURSOR_AT..at - CURSOR_AT + 8].try_into().expect("8"));
-                let (next, dropped) = (word(NEXT_AT), word(DROPPED_AT));
+                let (_, next, dropped) = header_words(pool, j);
                 if dropped > self.order.cursor() {
                     self.lose(j, dropped);
                     return;
@@ -413,11 +412,8 @@ impl Applier {
                 self.take_chunk(j, from, &chunk[..len], now);
             }
             Reading::Cursor => {
-                let mut words = [0u8; DROPPED_AT + 8 - CURSOR_AT];
-                pool.read(u32::from(j), &mut words);
-                let word =
-                    |at: usize| u64::from_le_bytes(words[at - CURSOR_AT..at - CURSOR_AT + 8].try_into().expect("8"));
-                self.heard_cursor(j, word(CURSOR_AT), word(DROPPED_AT), own, now);
+                let (cursor, _, dropped) = header_words(pool, j);
+                self.heard_cursor(j, cursor, dropped, own, now);
             }
             Reading::FeedMark => {
                 let mut word = [0u8; 8];
@@ -560,7 +556,7 @@ impl Applier {
         let entries = feed_entries(r.feed);
         let slot_at = |position: u64| HEADER_PAGE_BYTES as u64 + (position % entries) * FEED_ENTRY_LEN as u64;
         let (reading, region, at, len) = if c.upto == 0 {
-            (Reading::Cursor, r.fates, CURSOR_AT as u64, DROPPED_AT + 8 - CURSOR_AT)
+            (Reading::Cursor, r.fates, CURSOR_AT as u64, HEADER_WORDS_LEN)
         } else if !c.holds {
             (Reading::FeedMark, r.feed, crate::cluster::format::feed::DROPPED_AT as u64, 8)
         } else if c.at == 0 {
@@ -616,15 +612,9 @@ impl Applier {
     /// handed a feed with a gap. (Another node may pick a different point; each
     /// feed's writes stay those of the one order.)
     fn skip_past_loss(&mut self, own: &FateRing) {
-        let Some(c) = self.catch.as_mut() else { return };
+        let Some(c) = self.catch else { return };
         let upto = c.past.max(own.dropped()).max(self.order.cursor());
-        (c.upto, c.done) = (upto, true);
-        self.stats.feed_gaps += 1;
-        if let Err(err) = self.feed.skip_to(upto - 1) {
-            self.stats.feed_errors += 1;
-            tracing::error!(node = self.me, error = %err, "cannot mark the change feed's missing versions");
-        }
-        if self.stats.feed_gaps.is_power_of_two() {
+        if self.mark_missing(upto) {
             tracing::warn!(
                 node = self.me,
                 cursor = self.order.cursor(),
@@ -759,13 +749,7 @@ impl Applier {
             return self.next_peer(now);
         }
         let upto = c.upto;
-        c.done = true;
-        self.stats.feed_gaps += 1;
-        if let Err(err) = self.feed.skip_to(upto - 1) {
-            self.stats.feed_errors += 1;
-            tracing::error!(node = self.me, error = %err, "cannot mark the change feed's missing versions");
-        }
-        if !self.stats.feed_gaps.is_power_of_two() {
+        if !self.mark_missing(upto) {
             return;
         }
         tracing::warn!(
@@ -775,6 +759,20 @@ impl Applier {
             times = self.stats.feed_gaps,
             "no peer's change feed still holds the writes this node missed: its feed marks the versions up to {upto:#x} missing, so a host following it from before gets `CursorTooOld` and restarts from a snapshot; a larger `feed_entries` (or `fate_entries`) in the cluster file's [cluster] keeps a node from falling this far behind"
         );
+    }
+
+    /// Ends a catch-up that cannot copy: every version below `upto` not in the feed is
+    /// marked missing ([`FeedLog::skip_to`]), counted, and the order starts again at
+    /// `upto`. True when the caller should say so (the 1st, 2nd, 4th, ... time).
+    fn mark_missing(&mut self, upto: u64) -> bool {
+        let Some(c) = self.catch.as_mut() else { return false };
+        (c.upto, c.done) = (upto, true);
+        self.stats.feed_gaps += 1;
+        if let Err(err) = self.feed.skip_to(upto - 1) {
+            self.stats.feed_errors += 1;
+            tracing::error!(node = self.me, error = %err, "cannot mark the change feed's missing versions");
+        }
+        self.stats.feed_gaps.is_power_of_two()
     }
 
     /// Starts the order again at `cursor` once a catch-up copied every write below it:
@@ -964,6 +962,18 @@ impl Applier {
         self.feed.read(after, out)
     }
 }
+
+/// The header words of node `j`'s ring a READ brought into its pool buffer (bytes
+/// `CURSOR_AT..DROPPED_AT + 8` of the ring): its cursor, next position and dropped stamp.
+fn header_words(pool: &Pool, j: u8) -> (u64, u64, u64) {
+    let mut words = [0u8; HEADER_WORDS_LEN];
+    pool.read(u32::from(j), &mut words);
+    let word = |at: usize| u64::from_le_bytes(words[at - CURSOR_AT..at - CURSOR_AT + 8].try_into().expect("8"));
+    (word(CURSOR_AT), word(NEXT_AT), word(DROPPED_AT))
+}
+
+/// Bytes of a READ of a ring's header words ([`header_words`]).
+const HEADER_WORDS_LEN: usize = DROPPED_AT + 8 - CURSOR_AT;
 
 /// A ring not read yet.
 const FRESH: Source = Source {
