@@ -181,9 +181,8 @@ pub struct Sequencer {
     /// The epoch this node won and sequences.
     leading: Option<u32>,
     blocks: [Block; 2],
-    /// When this node last took a stamp, and whether writes wait for one: stamps are
-    /// fetched on demand, so an idle node does not fetch blocks only to age them out.
-    last_take_ns: u64,
+    /// Whether writes wait for a stamp: blocks are fetched only then, so an idle node
+    /// does not fetch blocks only to age them out.
     wanted: bool,
     /// A write that arrived at this time waits for a stamp fetched after it.
     want_after_ns: u64,
@@ -249,7 +248,6 @@ impl Sequencer {
             leader_link_seen: false,
             leading: None,
             blocks: [Block::default(); 2],
-            last_take_ns: 0,
             wanted: false,
             want_after_ns: 0,
             fetch: None,
@@ -432,7 +430,6 @@ impl Sequencer {
                 self.last_taken = Some(b.next);
                 self.blocks[i].next += 1;
                 self.stats.stamps += 1;
-                self.last_take_ns = now.mono_ns;
                 if self.blocks[i].left() == 0 {
                     self.drop_block(i);
                 }
