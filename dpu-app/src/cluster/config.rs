@@ -624,6 +624,15 @@ impl ClusterConfig {
         invalid(&self.origin, field, value, allowed)
     }
 
+    /// Checks that `value` of `field` is a power of two from `min` to `max`; the error
+    /// says so, followed by `note`.
+    fn power_of_two(&self, field: &str, value: usize, min: u32, max: u32, note: &str) -> Result<(), ConfigError> {
+        if value.is_power_of_two() && (min as usize..=max as usize).contains(&value) {
+            return Ok(());
+        }
+        Err(self.invalid(field, value, format!("must be a power of two from {min} to {max} {note}")))
+    }
+
     /// Name, node count, k, m and quorum.
     fn check_code(&self) -> Result<(), ConfigError> {
         let name_ok = !self.name.is_empty()
@@ -840,42 +849,22 @@ impl ClusterConfig {
                 format!("must be {STORE_BYTES_MIN} (16 KiB) to {STORE_BYTES_LIMIT} (1 TiB)"),
             ));
         }
-        if !self.log_slots.is_power_of_two()
-            || !(LOG_SLOTS_MIN as usize..=LOG_SLOTS_MAX as usize).contains(&self.log_slots)
-        {
-            return Err(self.invalid(
-                "cluster.log_slots",
-                self.log_slots,
-                format!("must be a power of two from {LOG_SLOTS_MIN} to {LOG_SLOTS_MAX} (slot = sequence % slots)"),
-            ));
-        }
-        if !self.outcome_entries.is_power_of_two()
-            || !(OUTCOME_ENTRIES_MIN as usize..=OUTCOME_ENTRIES_MAX as usize).contains(&self.outcome_entries)
-        {
-            return Err(self.invalid(
-                "cluster.outcome_entries",
-                self.outcome_entries,
-                format!("must be a power of two from {OUTCOME_ENTRIES_MIN} to {OUTCOME_ENTRIES_MAX} (2^20)"),
-            ));
-        }
-        if !self.fate_entries.is_power_of_two()
-            || !(FATE_ENTRIES_MIN as usize..=FATE_ENTRIES_MAX as usize).contains(&self.fate_entries)
-        {
-            return Err(self.invalid(
-                "cluster.fate_entries",
-                self.fate_entries,
-                format!("must be a power of two from {FATE_ENTRIES_MIN} to {FATE_ENTRIES_MAX} (2^24)"),
-            ));
-        }
-        if !self.feed_entries.is_power_of_two()
-            || !(FEED_ENTRIES_MIN as usize..=FEED_ENTRIES_MAX as usize).contains(&self.feed_entries)
-        {
-            return Err(self.invalid(
-                "cluster.feed_entries",
-                self.feed_entries,
-                format!("must be a power of two from {FEED_ENTRIES_MIN} to {FEED_ENTRIES_MAX} (2^24)"),
-            ));
-        }
+        self.power_of_two(
+            "cluster.log_slots",
+            self.log_slots,
+            LOG_SLOTS_MIN,
+            LOG_SLOTS_MAX,
+            "(slot = sequence % slots)",
+        )?;
+        self.power_of_two(
+            "cluster.outcome_entries",
+            self.outcome_entries,
+            OUTCOME_ENTRIES_MIN,
+            OUTCOME_ENTRIES_MAX,
+            "(2^20)",
+        )?;
+        self.power_of_two("cluster.fate_entries", self.fate_entries, FATE_ENTRIES_MIN, FATE_ENTRIES_MAX, "(2^24)")?;
+        self.power_of_two("cluster.feed_entries", self.feed_entries, FEED_ENTRIES_MIN, FEED_ENTRIES_MAX, "(2^24)")?;
         Ok(())
     }
 
