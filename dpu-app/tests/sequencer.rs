@@ -458,3 +458,60 @@ fn a_node_whose_missing_writes_left_every_peers_feed_marks_them_missing() {
     assert_eq!(c.node(4).unwrap().apply_stats().unwrap().conflicts, 0);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A node that goes down holding a stamp (its write taken, not decided) holds every
+/// node's order at that stamp, and the order says so: while node 4 is only stalled,
+/// each node's stall names node 4 as the stamp's holder with every ring read; once it
+/// is down, also as the ring it cannot read, with how long the hole has been open,
+/// and a warning past a second. Node 4's restart decides the write, and every feed
+/// goes on.
+#[test]
+fn a_node_down_holding_a_stamp_is_named_as_what_the_order_waits_for() {
+    let (mut c, dir) = cluster("stall", 4);
+    let first = LeaderWord { epoch: 1, sequencer: 0 };
+    run(&mut c, "node 0 claims epoch 1", SECOND_NS, |c| settled_on(c, first));
+    let mut committed = BTreeSet::new();
+    committed.insert(put(&mut c, 1, b"a", b"before").version >> 8);
+    // Node 4 takes a stamp for a write and goes down before it decides.
+    let host = Arc::clone(c.host(4));
+    let mut qp = host.queue_pair(0).unwrap();
+    let mut buf = host.take_buffer().unwrap();
+    buf.value_mut()[..4].copy_from_slice(b"held");
+    qp.submit(Request::put(b"h", buf, 4).user_data(3)).map_err(|(e, _)| e).unwrap();
+    run(&mut c, "node 4 stamps its write", SECOND_NS, |c| c.node(4).unwrap().sequencer_stats().unwrap().stamps > 0);
+    // Stalled first, its ring still answers READs: the others see whose stamp it is.
+    c.pause(4, true);
+    for i in 0..5u8 {
+        let done = put(&mut c, 1 + i % 2, b"a", &[i]);
+        assert_eq!(done.status, Status::Ok, "write {i}: {done:?}");
+        committed.insert(done.version >> 8);
+    }
+    let top = *committed.last().unwrap();
+    let held = |c: &mut InProcess| {
+        let now = c.now().mono_ns;
+        c.nodes().filter(|n| n.id() != 4).all(|n| n.order_stall(now).is_some_and(|s| s.held_by == Some(4)))
+    };
+    run(&mut c, "the others read node 4's stamp in its ring", SECOND_NS, held);
+    let now = c.now().mono_ns;
+    let others = |c: &InProcess| c.nodes().filter(|n| n.id() != 4).map(|n| n.order_stall(now)).collect::<Vec<_>>();
+    assert!(others(&c).iter().all(|s| s.is_some_and(|s| s.unread == 0)), "every ring is read: {:?}", others(&c));
+    c.crash(4);
+    // A second and a half of cluster time: nothing can settle node 4's stamp.
+    assert!(!c.run_until(100_000, 1_500 * 1_000_000, |c| c.nodes().any(|n| n.order_state().unwrap().0 > top)));
+    let now = c.now().mono_ns;
+    for n in c.nodes() {
+        let stall = n.order_stall(now).unwrap_or_else(|| panic!("node {}'s order names its hole", n.id()));
+        assert_eq!(epoch_of(stall.version), 1);
+        assert!(stall.version < top << 8 | 0xff && stall.open_ns >= SECOND_NS, "node {}: {stall:?}", n.id());
+        assert_eq!(stall.unread_nodes().collect::<Vec<_>>(), vec![4], "node {}: only node 4 is unread", n.id());
+        assert_eq!(stall.held_by, Some(4), "node {}: {stall:?}", n.id());
+        assert!(n.order_stall_warnings() >= 1, "node {} warned", n.id());
+        assert!(n.summary().contains("warnings of a stalled order"), "{}", n.summary());
+    }
+    c.pause(4, false);
+    c.restart(4).unwrap();
+    feeds_hold(&mut c, &committed);
+    let now = c.now().mono_ns;
+    assert!(c.nodes().all(|n| n.order_stall(now).is_none()), "no hole once node 4 decided its write");
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -35,6 +35,9 @@ pub const ORDER_WINDOW: u64 = 4096;
 pub const ORDER_AHEAD_MAX: usize = 256;
 /// Closes of later epochs an ordered applier holds until its cursor reaches them.
 pub const ORDER_CLOSES_MAX: usize = 8;
+/// A hole in the order open this long is warned about, naming the nodes it waits
+/// for, and again each time its age doubles (`protocol/stall.rs`).
+pub const ORDER_STALL_WARN_MS: u64 = 1_000;
 /// Times at which an ordered applier noticed holes (a stamp above them resolved); more
 /// are merged, which makes holes look older, never younger.
 pub const ORDER_NOTICED_MAX: usize = 64;

@@ -40,10 +40,11 @@
 //! ([`FeedLog::skip_to`]): a host following it from before is told its cursor is too old,
 //! never handed a feed with a gap.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 
 use super::links::Links;
 use super::pool::Pool;
+use super::stall::{Stall, StallWarnings};
 use super::time::Now;
 use super::wr::{Kind, WrId};
 use crate::cluster::format::fates::{
@@ -191,11 +192,12 @@ pub struct Applier {
     order: OrderedApply,
     feed: FeedLog,
     sources: Vec<Source>,
-    /// Stamps some ring shows Pending.
-    pending: HashSet<u64>,
-    /// Blocks the rings record that reach past the cursor: their writers account for
-    /// every stamp in them (used, or unused when dropped), so no roll is needed there.
-    blocks: Vec<std::ops::Range<u64>>,
+    /// Stamps some ring shows Pending, and that ring's node.
+    pending: HashMap<u64, u8>,
+    /// Blocks the rings record that reach past the cursor, and their nodes: their
+    /// writers account for every stamp in them (used, or unused when dropped), so no
+    /// roll is needed there.
+    blocks: Vec<(std::ops::Range<u64>, u8)>,
     /// The end (exclusive) of the highest stamp recorded of each epoch seen.
     ends: Vec<(u32, u64)>,
     /// The epoch every ring has moved past, and its end: its unrecorded stamps are no-ops.
@@ -207,6 +209,8 @@ pub struct Applier {
     reread_ns: u64,
     /// Catching up from a peer's feed, if it fell a whole ring behind a writer.
     catch: Option<CatchUp>,
+    /// Warnings about a hole that stays open.
+    warnings: StallWarnings,
     /// Counters.
     pub stats: ApplyStats,
 }
@@ -230,7 +234,7 @@ impl Applier {
             order: OrderedApply::new(cursor)?,
             feed,
             sources: vec![FRESH; n],
-            pending: HashSet::with_capacity(ORDER_WINDOW as usize),
+            pending: HashMap::with_capacity(ORDER_WINDOW as usize),
             blocks: Vec::with_capacity(BLOCKS_HELD),
             ends: Vec::with_capacity(2 * ORDER_CLOSES_MAX),
             complete: None,
@@ -238,6 +242,7 @@ impl Applier {
             rolled_at: 0,
             reread_ns,
             catch: None,
+            warnings: StallWarnings::default(),
             stats: ApplyStats::default(),
         })
     }
@@ -273,8 +278,8 @@ impl Applier {
     pub fn wants_roll(&mut self, leading: u32, after_ns: u64, now: Now) -> bool {
         let c = self.order.cursor();
         let ready = epoch_of(c) == leading
-            && !self.pending.contains(&c)
-            && !self.blocks.iter().any(|b| b.contains(&c))
+            && !self.pending.contains_key(&c)
+            && !self.blocks.iter().any(|(b, _)| b.contains(&c))
             && self.rolled_at != c
             && self.stuck_ns(now) >= after_ns
             && self.sources.iter().all(|s| s.next != 0 && !s.lost && s.read_ns > self.stuck.1);
@@ -298,7 +303,35 @@ impl Applier {
         }
         busy |= self.settle_epochs(now);
         busy |= self.release(cx.own, now);
+        let stall = self.stall(now.mono_ns);
+        self.warnings.check(self.me, stall);
         busy
+    }
+
+    /// The hole at the cursor, if one holds the order back (none while catching up:
+    /// the copy moves the cursor): how long it has been open, the node whose ring
+    /// records its stamp, and the rings not read for [`READ_GIVEN_UP_REREADS`] times
+    /// `reread_ns` (each is read about every `reread_ns`), at `now_ns` (monotonic).
+    pub fn stall(&self, now_ns: u64) -> Option<Stall> {
+        if self.catch.is_some() {
+            return None;
+        }
+        let (version, open_ns) = self.order.oldest_hole(now_ns)?;
+        let held_by = self
+            .pending
+            .get(&version)
+            .copied()
+            .or_else(|| self.blocks.iter().find(|(b, _)| b.contains(&version)).map(|&(_, j)| j));
+        let silent_ns = READ_GIVEN_UP_REREADS * self.reread_ns;
+        let unread = (self.sources.iter().enumerate())
+            .filter(|&(j, s)| j != self.me as usize && now_ns.saturating_sub(s.read_ns) >= silent_ns)
+            .fold(0u64, |bits, (j, _)| bits | 1 << j);
+        Some(Stall { version, open_ns, held_by, unread })
+    }
+
+    /// Warnings logged about holes that stayed open (see `protocol/stall.rs`).
+    pub fn stall_warnings(&self) -> u64 {
+        self.warnings.warned
     }
 
     fn read_own(&mut self, own: &FateRing, now: Now) -> bool {
@@ -834,19 +867,19 @@ impl Applier {
         let result = match e.kind {
             FateKind::Epoch => return Took::Final,
             FateKind::Block => {
-                if stamps.end > cursor && !self.blocks.contains(&stamps) {
+                if stamps.end > cursor && !self.blocks.iter().any(|(b, _)| *b == stamps) {
                     if self.blocks.len() == BLOCKS_HELD {
-                        self.blocks.retain(|b| b.end > cursor);
+                        self.blocks.retain(|(b, _)| b.end > cursor);
                     }
                     if self.blocks.len() < BLOCKS_HELD {
-                        self.blocks.push(stamps);
+                        self.blocks.push((stamps, j));
                     }
                 }
                 return Took::Final;
             }
             FateKind::Pending => {
                 if e.version >= cursor {
-                    self.pending.insert(e.version);
+                    self.pending.insert(e.version, j);
                 }
                 return Took::Open;
             }
@@ -912,7 +945,7 @@ impl Applier {
             }
             let c = self.order.cursor();
             match self.complete {
-                Some((e, end)) if epoch_of(c) == e && c < end && !self.pending.contains(&c) => {
+                Some((e, end)) if epoch_of(c) == e && c < end && !self.pending.contains_key(&c) => {
                     // Every ring moved past this epoch without recording the stamp.
                     self.stats.unrecorded += 1;
                     if let Err(err) = self.order.resolve(c, Fate::NoOp, now.mono_ns) {
@@ -932,7 +965,7 @@ impl Applier {
         // the cursor (a ring that stopped) is swept only once the set has grown, since
         // a sweep visits every bucket.
         if self.pending.len() > ORDER_WINDOW as usize {
-            self.pending.retain(|&v| v >= c);
+            self.pending.retain(|&v, _| v >= c);
         }
         self.stuck = (c, now.mono_ns);
         own.set_cursor(c);

@@ -18,7 +18,7 @@
 //!   another role's file or `node.rs`.
 //! - The shared lower modules the roles and the node both use: [`slots`] (generation
 //!   slot tables, typed handles), [`links`] (the peers; the one way work requests
-//!   leave), [`pacer`] (a peer's congestion window and the requests it holds), [`peer`] (one peer's state, a resync cursor's rewind), [`wr`] (work-request
+//!   leave), [`stall`] (what holds the order back), [`pacer`] (a peer's congestion window and the requests it holds), [`peer`] (one peer's state, a resync cursor's rewind), [`wr`] (work-request
 //!   ids), [`pool`] (staging pools, the node's `Pools`), [`stats`], `noisy.rs` (the
 //!   rate-limited conditions), `ack.rs` (the acknowledgement immediate), `time.rs`
 //!   (`Now`), `host_memory.rs` and `host_directory.rs` (the host's region and
@@ -45,6 +45,7 @@ mod replicate;
 pub mod sequencer;
 pub mod slotjob;
 pub mod slots;
+pub mod stall;
 pub mod stats;
 mod time;
 pub mod wr;

@@ -559,6 +559,9 @@ impl<F: Fabric> Node<F> {
     pub fn summary(&self) -> String {
         let bytes: Vec<(u8, u64, u64)> = self.links.iter().map(|p| (p.id, p.bytes_out, p.bytes_in)).collect();
         let mut s = self.stats.render(self.me, &bytes);
+        if let Some(order) = self.order_summary() {
+            s.push_str(&order);
+        }
         s.push_str(&format!("  host: {}\n", self.metrics.summary().replace('\n', "\n  ")));
         s
     }

@@ -149,7 +149,8 @@ fn serve_on<F: Fabric>(opts: &ServeCluster, fabric: Arc<F>, stop: &AtomicBool) -
     let heartbeat = Duration::from_micros(opts.config.heartbeat_us);
     let mut idle = Idle::new(heartbeat, 1, opts.config.nodes.len() > 1);
     let mut nodes = [node];
-    let mut publisher = metrics.as_ref().map(|(_, shared)| Publisher::new(&nodes, 0, Arc::clone(shared)));
+    let mut publisher =
+        metrics.as_ref().map(|(_, shared)| Publisher::new(&nodes, 0, Arc::clone(shared), clock.now().mono_ns));
     run(&mut nodes, &clock, &mut idle, publisher.as_mut(), stop);
     drop(metrics);
     let [node] = nodes;
@@ -166,8 +167,9 @@ pub fn serve_regions(opts: &ServeRegions, stop: &AtomicBool) -> Result<String, E
     let heartbeat = Duration::from_micros(prescient_shim::config::HEARTBEAT_PERIOD_US);
     let mut idle = Idle::new(heartbeat, served.nodes().len(), false);
     tracing::info!(regions = served.nodes().len(), refused = served.refused().len(), "serving");
-    let mut publisher =
-        metrics.as_ref().map(|(_, shared)| Publisher::new(served.nodes(), served.refused().len(), Arc::clone(shared)));
+    let mut publisher = metrics.as_ref().map(|(_, shared)| {
+        Publisher::new(served.nodes(), served.refused().len(), Arc::clone(shared), clock.now().mono_ns)
+    });
     run(served.nodes_mut(), &clock, &mut idle, publisher.as_mut(), stop);
     drop(metrics);
     served.detach();

@@ -14,7 +14,11 @@
 
 use std::sync::{Arc, Mutex, PoisonError, TryLockError};
 
+use crate::cluster::order::OrderStats;
+use crate::cluster::protocol::apply::ApplyStats;
 use crate::cluster::protocol::node::Node;
+use crate::cluster::protocol::sequencer::SeqStats;
+use crate::cluster::protocol::stall::Stall;
 use crate::cluster::protocol::stats::NodeStats;
 use crate::exposition::{Exposition, Kind, LATENCY_BOUNDS_NS};
 use crate::fabric::Fabric;
@@ -106,6 +110,36 @@ struct PeerFigures {
     bytes_in: u64,
 }
 
+/// A node's sequencer and ordered apply figures (`ordering = "sequencer"`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct OrderFigures {
+    /// The epoch of the leader word this node follows, and whether it sequences it.
+    epoch: u32,
+    leading: bool,
+    /// The sequencer role's counters: stamps, fetches, holes, rolls.
+    seq: SeqStats,
+    /// Writes and no-ops released in order.
+    released: OrderStats,
+    /// Catch-ups, entries copied, stretches marked missing.
+    apply: ApplyStats,
+    /// The hole holding the order back, if any.
+    stall: Option<Stall>,
+}
+
+impl OrderFigures {
+    fn of<F: Fabric>(node: &Node<F>, now_ns: u64) -> Option<Self> {
+        let (word, leading) = node.sequencer_state()?;
+        Some(Self {
+            epoch: word.epoch,
+            leading,
+            seq: node.sequencer_stats()?,
+            released: node.order_released()?,
+            apply: node.apply_stats()?,
+            stall: node.order_stall(now_ns),
+        })
+    }
+}
+
 /// One node's figures at the last publication.
 #[derive(Clone, Debug)]
 pub struct NodeSnapshot {
@@ -121,11 +155,13 @@ pub struct NodeSnapshot {
     store_records: u64,
     /// Sized at start for every link the node has; refilled within that capacity.
     peers: Vec<PeerFigures>,
+    /// Sequencer mode's figures (`None` in HLC mode).
+    order: Option<OrderFigures>,
 }
 
 impl NodeSnapshot {
     /// An empty snapshot shaped for `node` (all allocation happens here).
-    fn for_node<F: Fabric>(node: &Node<F>) -> Self {
+    fn for_node<F: Fabric>(node: &Node<F>, now_ns: u64) -> Self {
         let mut s = Self {
             node: node.id().to_string(),
             region: node.region().path().display().to_string(),
@@ -138,13 +174,14 @@ impl NodeSnapshot {
             store_live: 0,
             store_records: 0,
             peers: Vec::with_capacity(node.bytes_moved().count()),
+            order: None,
         };
-        s.fill(node);
+        s.fill(node, now_ns);
         s
     }
 
-    /// Copies `node`'s figures in, without allocating.
-    fn fill<F: Fabric>(&mut self, node: &Node<F>) {
+    /// Copies `node`'s figures at `now_ns` (monotonic) in, without allocating.
+    fn fill<F: Fabric>(&mut self, node: &Node<F>, now_ns: u64) {
         let stats = node.stats();
         self.metrics.clone_from(node.metrics());
         self.writes.copy_from(&stats.writes);
@@ -161,6 +198,7 @@ impl NodeSnapshot {
         for (id, bytes_out, bytes_in) in node.bytes_moved().take(room) {
             self.peers.push(PeerFigures { id, up: node.peer_up(id), bytes_out, bytes_in });
         }
+        self.order = OrderFigures::of(node, now_ns);
     }
 
     /// Makes this snapshot equal to `other`, allocating only if their shapes differ.
@@ -178,6 +216,7 @@ impl NodeSnapshot {
         (self.store_live, self.store_records) = (other.store_live, other.store_records);
         self.peers.clear();
         self.peers.extend_from_slice(&other.peers);
+        self.order = other.order;
     }
 }
 
@@ -210,10 +249,16 @@ pub struct Publisher {
 
 impl Publisher {
     /// Shapes the snapshots for `nodes` (`regions_refused`: regions refused at attach)
-    /// and publishes their figures now into `shared`, so the first scrape has them.
-    pub fn new<F: Fabric>(nodes: &[Node<F>], regions_refused: usize, shared: Arc<Mutex<Published>>) -> Self {
+    /// and publishes their figures at `now_ns` (monotonic) into `shared`, so the first
+    /// scrape has them.
+    pub fn new<F: Fabric>(
+        nodes: &[Node<F>],
+        regions_refused: usize,
+        shared: Arc<Mutex<Published>>,
+        now_ns: u64,
+    ) -> Self {
         let spare = Published {
-            nodes: nodes.iter().map(NodeSnapshot::for_node).collect(),
+            nodes: nodes.iter().map(|node| NodeSnapshot::for_node(node, now_ns)).collect(),
             regions_refused: regions_refused as u64,
         };
         *shared.lock().unwrap_or_else(PoisonError::into_inner) = spare.clone();
@@ -228,7 +273,7 @@ impl Publisher {
         }
         debug_assert_eq!(nodes.len(), self.spare.nodes.len(), "the nodes are the ones the publisher was shaped for");
         for (snapshot, node) in self.spare.nodes.iter_mut().zip(nodes) {
-            snapshot.fill(node);
+            snapshot.fill(node, now_ns);
         }
         let mut shared = match self.shared.try_lock() {
             Ok(shared) => shared,
@@ -348,10 +393,94 @@ pub fn render(published: &Published) -> String {
         page.sample(name, &at(s), s.peers.iter().filter(|p| p.up).count() as u64);
     }
 
+    render_order(&mut page, nodes);
+
     let name = "prescient_regions_refused";
     page.family(name, Kind::Gauge, "Regions given that could not be served (refused at attach).");
     page.sample(name, &[], published.regions_refused);
     page.finish()
+}
+
+/// Sequencer mode's families, if any node runs it: the epoch, the stamps, the order
+/// released, catch-ups, and the hole holding the order back with the nodes it waits for.
+fn render_order(page: &mut Exposition, nodes: &[NodeSnapshot]) {
+    let ordered = || nodes.iter().filter_map(|s| s.order.map(|o| (s, o)));
+    if ordered().next().is_none() {
+        return;
+    }
+    let name = "prescient_sequencer_epoch";
+    page.family(name, Kind::Gauge, "The sequencer epoch this node follows (ordering = \"sequencer\").");
+    for (s, o) in ordered() {
+        page.sample(name, &at(s), u64::from(o.epoch));
+    }
+    let name = "prescient_sequencer_leading";
+    page.family(name, Kind::Gauge, "1 if this node sequences its epoch, else 0.");
+    for (s, o) in ordered() {
+        page.sample(name, &at(s), u64::from(o.leading));
+    }
+    type Counter = (&'static str, &'static str, fn(&OrderFigures) -> u64);
+    const COUNTERS: [Counter; 8] = [
+        ("prescient_sequencer_stamps_total", "Stamps handed to this node's writes.", |o| o.seq.stamps),
+        ("prescient_sequencer_fetches_total", "Stamp blocks fetched by FETCH_ADD on the sequencer's word.", |o| {
+            o.seq.fetches
+        }),
+        ("prescient_sequencer_holes_total", "Stamps this node fetched and never used.", |o| o.seq.holes),
+        (
+            "prescient_sequencer_rolls_total",
+            "Epochs this node claimed as sequencer to settle a hole in the order.",
+            |o| o.seq.rolls,
+        ),
+        (
+            "prescient_order_catch_ups_total",
+            "Catch-ups from a peer's change feed (this node fell a fate ring behind).",
+            |o| o.apply.catch_ups,
+        ),
+        ("prescient_order_entries_copied_total", "Change feed entries copied from peers by catch-ups.", |o| {
+            o.apply.copied
+        }),
+        (
+            "prescient_order_gaps_total",
+            "Stretches this node's change feed marked missing (no peer's feed still held them).",
+            |o| o.apply.feed_gaps,
+        ),
+        (
+            "prescient_order_conflicts_total",
+            "Fates the order refused as contradicting it (a bug; each is logged).",
+            |o| o.apply.conflicts,
+        ),
+    ];
+    let name = "prescient_order_released_total";
+    page.family(
+        name,
+        Kind::Counter,
+        "Stamps the ordered apply released, by fate: committed writes (into the change feed) and no-ops.",
+    );
+    for (s, o) in ordered() {
+        let [node, region] = at(s);
+        page.sample(name, &[node, region, ("fate", "write")], o.released.writes);
+        page.sample(name, &[node, region, ("fate", "noop")], o.released.noops);
+    }
+    for (name, help, read) in COUNTERS {
+        page.family(name, Kind::Counter, help);
+        for (s, o) in ordered() {
+            page.sample(name, &at(s), read(&o));
+        }
+    }
+    let name = "prescient_order_hole_open_seconds";
+    page.family(name, Kind::Gauge, "How long the hole holding this node's order back has been open (0: none); every committed write after it waits.");
+    for (s, o) in ordered() {
+        page.sample(name, &at(s), o.stall.map_or(0.0, |h| h.open_ns as f64 / 1e9));
+    }
+    let name = "prescient_order_waiting_for";
+    page.family(name, Kind::Gauge, "1 for each node the hole holding the order back waits for: the node whose ring records its stamp, and nodes whose fate rings it could not READ lately (down or cut off).");
+    for (s, o) in ordered() {
+        let Some(h) = o.stall else { continue };
+        let [node, region] = at(s);
+        let waits = h.unread | h.held_by.map_or(0, |j| 1 << j);
+        for j in (0..64u8).filter(|j| waits >> j & 1 == 1) {
+            page.sample(name, &[node, region, ("peer", &j.to_string())], 1u64);
+        }
+    }
 }
 
 /// The labels every series of node `s` carries.
@@ -402,6 +531,7 @@ mod tests {
             store_live: 0,
             store_records: 0,
             peers: Vec::with_capacity(4),
+            order: None,
         }
     }
 
@@ -435,6 +565,41 @@ mod tests {
         assert_eq!(page.matches("# TYPE prescient_write_stage_seconds histogram").count(), 1);
         // No op NOP line without NOPs.
         assert!(!page.contains(r#"op="nop""#), "{page}");
+    }
+
+    #[test]
+    fn sequencer_mode_shows_the_order_and_what_its_hole_waits_for() {
+        let hlc = snapshot("0", "a");
+        let page = render(&Published { nodes: vec![hlc.clone()], regions_refused: 0 });
+        assert!(!page.contains("prescient_order_") && !page.contains("prescient_sequencer_"), "HLC mode: none\n{page}");
+        let mut seq = snapshot("1", "b");
+        seq.order = Some(OrderFigures {
+            epoch: 3,
+            leading: true,
+            seq: SeqStats { stamps: 40, rolls: 2, ..SeqStats::default() },
+            released: OrderStats { writes: 38, noops: 5, repeats: 0 },
+            apply: ApplyStats { catch_ups: 1, copied: 64, ..ApplyStats::default() },
+            stall: Some(Stall {
+                version: 3 << 32 | 9,
+                open_ns: 2_500_000_000,
+                held_by: Some(4),
+                unread: 1 << 4 | 1 << 2,
+            }),
+        });
+        let page = render(&Published { nodes: vec![hlc, seq], regions_refused: 0 });
+        let has = |line: &str| assert!(page.lines().any(|l| l == line), "no line {line:?} in\n{page}");
+        has(r#"prescient_sequencer_epoch{node="1",region="b"} 3"#);
+        has(r#"prescient_sequencer_leading{node="1",region="b"} 1"#);
+        has(r#"prescient_sequencer_stamps_total{node="1",region="b"} 40"#);
+        has(r#"prescient_sequencer_rolls_total{node="1",region="b"} 2"#);
+        has(r#"prescient_order_released_total{node="1",region="b",fate="write"} 38"#);
+        has(r#"prescient_order_released_total{node="1",region="b",fate="noop"} 5"#);
+        has(r#"prescient_order_entries_copied_total{node="1",region="b"} 64"#);
+        has(r#"prescient_order_hole_open_seconds{node="1",region="b"} 2.5"#);
+        has(r#"prescient_order_waiting_for{node="1",region="b",peer="2"} 1"#);
+        has(r#"prescient_order_waiting_for{node="1",region="b",peer="4"} 1"#);
+        assert_eq!(page.matches("prescient_order_waiting_for{").count(), 2, "{page}");
+        assert!(!page.contains(r#"prescient_order_released_total{node="0""#), "the HLC node has no order series");
     }
 
     #[test]

@@ -6,7 +6,9 @@ use super::Node;
 use crate::cluster::format::feed::{FeedEntry, FeedError};
 use crate::cluster::protocol::apply::{ApplyCx, ApplyStats};
 use crate::cluster::protocol::sequencer::SeqCx;
+use crate::cluster::protocol::stall::Stall;
 use crate::cluster::protocol::time::Now;
+use crate::cluster::sequence::{epoch_of, sequence_of};
 use crate::fabric::Fabric;
 use crate::limits::HOLE_ROLL_DEAD_AFTERS;
 
@@ -38,6 +40,50 @@ impl<F: Fabric> Node<F> {
     /// no-ops); `None` in HLC mode.
     pub fn order_state(&self) -> Option<(u64, u64, u64)> {
         self.applier.as_ref().map(|a| (a.cursor(), a.order_stats().writes, a.order_stats().noops))
+    }
+
+    /// The summary's lines for sequencer mode: stamps and epochs, the order released,
+    /// catch-ups and marks (`None` in HLC mode).
+    pub(in crate::cluster::protocol) fn order_summary(&self) -> Option<String> {
+        let (sequencer, applier) = (self.sequencer.as_ref()?, self.applier.as_ref()?);
+        let (q, a, o) = (sequencer.stats, applier.stats, applier.order_stats());
+        let cursor = applier.cursor();
+        Some(format!(
+            "  sequencer: {}, {}; {} stamps taken in {} fetches, {} unused (holes), {} epochs rolled over holes, {} claims won, {} lost\n  \
+             order: released {} writes and {} no-ops, next epoch {} sequence {}; {} catch-ups from peers' feeds ({} entries copied), {} stretches marked missing, {} warnings of a stalled order\n",
+            sequencer.leader(),
+            if sequencer.leading().is_some() { "sequenced here" } else { "followed" },
+            q.stamps,
+            q.fetches,
+            q.holes,
+            q.rolls,
+            q.claims_won,
+            q.claims_failed,
+            o.writes,
+            o.noops,
+            epoch_of(cursor),
+            sequence_of(cursor),
+            a.catch_ups,
+            a.copied,
+            a.feed_gaps,
+            applier.stall_warnings(),
+        ))
+    }
+
+    /// The hole holding this node's order back at `now_ns` (monotonic), if one does
+    /// (see `protocol/stall.rs`); `None` also in HLC mode.
+    pub fn order_stall(&self, now_ns: u64) -> Option<Stall> {
+        self.applier.as_ref().and_then(|a| a.stall(now_ns))
+    }
+
+    /// Warnings this node logged about holes that stayed open (0 in HLC mode).
+    pub fn order_stall_warnings(&self) -> u64 {
+        self.applier.as_ref().map_or(0, |a| a.stall_warnings())
+    }
+
+    /// What the order released (writes, no-ops); `None` in HLC mode.
+    pub fn order_released(&self) -> Option<crate::cluster::order::OrderStats> {
+        self.applier.as_ref().map(|a| a.order_stats())
     }
 
     /// What the ordered apply counts; `None` in HLC mode.

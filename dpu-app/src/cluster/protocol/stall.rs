@@ -1,0 +1,114 @@
+//! What holds an ordered apply back (`ordering = "sequencer"`): the hole at its cursor,
+//! how long it has been open, the node the rings say holds its stamp, and the nodes
+//! whose fate rings could not be read lately. The metrics page and the node's
+//! summary show it, and a warning names the nodes to bring back, once the hole is
+//! older than [`ORDER_STALL_WARN_MS`] and again each time its age doubles (a stall of
+//! a day logs about 17 lines).
+#![forbid(unsafe_code)]
+
+use crate::cluster::sequence::{epoch_of, sequence_of};
+use crate::limits::ORDER_STALL_WARN_MS;
+
+/// A hole at the order's cursor: a stamp with no fate yet while a fate or close above
+/// it is known, so every committed write after it waits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stall {
+    /// The stamp the order waits for.
+    pub version: u64,
+    /// How long the hole has been open.
+    pub open_ns: u64,
+    /// The node whose ring records the stamp (a write it has not decided, or a block
+    /// it has not said it used): its decision, or its restart, settles it. `None`: no
+    /// ring this node read records it (the epoch's end settles it, or a roll).
+    pub held_by: Option<u8>,
+    /// Nodes (bit `j`: node `j`) whose fate rings this node has not read lately (for
+    /// eight of its rereads: down or cut off): the stamp's fate, or its epoch's end,
+    /// may be there.
+    pub unread: u64,
+}
+
+impl Stall {
+    /// The nodes in [`Stall::unread`], lowest first.
+    pub fn unread_nodes(&self) -> impl Iterator<Item = u8> + '_ {
+        (0..64u8).filter(move |j| self.unread >> j & 1 == 1)
+    }
+}
+
+/// The warnings of one applier: which hole it last warned about, and when it warns
+/// again.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct StallWarnings {
+    version: u64,
+    next_ns: u64,
+    /// Warnings logged.
+    pub(super) warned: u64,
+}
+
+impl StallWarnings {
+    /// Logs a warning about `stall` if it is due: past [`ORDER_STALL_WARN_MS`] for a new
+    /// hole, then at each doubling of its age.
+    pub(super) fn check(&mut self, me: u8, stall: Option<Stall>) {
+        let Some(s) = stall else { return };
+        if s.version != self.version {
+            (self.version, self.next_ns) = (s.version, ORDER_STALL_WARN_MS * 1_000_000);
+        }
+        if s.open_ns < self.next_ns {
+            return;
+        }
+        self.next_ns = s.open_ns.saturating_mul(2);
+        self.warned += 1;
+        let unread: Vec<u8> = s.unread_nodes().collect();
+        let (epoch, sequence) = (epoch_of(s.version), sequence_of(s.version));
+        let seconds = s.open_ns as f64 / 1e9;
+        match (s.held_by, unread.is_empty()) {
+            (Some(holder), _) if s.unread >> holder & 1 == 1 => tracing::warn!(
+                node = me, epoch, sequence, seconds, holder,
+                "the change feed waits for a stamp node {holder} took, and node {holder} cannot be read: every node's feed stays here until node {holder} restarts with its data folder and records the stamp's fate (a node that never comes back holds the order; see README, 'Sequencer ordering')"
+            ),
+            (Some(holder), _) => tracing::warn!(
+                node = me, epoch, sequence, seconds, holder, ?unread,
+                "the change feed waits for node {holder} to decide a write it stamped (it decides within its write timeout; a node that stays stuck longer is overloaded or its links are failing)"
+            ),
+            (None, false) => tracing::warn!(
+                node = me, epoch, sequence, seconds, ?unread,
+                "the change feed waits for a stamp no readable fate ring records, and these nodes' rings cannot be read: the stamp's fate, or its epoch's end, waits for them; restart them with their data folders (a node that never comes back holds the order; see README, 'Sequencer ordering')"
+            ),
+            (None, true) => tracing::warn!(
+                node = me, epoch, sequence, seconds,
+                "the change feed waits for a stamp no fate ring records; the sequencer claims the next epoch to settle it once every ring was read"
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hole_is_warned_about_past_the_bound_and_then_at_each_doubling() {
+        let mut w = StallWarnings::default();
+        let bound = ORDER_STALL_WARN_MS * 1_000_000;
+        let stall = |version, open_ns| Some(Stall { version, open_ns, held_by: Some(4), unread: 1 << 4 });
+        w.check(0, None);
+        w.check(0, stall(7, bound - 1));
+        assert_eq!(w.warned, 0, "not before the bound");
+        for open_ns in [bound, bound + 1, 2 * bound - 1] {
+            w.check(0, stall(7, open_ns));
+        }
+        assert_eq!(w.warned, 1, "once at the bound");
+        for open_ns in [2 * bound, 3 * bound, 4 * bound, 100 * bound] {
+            w.check(0, stall(7, open_ns));
+        }
+        assert_eq!(w.warned, 4, "then at 2x, 4x and a jump to 100x");
+        w.check(0, stall(8, bound / 2));
+        w.check(0, stall(8, bound));
+        assert_eq!(w.warned, 5, "a new hole starts over at the bound");
+    }
+
+    #[test]
+    fn unread_nodes_are_listed_lowest_first() {
+        let s = Stall { unread: 1 << 31 | 1 << 4 | 1, ..Stall::default() };
+        assert_eq!(s.unread_nodes().collect::<Vec<_>>(), vec![0, 4, 31]);
+    }
+}
