@@ -322,6 +322,33 @@ fn a_cluster_node_exposes_its_peers_and_the_writes_it_coordinated() {
     assert_eq!(value(&other, req, &[("op", "put"), ("status", "ok")]), Some(0.0));
 }
 
+/// In sequencer mode the page also has the sequencer's epoch and stamps and the
+/// ordered apply's releases: every node's order releases the writes node 0 coordinated
+/// (the parser checks the families' format as for every page).
+#[test]
+fn a_sequencer_mode_node_exposes_its_epoch_stamps_and_order() {
+    let lines = "ordering = \"sequencer\"\nsequencer = 0\nshadows = [1]\n";
+    let cluster = ClusterProcs::start_configured("metrics-seq", 3, 2, 1, 2, lines, &["--metrics", "127.0.0.1:0"]);
+    let addrs: Vec<SocketAddr> = (0..3).map(|i| cluster.dpu(i).unwrap().metrics_addr(WAIT)).collect();
+    assert!(cluster.hosts.iter().all(|h| wait_served(h)), "every node serves its host");
+    assert!(cluster.wait_connected(WAIT), "the nodes did not connect");
+    let host = &cluster.hosts[0];
+    let mut qp = host.queue_pair(0).unwrap();
+    let ops: Vec<(u8, u32)> = (0..10).map(|k| (b'p', k)).collect();
+    let got = run_ops(host, &mut qp, &ops);
+    assert!(got.iter().all(|&s| s == Status::Ok), "{got:?}");
+    for (i, &addr) in addrs.iter().enumerate() {
+        let released = "prescient_order_released_total";
+        let samples = scrape_until(addr, |s| value(s, released, &[("fate", "write")]).is_some_and(|n| n >= 10.0));
+        let epoch = value(&samples, "prescient_sequencer_epoch", &[]).unwrap();
+        assert!(epoch >= 1.0, "node {i} follows an epoch: {epoch}");
+        let stamps = value(&samples, "prescient_sequencer_stamps_total", &[]).unwrap();
+        assert_eq!(stamps, if i == 0 { 10.0 } else { 0.0 }, "node {i}'s writes took the stamps");
+        assert_eq!(value(&samples, "prescient_order_conflicts_total", &[]), Some(0.0), "node {i}");
+        assert!(samples.iter().all(|s| s.name != "prescient_order_waiting_for"), "node {i}: no hole waits");
+    }
+}
+
 #[test]
 fn a_taken_or_malformed_address_stops_the_start_and_says_what_to_do() {
     let region = TempRegion::new("metrics-taken");
