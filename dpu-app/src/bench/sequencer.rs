@@ -225,6 +225,7 @@ fn process_failovers(count: u32, binary: &std::path::Path) -> Result<(Failovers,
         settle: Duration::from_secs(10),
         verbs: None,
         site: None,
+        sequencer: false,
     };
     let tuning = Tuning {
         heartbeat_us: 1_000,

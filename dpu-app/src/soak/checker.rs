@@ -99,6 +99,14 @@ impl Checker {
         }
     }
 
+    /// The versions of every acknowledged write as the change feeds hold them (a
+    /// completion's version is a stamp, `version << STAMP_NODE_BITS | node`).
+    pub fn acked_versions(&self) -> std::collections::BTreeSet<u64> {
+        let acked = self.keys.values().flat_map(|h| h.writes.values());
+        let version = |stamp: &u64| stamp >> crate::limits::STAMP_NODE_BITS;
+        acked.filter_map(|f| if let Fate::Acked(v) = f { Some(version(v)) } else { None }).collect()
+    }
+
     /// Writes every key's history to `path` as text (a line a write: key, writer,
     /// sequence, fate, version), through a temporary file renamed into place, so a
     /// site that reads it (`soak --nodes-here`) never sees half of it.

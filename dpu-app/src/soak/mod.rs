@@ -13,9 +13,12 @@
 //!
 //! The summary gives acknowledged writes per second over the run, failures by status,
 //! the longest stretch with no write acknowledged while a quorum of nodes was up (a
-//! stall), and the reads with `m` down.
+//! stall), and the reads with `m` down. With `--ordering sequencer` it also checks
+//! every node's change feed once all are up ([`feeds`]): one order, holding every
+//! acknowledged write above what the feed marked missing.
 
 pub mod checker;
+pub mod feeds;
 pub mod procs;
 
 use crate::Error;
@@ -61,7 +64,18 @@ pub struct SoakOptions {
     /// Run as one site of a cluster whose nodes are spread over machines (`None`: every
     /// node here, on a cluster file this writes).
     pub site: Option<Site>,
+    /// Order the writes by the sequencer (`ordering = "sequencer"`, with
+    /// [`SEQUENCER_LINES`]) and check every node's change feed at the end.
+    pub sequencer: bool,
 }
+
+/// The cluster file's lines with `soak --ordering sequencer`: node 0 sequences, 1 and
+/// 2 are its shadows, and fate rings of 4,096 entries, so a node killed for a couple of
+/// seconds under load falls a whole ring behind: it catches up from a peer's feed, or,
+/// when the kill held every order back (the node had stamps in hand) longer than the
+/// rings keep, every feed marks that stretch missing.
+pub const SEQUENCER_LINES: &str =
+    "ordering = \"sequencer\"\nsequencer = 0\nshadows = [1, 2]\nstamp_block = 16\nfate_entries = 4096\n";
 
 /// One site of a cluster spread over machines (the two-VM run of `ci/softroce-2vm.sh`):
 /// this process runs the nodes `here` of the cluster file `config`, with a writer on
@@ -165,12 +179,19 @@ pub struct SoakReport {
     pub retried: u64,
     /// The first few findings, for the reader.
     pub findings: Vec<String>,
+    /// The change feeds' check (`--ordering sequencer`).
+    pub feeds: Option<feeds::FeedCheck>,
 }
 
 impl SoakReport {
     /// Writes that were acknowledged and then read back older, or not at all.
     pub fn lost(&self) -> u64 {
         self.all_up.1 + self.m_down.1
+    }
+
+    /// Problems the change feeds' check found (0 without `--ordering sequencer`).
+    pub fn feed_problems(&self) -> usize {
+        self.feeds.as_ref().map_or(0, |f| f.problem_count)
     }
 
     /// A readable summary.
@@ -260,6 +281,22 @@ impl SoakReport {
         let _ = writeln!(s, "  lost: {}", self.lost());
         for f in &self.findings {
             let _ = writeln!(s, "  finding: {f}");
+        }
+        if let Some(f) = &self.feeds {
+            let entries: Vec<String> = f.entries.iter().map(usize::to_string).collect();
+            let _ = writeln!(
+                s,
+                "  change feeds (every node up): {} entries held per node, {} entries of the window all hold compared across the {} feeds, {} acknowledged writes found where a feed's window covers them ({} below a window: marked missing or wrapped); {} problems",
+                entries.join(" / "),
+                f.common,
+                opts.nodes,
+                f.acked_found,
+                f.acked_below,
+                f.problem_count
+            );
+            for p in &f.problems {
+                let _ = writeln!(s, "  feed problem: {p}");
+            }
         }
         s
     }
@@ -431,6 +468,10 @@ pub fn run(opts: &SoakOptions) -> Result<SoakReport, Error> {
     // Every key with every node up, then with m nodes stopped (retried while repair
     // settles, up to the bound).
     report.all_up = read_back(&cluster, &checker, &all, Duration::ZERO, &mut retried, &mut report.findings);
+    if opts.sequencer {
+        let paths: Vec<PathBuf> = all.iter().map(|&i| cluster.data_dir(i).join("feed.prfeed")).collect();
+        report.feeds = Some(feeds::check(&paths, &checker.acked_versions(), opts.settle));
+    }
     let mut stopped = Vec::new();
     while stopped.len() < opts.m as usize {
         let victim = rng.below(here as u64) as usize;

@@ -97,7 +97,11 @@ impl ProcessCluster {
     /// Starts the cluster `opts` asks for: as one site of the cluster file it names
     /// (`opts.site`), or every node of a cluster file and key this writes.
     pub fn start(opts: &SoakOptions) -> Result<Self, String> {
-        Self::start_tuned(opts, &Tuning::soak())
+        let mut tuning = Tuning::soak();
+        if opts.sequencer {
+            tuning.extra.push_str(super::SEQUENCER_LINES);
+        }
+        Self::start_tuned(opts, &tuning)
     }
 
     /// [`ProcessCluster::start`] with `tuning`'s timings and lines in the file it
