@@ -601,7 +601,11 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 return Err(format!("{} acknowledged writes were lost", report.lost()).into());
             }
             if report.feed_problems() > 0 {
-                return Err(format!("the change feeds are not one order holding every acknowledged write: {} problems (above)", report.feed_problems()).into());
+                return Err(format!(
+                    "the change feeds are not one order holding every acknowledged write: {} problems (above)",
+                    report.feed_problems()
+                )
+                .into());
             }
             if opts.site.is_some() && report.all_up.2 > 0 {
                 return Err(format!(

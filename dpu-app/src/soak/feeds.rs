@@ -27,7 +27,7 @@ pub struct FeedCheck {
     /// stalled longer than the fate rings keep, or no peer's feed held them; or it
     /// wrapped), summed over the feeds.
     pub acked_below: u64,
-    /// Problems (each a sentence), the first [`PROBLEMS_KEPT`] of them, and how many.
+    /// Problems (each a sentence), the first `PROBLEMS_KEPT` (8) of them.
     pub problems: Vec<String>,
     /// Problems in all.
     pub problem_count: usize,

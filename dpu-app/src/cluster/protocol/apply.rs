@@ -310,7 +310,7 @@ impl Applier {
 
     /// The hole at the cursor, if one holds the order back (none while catching up:
     /// the copy moves the cursor): how long it has been open, the node whose ring
-    /// records its stamp, and the rings not read for [`READ_GIVEN_UP_REREADS`] times
+    /// records its stamp, and the rings not read for `READ_GIVEN_UP_REREADS` times
     /// `reread_ns` (each is read about every `reread_ns`), at `now_ns` (monotonic).
     pub fn stall(&self, now_ns: u64) -> Option<Stall> {
         if self.catch.is_some() {

@@ -67,7 +67,7 @@ impl StallWarnings {
             ),
             (Some(holder), _) => tracing::warn!(
                 node = me, epoch, sequence, seconds, holder, ?unread,
-                "the change feed waits for node {holder} to decide a write it stamped (it decides within its write timeout; a node that stays stuck longer is overloaded or its links are failing)"
+                "the change feed waits for node {holder} to settle a stamp it took (a write it decides within its write timeout, or a block it says it used): a node stuck longer is stalled or overloaded"
             ),
             (None, false) => tracing::warn!(
                 node = me, epoch, sequence, seconds, ?unread,
