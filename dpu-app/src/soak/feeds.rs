@@ -5,7 +5,7 @@
 //! inside its window.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use prescient_shim::feed::{FeedEntry, FeedReadError, FeedReader};
@@ -51,7 +51,7 @@ struct Feed {
 
 /// Reads node `node`'s feed at `path` whole, waiting (up to `within`) until it holds
 /// a version at or above `top`.
-fn read_feed(node: usize, path: &PathBuf, top: u64, within: Duration) -> Result<Feed, String> {
+fn read_feed(node: usize, path: &Path, top: u64, within: Duration) -> Result<Feed, String> {
     let deadline = Instant::now() + within;
     let mut reader = loop {
         match FeedReader::open(path) {
