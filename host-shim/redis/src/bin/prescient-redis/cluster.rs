@@ -150,6 +150,59 @@ pub fn start(dir: &Path, spec: &Spec, tools: &Tools) -> Result<Vec<Node>, String
             ));
         }
     }
+    for attempt in 1..=START_ATTEMPTS {
+        match start_once(dir, spec, tools) {
+            Ok(nodes) => return Ok(nodes),
+            Err(e) if attempt < START_ATTEMPTS && port_taken(dir, spec.port == 0) => {
+                let _ = stop(dir);
+                eprintln!("prescient-redis: {e}: a port found free was taken before a node bound it; starting again on new ports");
+            }
+            Err(e) => return Err(format!("{e}{}", log_tails(dir))),
+        }
+    }
+    unreachable!("the last attempt returns")
+}
+
+/// Starts that may be made when a node could not bind its port: the ports are found
+/// free, but another process (a parallel test, another cluster starting) may bind one
+/// before this cluster's node does.
+const START_ATTEMPTS: usize = 3;
+
+/// Whether a node's log in `dir` says a port this start chose was taken: a DPU app's
+/// (its ports are always chosen), or a Redis's if its ports were too (`redis_chosen`; a
+/// port the user named is the user's to free).
+fn port_taken(dir: &Path, redis_chosen: bool) -> bool {
+    logs(dir)
+        .filter(|(name, _)| redis_chosen || name.starts_with("dpu"))
+        .any(|(_, text)| text.contains("Address already in use") || text.contains("os error 98"))
+}
+
+/// The logs of the nodes in `dir`: (file name, text).
+fn logs(dir: &Path) -> impl Iterator<Item = (String, String)> {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir).into_iter().flatten().flatten().map(|e| e.path()).collect();
+    entries.sort();
+    entries.into_iter().filter(|p| p.extension().is_some_and(|x| x == "log")).filter_map(|p| {
+        let name = p.file_name()?.to_string_lossy().into_owned();
+        Some((name, std::fs::read_to_string(&p).ok()?))
+    })
+}
+
+/// The last lines of every node's log in `dir`, for an error (the folder may be gone
+/// by the time someone reads it).
+fn log_tails(dir: &Path) -> String {
+    let mut out = String::new();
+    for (name, text) in logs(dir) {
+        let lines: Vec<&str> = text.lines().collect();
+        let _ = write!(out, "\n{name}, last lines:");
+        for l in &lines[lines.len().saturating_sub(4)..] {
+            let _ = write!(out, "\n  {l}");
+        }
+    }
+    out
+}
+
+/// One attempt of [`start`].
+fn start_once(dir: &Path, spec: &Spec, tools: &Tools) -> Result<Vec<Node>, String> {
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir.join("keys")).map_err(io("create", dir))?;
     let dir = dir.canonicalize().map_err(io("resolve", dir))?;
