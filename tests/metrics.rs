@@ -3,8 +3,9 @@
 //! writer's code), histograms are cumulative and end in `+Inf` equal to `_count`, and
 //! the request counts are what this test sent - for two one-node regions served by one
 //! process (series labelled by region) and for the nodes of a three-process cluster
-//! (peers up, bytes per peer). A taken or malformed address stops the start with an
-//! error that says what to do.
+//! (peers up, bytes per peer), and in sequencer mode its order, including what a hole
+//! in it waits for. A taken or malformed address stops the start with an error that
+//! says what to do.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Write};
@@ -347,6 +348,58 @@ fn a_sequencer_mode_node_exposes_its_epoch_stamps_and_order() {
         assert_eq!(value(&samples, "prescient_order_conflicts_total", &[]), Some(0.0), "node {i}");
         assert!(samples.iter().all(|s| s.name != "prescient_order_waiting_for"), "node {i}: no hole waits");
     }
+}
+
+/// A node killed while its writes hold stamps holds every node's order at the first of
+/// them, and node 0's page says so: the hole's age, and node 2 as what the order waits
+/// for, with a warning in node 0's log past a second. Restarted, node 2 settles its
+/// stamps and the hole closes.
+#[test]
+fn a_node_down_holding_stamps_is_what_the_page_says_the_order_waits_for() {
+    let lines = "ordering = \"sequencer\"\nsequencer = 0\nshadows = [1]\n";
+    let mut cluster = ClusterProcs::start_configured("metrics-stall", 3, 2, 1, 2, lines, &["--metrics", "127.0.0.1:0"]);
+    let addr = cluster.dpu(0).unwrap().metrics_addr(WAIT);
+    assert!(cluster.hosts.iter().all(|h| wait_served(h)), "every node serves its host");
+    assert!(cluster.wait_connected(WAIT), "the nodes did not connect");
+    let (one, two) = (Arc::clone(&cluster.hosts[1]), Arc::clone(&cluster.hosts[2]));
+    let (mut q1, mut q2) = (one.queue_pair(0).unwrap(), two.queue_pair(0).unwrap());
+    let hole = |s: &[Sample]| value(s, "prescient_order_hole_open_seconds", &[]).unwrap_or(0.0);
+    let waits_for_2 = |s: &[Sample]| value(s, "prescient_order_waiting_for", &[("peer", "2")]) == Some(1.0);
+    let mut stalled = None;
+    for attempt in 0..5u32 {
+        // Writes through node 2, and node 2 killed while they are under way.
+        for k in 0..4u64 {
+            let mut buf = two.take_buffer().expect("a free buffer");
+            buf.value_mut()[..100].fill(b's');
+            let key = format!("held_{attempt}_{k}").into_bytes();
+            q2.submit(Request::put(&key, buf, 100).user_data(k)).map_err(|(e, _)| e).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(2));
+        cluster.kill9(2);
+        // Writes through node 1 commit above node 2's stamps.
+        let ops: Vec<(u8, u32)> = (0..5).map(|k| (b'p', 100 * attempt + k)).collect();
+        let got = run_ops(&one, &mut q1, &ops);
+        assert!(got.iter().all(|&s| s == Status::Ok), "{got:?}");
+        let deadline = Instant::now() + Duration::from_secs(4);
+        while stalled.is_none() && Instant::now() < deadline {
+            let samples = parse(&http_get(addr, "/metrics").2);
+            if waits_for_2(&samples) && hole(&samples) >= 1.0 {
+                stalled = Some(hole(&samples));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if stalled.is_some() {
+            break;
+        }
+        // Node 2 was killed between two writes, holding no stamp: go again.
+        cluster.spawn(2);
+        assert!(cluster.wait_connected(WAIT), "node 2 did not rejoin");
+    }
+    let open = stalled.expect("node 0's page names node 2 as what its order waits for");
+    let (_, log) = cluster.dpu(0).unwrap().output();
+    assert!(log.contains("the change feed waits for"), "node 0 warned of its order's hole ({open} s open): {log}");
+    cluster.spawn(2);
+    scrape_until(addr, |s| hole(s) == 0.0 && !waits_for_2(s));
 }
 
 #[test]
