@@ -304,7 +304,7 @@ impl Applier {
         busy |= self.settle_epochs(now);
         busy |= self.release(cx.own, now);
         let stall = self.stall(now.mono_ns);
-        self.warnings.check(self.me, stall);
+        self.warnings.check(self.me, stall, now.mono_ns);
         busy
     }
 

@@ -34,28 +34,32 @@ impl Stall {
     }
 }
 
-/// The warnings of one applier: which hole it last warned about, and when it warns
-/// again.
+/// The warnings of one applier: which hole it last warned about, when it warns again,
+/// and when it last warned.
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct StallWarnings {
     version: u64,
     next_ns: u64,
+    last_ns: Option<u64>,
     /// Warnings logged.
     pub(super) warned: u64,
 }
 
 impl StallWarnings {
-    /// Logs a warning about `stall` if it is due: past [`ORDER_STALL_WARN_MS`] for a new
-    /// hole, then at each doubling of its age.
-    pub(super) fn check(&mut self, me: u8, stall: Option<Stall>) {
+    /// Logs a warning about `stall` at `now_ns` (monotonic) if it is due: past
+    /// [`ORDER_STALL_WARN_MS`] for a new hole, then at each doubling of its age, and
+    /// never within [`ORDER_STALL_WARN_MS`] of the last warning (a node back after a
+    /// long absence releases a burst of holes, each as old as the stall).
+    pub(super) fn check(&mut self, me: u8, stall: Option<Stall>, now_ns: u64) {
         let Some(s) = stall else { return };
+        let bound_ns = ORDER_STALL_WARN_MS * 1_000_000;
         if s.version != self.version {
-            (self.version, self.next_ns) = (s.version, ORDER_STALL_WARN_MS * 1_000_000);
+            (self.version, self.next_ns) = (s.version, bound_ns);
         }
-        if s.open_ns < self.next_ns {
+        if s.open_ns < self.next_ns || self.last_ns.is_some_and(|t| now_ns.saturating_sub(t) < bound_ns) {
             return;
         }
-        self.next_ns = s.open_ns.saturating_mul(2);
+        (self.next_ns, self.last_ns) = (s.open_ns.saturating_mul(2), Some(now_ns));
         self.warned += 1;
         let unread: Vec<u8> = s.unread_nodes().collect();
         let (epoch, sequence) = (epoch_of(s.version), sequence_of(s.version));
@@ -90,20 +94,28 @@ mod tests {
         let mut w = StallWarnings::default();
         let bound = ORDER_STALL_WARN_MS * 1_000_000;
         let stall = |version, open_ns| Some(Stall { version, open_ns, held_by: Some(4), unread: 1 << 4 });
-        w.check(0, None);
-        w.check(0, stall(7, bound - 1));
+        // The hole opened at time 0: its age is the time.
+        let mut at = |w: &mut StallWarnings, version, opened, now| w.check(0, stall(version, now - opened), now);
+        w.check(0, None, 0);
+        at(&mut w, 7, 0, bound - 1);
         assert_eq!(w.warned, 0, "not before the bound");
-        for open_ns in [bound, bound + 1, 2 * bound - 1] {
-            w.check(0, stall(7, open_ns));
+        for now in [bound, bound + 1, 2 * bound - 1] {
+            at(&mut w, 7, 0, now);
         }
         assert_eq!(w.warned, 1, "once at the bound");
-        for open_ns in [2 * bound, 3 * bound, 4 * bound, 100 * bound] {
-            w.check(0, stall(7, open_ns));
+        for now in [2 * bound, 3 * bound, 4 * bound, 100 * bound] {
+            at(&mut w, 7, 0, now);
         }
         assert_eq!(w.warned, 4, "then at 2x, 4x and a jump to 100x");
-        w.check(0, stall(8, bound / 2));
-        w.check(0, stall(8, bound));
-        assert_eq!(w.warned, 5, "a new hole starts over at the bound");
+        // A burst of holes released one after another, each as old as the stall.
+        for (i, version) in (8..40).enumerate() {
+            at(&mut w, version, 0, 100 * bound + i as u64);
+        }
+        assert_eq!(w.warned, 4, "none within the bound of the last warning");
+        at(&mut w, 40, 101 * bound, 101 * bound + bound / 2);
+        assert_eq!(w.warned, 4, "a new hole younger than the bound");
+        at(&mut w, 40, 101 * bound, 102 * bound);
+        assert_eq!(w.warned, 5, "a new hole warns at the bound, a bound after the last warning");
     }
 
     #[test]
