@@ -95,7 +95,7 @@ mod tests {
         let bound = ORDER_STALL_WARN_MS * 1_000_000;
         let stall = |version, open_ns| Some(Stall { version, open_ns, held_by: Some(4), unread: 1 << 4 });
         // The hole opened at time 0: its age is the time.
-        let mut at = |w: &mut StallWarnings, version, opened, now| w.check(0, stall(version, now - opened), now);
+        let at = |w: &mut StallWarnings, version, opened, now| w.check(0, stall(version, now - opened), now);
         w.check(0, None, 0);
         at(&mut w, 7, 0, bound - 1);
         assert_eq!(w.warned, 0, "not before the bound");
