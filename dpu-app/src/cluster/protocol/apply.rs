@@ -174,6 +174,9 @@ pub struct ApplyStats {
     pub lost: u64,
     /// Catch-ups from a peer's change feed completed.
     pub catch_ups: u64,
+    /// Peers a catch-up could not copy from (their feed wrapped past what was missing,
+    /// or did not hold it), tried in turn.
+    pub refusals: u64,
     /// Feed entries copied from peers by catch-ups.
     pub copied: u64,
     /// Catch-ups that found no peer's feed still holding what was missing: the feed
@@ -542,13 +545,17 @@ impl Applier {
             tracing::error!(node = self.me, stamp, cursor = self.order.cursor(), "this node's fate ring overwrote entries its order had not read, and a one-node cluster has no peer to catch up from: its order and change feed stop here; a larger `fate_entries` in the cluster file's [cluster] avoids this");
             return;
         }
-        tracing::warn!(
-            node = self.me,
-            ring = j,
-            stamp,
-            cursor = self.order.cursor(),
-            "node {j}'s fate ring overwrote entries this node had not read: it catches up from a peer's change feed (a larger `fate_entries` in the cluster file's [cluster] lets a node stay down longer without that)"
-        );
+        // Said the 1st, 2nd, 4th, ... time: under constant faults it repeats.
+        if self.stats.lost.is_power_of_two() {
+            tracing::warn!(
+                node = self.me,
+                ring = j,
+                stamp,
+                cursor = self.order.cursor(),
+                times = self.stats.lost,
+                "node {j}'s fate ring overwrote entries this node had not read: it catches up from a peer's change feed (a larger `fate_entries` in the cluster file's [cluster] lets a node stay down longer without that)"
+            );
+        }
         if self.catch.is_none() {
             self.catch = Some(CatchUp::new(((usize::from(self.me) + 1) % self.sources.len()) as u8));
         }
@@ -772,12 +779,15 @@ impl Applier {
         let peers = self.sources.len() - 1;
         let Some(c) = self.catch.as_mut() else { return };
         c.refused += 1;
-        tracing::warn!(
-            node = self.me,
-            peer = j,
-            refused = c.refused,
-            "cannot catch up from node {j}'s change feed: {why}"
-        );
+        self.stats.refusals += 1;
+        if self.stats.refusals.is_power_of_two() {
+            tracing::warn!(
+                node = self.me,
+                peer = j,
+                times = self.stats.refusals,
+                "cannot catch up from node {j}'s change feed: {why}"
+            );
+        }
         if c.refused < peers {
             return self.next_peer(now);
         }
