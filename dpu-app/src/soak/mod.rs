@@ -298,6 +298,9 @@ impl SoakReport {
                 let _ = writeln!(s, "  feed problem: {p}");
             }
         }
+        if let Some(dir) = &self.log_dir {
+            let _ = writeln!(s, "  kept for a look (node logs and data folders): {}", dir.display());
+        }
         s
     }
 }
@@ -487,6 +490,11 @@ pub fn run(opts: &SoakOptions) -> Result<SoakReport, Error> {
     report.retried = retried;
     report.settled_after = settle_start.elapsed();
     cluster.stop_all();
+    if report.lost() > 0 || report.feed_problems() > 0 || report.all_up.2 + report.m_down.2 > 0 {
+        // Left for whoever looks into it: the nodes' logs and data folders.
+        cluster.keep_logs();
+        report.log_dir = Some(cluster.log_dir().to_path_buf());
+    }
     Ok(report)
 }
 

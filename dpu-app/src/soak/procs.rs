@@ -154,6 +154,12 @@ impl ProcessCluster {
         &self.dir
     }
 
+    /// Keeps the folder (node logs, data folders) when the cluster is dropped: a run
+    /// that found a problem leaves it for whoever looks into it.
+    pub fn keep_logs(&mut self) {
+        self.keep_logs = true;
+    }
+
     /// The cluster id of the node run here at index `i`.
     pub fn id(&self, i: usize) -> u8 {
         self.ids[i]
