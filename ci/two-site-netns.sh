@@ -34,8 +34,9 @@ ip -n "$A" link set "$VA" up; ip -n "$B" link set "$VB" up
 mkdir -p "$DIR/keys" "$DIR/share"
 head -c 32 /dev/urandom > "$DIR/keys/1.key"; chmod 600 "$DIR/keys/1.key"
 bash "$ROOT/ci/two-site/cluster.sh" 10.231.78.1 10.231.78.2 emu "$DIR/data" > "$DIR/cluster.toml"
-site() { # netns nodes log
-  ip netns exec "$1" "$BIN" soak --config "$DIR/cluster.toml" --nodes-here "$2" --share "$DIR/share" \
+site() { # netns nodes log (its node logs go under $DIR, removed with it)
+  mkdir -p "$DIR/logs-$1"
+  TMPDIR="$DIR/logs-$1" ip netns exec "$1" "$BIN" soak --config "$DIR/cluster.toml" --nodes-here "$2" --share "$DIR/share" \
     --seconds "$LOAD" --kill-every 0 --keys 300 --settle 60 --meet-within 120 > "$3" 2>&1
 }
 start=$(date +%s)
@@ -57,5 +58,8 @@ wait $pa || rc=1
 wait $pb || rc=1
 echo "--- site A (nodes 0-2)"; cat "$DIR/a.out"
 echo "--- site B (nodes 3-4)"; cat "$DIR/b.out"
+if [ $rc != 0 ]; then
+  for f in "$DIR"/logs-*/*/node*.log; do echo "--- last lines of $f"; tail -n 15 "$f"; done
+fi
 [ $rc = 0 ] && echo "two-site-netns: PASS in $(( $(date +%s) - start )) s" || echo "two-site-netns: FAIL"
 exit $rc
