@@ -139,10 +139,33 @@ impl CatchUp {
 }
 
 /// One node's ring as this applier reads it.
+///
+/// A READ starts at `next` (where what is still open is read again), except right
+/// after one that left `next` stuck: then it starts at `ahead`, so the ring is read on
+/// past a write still Pending, or a fate further ahead than the order holds yet. Only
+/// so is the marker of a later epoch ever found while the cursor waits for the epoch's
+/// end: a hole no ring records is settled by that end, and the entries between it and
+/// the marker may be more than the order's window holds (a 600 s soak stopped every
+/// order for good that way). Entries read ahead are read again from `next` in turn.
 #[derive(Clone, Copy, Debug)]
 struct Source {
     /// The first position not yet taken as final; 0 until the header was read.
     next: u64,
+    /// The position after the last entry read from the ring (any READ), if beyond
+    /// `next`: the entries between were read once but not all taken as final.
+    ahead: u64,
+    /// The next READ starts at `ahead`: the last READ came back whole and left entries
+    /// past `next` open (or was itself read ahead and came back whole).
+    ahead_turn: bool,
+    /// The lowest stamp of an entry read but not held yet (further ahead than the
+    /// order's window), at or after `next` (`u64::MAX`: none): the order settles no
+    /// unrecorded stamp at or above it, which that entry may record. Only a bound: once
+    /// the cursor passed it (that entry was read again and held), the ring is read
+    /// again from `next` up to `sweep_to` (the `ahead` of then) to learn the next one,
+    /// and until then no unrecorded stamp is settled.
+    deferred: u64,
+    /// See `deferred`; 0: never read again so.
+    sweep_to: u64,
     /// The newest epoch its ring showed.
     epoch: u32,
     reading: Reading,
@@ -347,9 +370,11 @@ impl Applier {
             }
             self.sources[me].next = own.next().saturating_sub(entries).max(1);
         }
-        let (from, to) = (self.sources[me].next, own.next());
-        // As for a peer's ring: at once only while a chunk's worth waits.
-        if to < from + u64::from(FATE_READ_ENTRIES) && now.mono_ns < self.sources[me].read_ns + self.reread_ns {
+        let (from, to) = (self.chunk_start(self.me), own.next());
+        // As for a peer's ring: at once only while a chunk's worth waits unread.
+        let s = self.sources[me];
+        let unread = s.ahead.max(from);
+        if !s.moved && to < unread + u64::from(FATE_READ_ENTRIES) && now.mono_ns < s.read_ns + self.reread_ns {
             return false;
         }
         let k = (to.saturating_sub(from)).min(u64::from(FATE_READ_ENTRIES)) as usize;
@@ -379,12 +404,40 @@ impl Applier {
         let (reading, at, len) = if s.next == 0 {
             (Reading::Header(entries), CURSOR_AT as u64, HEADER_WORDS_LEN)
         } else {
-            let slot = s.next % entries;
+            let from = self.chunk_start(j);
+            let slot = from % entries;
             let k = u64::from(FATE_READ_ENTRIES).min(entries - slot);
-            (Reading::Chunk(s.next, k), ENTRIES_AT as u64 + slot * ENTRY_LEN as u64, k as usize * ENTRY_LEN)
+            (Reading::Chunk(from, k), ENTRIES_AT as u64 + slot * ENTRY_LEN as u64, k as usize * ENTRY_LEN)
         };
         self.post(cx, j, reading, remote.at(at), len, now);
         true
+    }
+
+    /// Where the next READ of node `j`'s ring starts (see [`Source`]): at `ahead` while
+    /// READs there come back whole after one from `next` that left entries open, else
+    /// at `next`.
+    fn chunk_start(&self, j: u8) -> u64 {
+        let s = &self.sources[j as usize];
+        if s.ahead > s.next && s.ahead_turn {
+            s.ahead
+        } else {
+            s.next
+        }
+    }
+
+    /// The lowest stamp some ring's entry may record that the order could not hold yet
+    /// (`u64::MAX`: none; 0 while a ring is read again from `next`, see [`Source`]),
+    /// starting that reading where a ring's bound was passed.
+    fn deferred(&mut self) -> u64 {
+        let cursor = self.order.cursor();
+        let mut lowest = u64::MAX;
+        for s in &mut self.sources {
+            if s.deferred <= cursor {
+                (s.sweep_to, s.ahead, s.deferred) = (s.ahead.max(s.sweep_to), s.next, u64::MAX);
+            }
+            lowest = lowest.min(if s.ahead < s.sweep_to { 0 } else { s.deferred });
+        }
+        lowest
     }
 
     /// Posts a READ of `len` bytes at `remote` of node `j` into its pool buffer, as
@@ -481,12 +534,15 @@ impl Applier {
         }
     }
 
-    /// Takes in the entries of node `j`'s ring from position `from`, as far as they go
-    /// in order; true if anything was learned.
+    /// Takes in the entries of node `j`'s ring from position `from` (its `next`, or
+    /// `ahead`: see [`Source`]), as far as they are written; true if anything was
+    /// learned.
     fn take_chunk(&mut self, j: u8, from: u64, chunk: &[u8], now: Now) -> bool {
         let s = &mut self.sources[j as usize];
         s.read_ns = now.mono_ns;
+        let reading_ahead = from > s.next;
         let mut open: Option<u64> = None;
+        let mut deferred = u64::MAX;
         let mut last = None;
         for (i, bytes) in chunk.chunks_exact(ENTRY_LEN).enumerate() {
             let position = from + i as u64;
@@ -500,7 +556,7 @@ impl Applier {
                 // the header, the writer moved on meanwhile: read the header again (it
                 // says whether what went was below the cursor); otherwise the order
                 // can no longer be sure.
-                if i == 0 && !self.sources[j as usize].started {
+                if i == 0 && !self.sources[j as usize].started && !reading_ahead {
                     self.sources[j as usize].next = 0;
                     self.sources[j as usize].moved = true;
                     return false;
@@ -514,24 +570,42 @@ impl Applier {
                     open.get_or_insert(position);
                 }
                 Took::Later => {
+                    // Read on: what follows may be held, or mark a later epoch.
                     open.get_or_insert(position);
-                    break;
+                    deferred = deferred.min(e.stamps().start);
                 }
             }
             last = Some(position);
             self.sources[j as usize].started = true;
         }
         let s = &mut self.sources[j as usize];
-        let before = s.next;
-        if let Some(last) = last {
+        let Some(last) = last else {
+            (s.moved, s.ahead_turn) = (false, false);
+            return false;
+        };
+        if reading_ahead && from != s.ahead {
+            // Posted before the ring was to be read again from `next` (its bound was
+            // passed): what it read is taken, but `ahead` stays where the new reading
+            // is, so every entry up to it is read again.
+            s.deferred = s.deferred.min(deferred);
+            (s.moved, s.ahead_turn) = (true, false);
+            return true;
+        }
+        if reading_ahead {
+            s.deferred = s.deferred.min(deferred);
+        } else {
+            // Read again from `next` up to everything read before: exactly what waits.
+            s.deferred = if last + 1 >= s.ahead { deferred } else { s.deferred.min(deferred) };
             s.next = open.unwrap_or(last + 1);
         }
-        // A ring keeps being READ at once only while READs come back full; otherwise
-        // once per `reread_ns` (each READ of the emulated fabric costs CPU, and a
-        // write's fate reaches every feed within that anyway).
-        let taken = chunk.len() / ENTRY_LEN;
-        s.moved = s.next >= before + taken as u64 && taken == FATE_READ_ENTRIES as usize;
-        last.is_some()
+        s.ahead = s.ahead.max(last + 1);
+        // A ring keeps being READ at once while READs come back whole (every entry of
+        // the chunk written); otherwise once per `reread_ns` (each READ of the
+        // emulated fabric costs CPU, and a write's fate reaches every feed within
+        // that anyway).
+        s.moved = last + 1 == from + (chunk.len() / ENTRY_LEN) as u64;
+        s.ahead_turn = s.moved && s.ahead > s.next && (reading_ahead || open.is_some());
+        true
     }
 
     fn lose(&mut self, j: u8, stamp: u64) {
@@ -948,6 +1022,7 @@ impl Applier {
     /// epoch on the way; keeps the cursor.
     fn release(&mut self, own: &FateRing, now: Now) -> bool {
         let start = self.order.cursor();
+        let deferred = self.deferred();
         for _ in 0..ORDER_WINDOW {
             if let Some(a) = self.order.release() {
                 self.append(a);
@@ -955,7 +1030,7 @@ impl Applier {
             }
             let c = self.order.cursor();
             match self.complete {
-                Some((e, end)) if epoch_of(c) == e && c < end && !self.pending.contains_key(&c) => {
+                Some((e, end)) if epoch_of(c) == e && c < end && !self.pending.contains_key(&c) && c < deferred => {
                     // Every ring moved past this epoch without recording the stamp.
                     self.stats.unrecorded += 1;
                     if let Err(err) = self.order.resolve(c, Fate::NoOp, now.mono_ns) {
@@ -1021,6 +1096,10 @@ const HEADER_WORDS_LEN: usize = DROPPED_AT + 8 - CURSOR_AT;
 /// A ring not read yet.
 const FRESH: Source = Source {
     next: 0,
+    ahead: 0,
+    ahead_turn: false,
+    sweep_to: 0,
+    deferred: u64::MAX,
     epoch: 0,
     reading: Reading::Idle,
     generation: 0,
@@ -1057,4 +1136,117 @@ enum Took {
     Open,
     /// The order cannot hold it yet: read it again once the cursor moved.
     Later,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::sequence::version;
+    use crate::fabric::emu::{EmuNode, ModelConfig, Network, SystemClock};
+    use crate::fabric::{Access, Fabric, QpOptions};
+    use std::sync::Arc;
+
+    type Qp = <EmuNode as Fabric>::Qp;
+
+    /// A one-node applier over its own ring (no peer is READ), with its files in `dir`.
+    fn one_node(dir: &std::path::Path, ring_entries: u32) -> (EmuNode, FateRing, Applier, Links<Qp>, Pool) {
+        let _ = std::fs::remove_dir_all(dir);
+        std::fs::create_dir_all(dir).unwrap();
+        let net = Network::new(ModelConfig::ideal(), Arc::new(SystemClock::new())).unwrap();
+        let fabric = net.node().unwrap();
+        let ring = FateRing::open(&fabric, &dir.join("fates.prfate"), 0, ring_entries).unwrap();
+        let feed = FeedLog::open(&dir.join("feed.prfeed"), 0, 1 << 14).unwrap();
+        let applier = Applier::new(0, 1, &ring, feed, 1_000_000, Now { mono_ns: 0, wall_us: 0 }).unwrap();
+        let links = Links::new(0, vec![None], QpOptions::default(), 0, 0);
+        let pool = Pool::new(&fabric, 1, FATE_READ_ENTRIES as usize * ENTRY_LEN, Access::LOCAL_WRITE).unwrap();
+        (fabric, ring, applier, links, pool)
+    }
+
+    /// Polls until the cursor passes `past` or `rounds` polls went by (1 ms apart).
+    fn poll_until(a: &mut Applier, ring: &FateRing, links: &mut Links<Qp>, pool: &Pool, past: u64, rounds: u64) -> u64 {
+        for t in 1..=rounds {
+            let mut cx = ApplyCx { links: &mut *links, pool, own: ring };
+            a.poll(&mut cx, Now { mono_ns: t * 1_000_000, wall_us: 0 });
+            if a.cursor() > past {
+                break;
+            }
+        }
+        a.cursor()
+    }
+
+    #[test]
+    fn an_unrecorded_hole_followed_by_more_than_the_window_is_settled_by_the_epochs_end() {
+        // Stamp 1 of epoch 1 is a hole no ring records (its taker crashed before it
+        // recorded the block); the ring then records more committed writes of epoch 1
+        // than the order's window holds, then moves to epoch 2. The marker of epoch 2
+        // lies past entries the order cannot hold until the hole is settled, and only
+        // that marker settles it: the ring must be read on past them.
+        let dir = std::env::temp_dir().join(format!("prescient-apply-window-{}", std::process::id()));
+        let (_fabric, mut ring, mut a, mut links, pool) = one_node(&dir, 1 << 14);
+        let writes = ORDER_WINDOW + 900;
+        for s in 2..2 + writes {
+            ring.append(FateKind::Committed, version(1, s).unwrap(), s, false, 1).unwrap();
+        }
+        ring.append(FateKind::Epoch, first_of(2), 0, false, 0).unwrap();
+        ring.append(FateKind::Committed, first_of(2), 7, false, 1).unwrap();
+        let cursor = poll_until(&mut a, &ring, &mut links, &pool, first_of(2), 10_000);
+        assert_eq!(cursor, first_of(2) + 1, "every write released, the hole settled: {:?}", a.stats);
+        assert_eq!(a.stats.unrecorded, 1, "only the hole is a no-op");
+        assert_eq!(a.order_stats().writes, writes + 1);
+        assert_eq!(a.stats.conflicts, 0);
+        assert_eq!(a.feed().last_version(), first_of(2));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_write_ahead_of_the_window_is_not_taken_for_a_hole_when_the_epoch_ends() {
+        // As above, but a write far ahead is recorded before the hole's neighbours: the
+        // epoch's end settles only stamps no ring records, never one read ahead of the
+        // window and not held yet.
+        let dir = std::env::temp_dir().join(format!("prescient-apply-ahead-{}", std::process::id()));
+        let (_fabric, mut ring, mut a, mut links, pool) = one_node(&dir, 1 << 14);
+        let far = ORDER_WINDOW + 500;
+        ring.append(FateKind::Committed, version(1, far).unwrap(), 99, false, 1).unwrap();
+        for s in (2..far).chain(far + 1..far + 300) {
+            ring.append(FateKind::Committed, version(1, s).unwrap(), s, false, 1).unwrap();
+        }
+        ring.append(FateKind::Epoch, first_of(2), 0, false, 0).unwrap();
+        let cursor = poll_until(&mut a, &ring, &mut links, &pool, version(1, far + 299).unwrap(), 10_000);
+        assert_eq!(cursor, first_of(2), "{:?}", a.stats);
+        assert_eq!(a.stats.unrecorded, 1, "only stamp 1 is a no-op");
+        let mut out = vec![FeedEntry::default(); 8];
+        let n = a.read_feed(version(1, far - 2).unwrap(), &mut out).unwrap();
+        let got: Vec<(u64, u64)> = out[..n].iter().map(|e| (e.version, e.key_hash)).collect();
+        let want: Vec<(u64, u64)> =
+            (far - 1..far + 2).map(|s| (version(1, s).unwrap(), if s == far { 99 } else { s })).collect();
+        assert_eq!(&got[..3], &want[..], "the write read ahead is in the feed, in its place");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn holes_of_later_epochs_wait_for_the_writes_of_theirs_the_order_could_not_hold() {
+        // Epoch 1 ends in a hole; epoch 2 records more writes (each its own range)
+        // than the order holds for later epochs, with holes among them; epoch 3 follows.
+        // Every write comes out once, in order, and every hole as a no-op.
+        let dir = std::env::temp_dir().join(format!("prescient-apply-later-{}", std::process::id()));
+        let (_fabric, mut ring, mut a, mut links, pool) = one_node(&dir, 1 << 12);
+        ring.append(FateKind::Committed, version(1, 2).unwrap(), 1, false, 1).unwrap();
+        ring.append(FateKind::Epoch, first_of(2), 0, false, 0).unwrap();
+        let later: Vec<u64> = (1..3 * crate::limits::ORDER_AHEAD_MAX as u64).filter(|s| s % 5 != 0).collect();
+        for &s in &later {
+            ring.append(FateKind::Committed, version(2, s).unwrap(), s, false, 1).unwrap();
+        }
+        ring.append(FateKind::Epoch, first_of(3), 0, false, 0).unwrap();
+        ring.append(FateKind::Committed, first_of(3), 3, false, 1).unwrap();
+        let cursor = poll_until(&mut a, &ring, &mut links, &pool, first_of(3), 10_000);
+        assert_eq!(cursor, first_of(3) + 1, "{:?}", a.stats);
+        let mut out = vec![FeedEntry::default(); 2048];
+        let n = a.read_feed(0, &mut out).unwrap();
+        let mut want = vec![version(1, 2).unwrap()];
+        want.extend(later.iter().map(|&s| version(2, s).unwrap()));
+        want.push(first_of(3));
+        assert_eq!(out[..n].iter().map(|e| e.version).collect::<Vec<_>>(), want);
+        assert_eq!(a.stats.conflicts, 0);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
