@@ -225,6 +225,8 @@ fn process_failovers(count: u32, binary: &std::path::Path) -> Result<(Failovers,
         settle: Duration::from_secs(10),
         verbs: None,
         site: None,
+        // `start_tuned` writes the tuning's lines below as they are: sequencer order
+        // with the default rings (not the soak's small ones), and no feed check here.
         sequencer: false,
     };
     let tuning = Tuning {
