@@ -108,7 +108,9 @@ pub fn check(paths: &[PathBuf], acked: &BTreeSet<u64>, within: Duration) -> Feed
         let last = feed.entries.last().map_or(feed.dropped, |e| e.version);
         let held: BTreeSet<u64> = feed.entries.iter().map(|e| e.version).collect();
         check.acked_below += acked.range(..=feed.dropped).count() as u64;
-        for &v in acked.range(feed.dropped + 1..=last) {
+        // A feed that marked missing everything it had holds nothing above its mark.
+        let above = if last > feed.dropped { acked.range(feed.dropped + 1..=last) } else { acked.range(0..0) };
+        for &v in above {
             if held.contains(&v) {
                 check.acked_found += 1;
             } else {
@@ -174,6 +176,16 @@ mod tests {
         let acked: BTreeSet<u64> = [1, 4, 5].into();
         let c = check(&paths, &acked, Duration::from_millis(10));
         assert_eq!((c.problem_count, c.common, c.acked_found, c.acked_below), (0, 2, 8, 1), "{c:?}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn a_feed_that_marked_everything_missing_holds_nothing_to_check() {
+        // A 600 s soak's check panicked on such a feed (an empty range turned around).
+        let (dir, paths) = feeds("marked", &[&[1, 2, 4, 5], &[1, 2]], &[0, 5]);
+        let acked: BTreeSet<u64> = [1, 4, 5].into();
+        let c = check(&paths, &acked, Duration::from_millis(10));
+        assert_eq!((c.problem_count, c.common, c.acked_found, c.acked_below), (0, 0, 3, 3), "{c:?}");
         let _ = std::fs::remove_dir_all(dir);
     }
 
