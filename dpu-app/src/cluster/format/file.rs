@@ -133,7 +133,7 @@ pub(super) fn round_up(n: u64, align: u64) -> Option<u64> {
 }
 
 #[cfg(test)]
-pub(super) mod testing {
+pub(crate) mod testing {
     //! A temporary directory per test, removed when the test ends.
     use std::path::{Path, PathBuf};
 

@@ -583,16 +583,15 @@ impl Applier {
             (s.moved, s.ahead_turn) = (false, false);
             return false;
         };
-        if reading_ahead && from != s.ahead {
-            // Posted before the ring was to be read again from `next` (its bound was
-            // passed): what it read is taken, but `ahead` stays where the new reading
-            // is, so every entry up to it is read again.
-            s.deferred = s.deferred.min(deferred);
-            (s.moved, s.ahead_turn) = (true, false);
-            return true;
-        }
         if reading_ahead {
             s.deferred = s.deferred.min(deferred);
+            if from != s.ahead {
+                // Posted before the ring was to be read again from `next` (its bound was
+                // passed): what it read is taken, but `ahead` stays where the new
+                // reading is, so every entry up to it is read again.
+                (s.moved, s.ahead_turn) = (true, false);
+                return true;
+            }
         } else {
             // Read again from `next` up to everything read before: exactly what waits.
             s.deferred = if last + 1 >= s.ahead { deferred } else { s.deferred.min(deferred) };
@@ -1141,6 +1140,7 @@ enum Took {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::format::file::testing::TempDir;
     use crate::cluster::sequence::version;
     use crate::fabric::emu::{EmuNode, ModelConfig, Network, SystemClock};
     use crate::fabric::{Access, Fabric, QpOptions};
@@ -1149,13 +1149,11 @@ mod tests {
     type Qp = <EmuNode as Fabric>::Qp;
 
     /// A one-node applier over its own ring (no peer is READ), with its files in `dir`.
-    fn one_node(dir: &std::path::Path, ring_entries: u32) -> (EmuNode, FateRing, Applier, Links<Qp>, Pool) {
-        let _ = std::fs::remove_dir_all(dir);
-        std::fs::create_dir_all(dir).unwrap();
+    fn one_node(dir: &TempDir, ring_entries: u32) -> (EmuNode, FateRing, Applier, Links<Qp>, Pool) {
         let net = Network::new(ModelConfig::ideal(), Arc::new(SystemClock::new())).unwrap();
         let fabric = net.node().unwrap();
-        let ring = FateRing::open(&fabric, &dir.join("fates.prfate"), 0, ring_entries).unwrap();
-        let feed = FeedLog::open(&dir.join("feed.prfeed"), 0, 1 << 14).unwrap();
+        let ring = FateRing::open(&fabric, &dir.file("fates.prfate"), 0, ring_entries).unwrap();
+        let feed = FeedLog::open(&dir.file("feed.prfeed"), 0, 1 << 14).unwrap();
         let applier = Applier::new(0, 1, &ring, feed, 1_000_000, Now { mono_ns: 0, wall_us: 0 }).unwrap();
         let links = Links::new(0, vec![None], QpOptions::default(), 0, 0);
         let pool = Pool::new(&fabric, 1, FATE_READ_ENTRIES as usize * ENTRY_LEN, Access::LOCAL_WRITE).unwrap();
@@ -1181,7 +1179,7 @@ mod tests {
         // than the order's window holds, then moves to epoch 2. The marker of epoch 2
         // lies past entries the order cannot hold until the hole is settled, and only
         // that marker settles it: the ring must be read on past them.
-        let dir = std::env::temp_dir().join(format!("prescient-apply-window-{}", std::process::id()));
+        let dir = TempDir::new("apply-window");
         let (_fabric, mut ring, mut a, mut links, pool) = one_node(&dir, 1 << 14);
         let writes = ORDER_WINDOW + 900;
         for s in 2..2 + writes {
@@ -1195,7 +1193,6 @@ mod tests {
         assert_eq!(a.order_stats().writes, writes + 1);
         assert_eq!(a.stats.conflicts, 0);
         assert_eq!(a.feed().last_version(), first_of(2));
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
@@ -1203,7 +1200,7 @@ mod tests {
         // As above, but a write far ahead is recorded before the hole's neighbours: the
         // epoch's end settles only stamps no ring records, never one read ahead of the
         // window and not held yet.
-        let dir = std::env::temp_dir().join(format!("prescient-apply-ahead-{}", std::process::id()));
+        let dir = TempDir::new("apply-ahead");
         let (_fabric, mut ring, mut a, mut links, pool) = one_node(&dir, 1 << 14);
         let far = ORDER_WINDOW + 500;
         ring.append(FateKind::Committed, version(1, far).unwrap(), 99, false, 1).unwrap();
@@ -1220,7 +1217,6 @@ mod tests {
         let want: Vec<(u64, u64)> =
             (far - 1..far + 2).map(|s| (version(1, s).unwrap(), if s == far { 99 } else { s })).collect();
         assert_eq!(&got[..3], &want[..], "the write read ahead is in the feed, in its place");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
@@ -1228,7 +1224,7 @@ mod tests {
         // Epoch 1 ends in a hole; epoch 2 records more writes (each its own range)
         // than the order holds for later epochs, with holes among them; epoch 3 follows.
         // Every write comes out once, in order, and every hole as a no-op.
-        let dir = std::env::temp_dir().join(format!("prescient-apply-later-{}", std::process::id()));
+        let dir = TempDir::new("apply-later");
         let (_fabric, mut ring, mut a, mut links, pool) = one_node(&dir, 1 << 12);
         ring.append(FateKind::Committed, version(1, 2).unwrap(), 1, false, 1).unwrap();
         ring.append(FateKind::Epoch, first_of(2), 0, false, 0).unwrap();
@@ -1247,6 +1243,5 @@ mod tests {
         want.push(first_of(3));
         assert_eq!(out[..n].iter().map(|e| e.version).collect::<Vec<_>>(), want);
         assert_eq!(a.stats.conflicts, 0);
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }
