@@ -7,6 +7,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use prescient_dpu::cluster::config::{ClusterConfig, Ordering, SequencerConfig};
+use prescient_dpu::cluster::format::fates::FateKind;
 use prescient_dpu::cluster::format::feed::{FeedEntry, FeedError};
 use prescient_dpu::cluster::run::inprocess::{region_config_for, ClusterClock, InProcess};
 use prescient_dpu::cluster::sequence::{epoch_of, LeaderWord};
@@ -513,5 +514,65 @@ fn a_node_down_holding_a_stamp_is_named_as_what_the_order_waits_for() {
     feeds_hold(&mut c, &committed);
     let now = c.now().mono_ns;
     assert!(c.nodes().all(|n| n.order_stall(now).is_none()), "no hole once node 4 decided its write");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The stamps node `j`'s fate ring still holds Pending.
+fn pending_fates(c: &InProcess, j: u8) -> Vec<u64> {
+    c.node(j).unwrap().fate_ring().unwrap().pending().collect()
+}
+
+#[test]
+fn a_rolled_back_stamp_is_recorded_aborted_only_once_enough_holders_dropped_its_fragment() {
+    // Quorum 3 of 5 holders: the stamp may be recorded Aborted once three do not hold
+    // the fragment. Node 1 reaches only node 0 (the sequencer), so its write cannot
+    // commit, and only two holders (node 1 itself and node 0) can persist the rollback.
+    let (mut c, dir) = cluster("rollback", 4);
+    let first = LeaderWord { epoch: 1, sequencer: 0 };
+    run(&mut c, "node 0 claims epoch 1", SECOND_NS, |c| settled_on(c, first));
+    let mut committed = BTreeSet::new();
+    committed.insert(put(&mut c, 2, b"a", b"before").version >> 8);
+    for j in 2..5 {
+        c.partition(1, j);
+    }
+    let failed = put(&mut c, 1, b"r", b"rolled back");
+    assert_eq!(failed.status, Status::NotDurable, "{failed:?}");
+    let stuck = pending_fates(&c, 1);
+    assert_eq!(stuck.len(), 1, "the rolled-back write's stamp stays Pending: {stuck:?}");
+    assert_eq!(c.node(1).unwrap().rollbacks_waiting(), 1);
+    // A restart (still cut off) finds it again from the outcome table, and keeps waiting.
+    c.crash(1);
+    c.restart(1).unwrap();
+    run(&mut c, "node 1 serves again", SECOND_NS, |c| c.node(1).is_some_and(|n| n.sequencer_state().is_some()));
+    assert!(!c.run_until(TICK_NS, 200 * 1_000_000, |c| pending_fates(c, 1).is_empty()));
+    assert_eq!(pending_fates(&c, 1), stuck, "still Pending after the restart");
+    assert_eq!(c.node(1).unwrap().rollbacks_waiting(), 1);
+    assert!(
+        c.node(1).unwrap().summary().contains("1 rollbacks waiting for their holders"),
+        "{}",
+        c.node(1).unwrap().summary()
+    );
+    // Every order waits at it meanwhile (a write through node 0, which reaches every
+    // node's directory).
+    let after = put(&mut c, 0, b"a", b"after");
+    assert_eq!(after.status, Status::Ok, "{after:?}");
+    committed.insert(after.version >> 8);
+    let stall_at = |c: &InProcess, j: u8| c.node(j).unwrap().order_state().unwrap().0;
+    assert!(
+        c.nodes().all(|n| n.order_state().unwrap().0 <= stuck[0]),
+        "{:?}",
+        (0..5).map(|j| stall_at(&c, j)).collect::<Vec<_>>()
+    );
+    // Healed: the resync tells nodes 2-4 of the rollback, and the stamp is a no-op.
+    for j in 2..5 {
+        c.heal(1, j);
+    }
+    run(&mut c, "node 1 records the stamp Aborted", 2 * SECOND_NS, |c| pending_fates(c, 1).is_empty());
+    let ring = c.node(1).unwrap().fate_ring().unwrap();
+    let kinds: Vec<FateKind> =
+        (1..ring.next()).filter_map(|p| ring.at(p)).filter(|e| e.version == stuck[0]).map(|e| e.kind).collect();
+    assert!(kinds.contains(&FateKind::Aborted) && !kinds.contains(&FateKind::Committed), "{kinds:?}");
+    assert_eq!(c.node(1).unwrap().rollbacks_waiting(), 0);
+    feeds_hold(&mut c, &committed);
     let _ = std::fs::remove_dir_all(dir);
 }

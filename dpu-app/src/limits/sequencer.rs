@@ -44,6 +44,10 @@ pub const ORDER_NOTICED_MAX: usize = 64;
 
 const _: () = assert!(ORDER_WINDOW >= 2 * STAMP_BLOCK_MAX as u64, "a block's unused stamps fit the window");
 const _: () = assert!(ORDER_WINDOW.is_power_of_two() && ORDER_AHEAD_MAX >= 1 && ORDER_CLOSES_MAX >= 1);
+/// Rolled-back writes a node tracks at once while their rollback reaches enough holders
+/// (`protocol/rollbacks.rs`); one more stays Pending in the fate ring until a restart.
+pub const ROLLBACKS_MAX: usize = 1024;
+
 const _: () = assert!(ORDER_NOTICED_MAX >= 2);
 const _: () = assert!(SEQUENCE_BITS < SLOT_VERSION_BITS && EPOCH_BITS >= 8);
 const _: () = assert!((STAMP_BLOCK_MAX as u64) < 1 << SEQUENCE_BITS);

@@ -150,6 +150,9 @@ pub struct SimReport {
     /// settled as no-ops because no ring recorded them (summed over the nodes' last
     /// incarnations).
     pub rolls: (u64, u64),
+    /// Stamps a fate ring recorded Aborted, and the most nodes that were up and still
+    /// held the fragment of one then (below the quorum, or the run fails).
+    pub aborted: (u64, u64),
     /// Catch-ups of a node that fell a whole fate ring behind, the feed entries they
     /// copied from peers, and those that marked versions missing instead (sequencer
     /// mode).
@@ -196,6 +199,8 @@ impl SimReport {
         self.order.1 = self.order.1.max(other.order.1);
         self.rolls.0 += other.rolls.0;
         self.rolls.1 += other.rolls.1;
+        self.aborted.0 += other.aborted.0;
+        self.aborted.1 = self.aborted.1.max(other.aborted.1);
         self.catch_ups.0 += other.catch_ups.0;
         self.catch_ups.1 += other.catch_ups.1;
         self.catch_ups.2 += other.catch_ups.2;
@@ -255,9 +260,11 @@ impl SimReport {
             self.order.0,
             self.order.1
         ) + &format!(
-            "; {} epochs rolled over unrecorded holes, {} unrecorded stamps settled; {} catch-ups of a node a fate ring behind ({} feed entries copied from peers, {} marked missing); every order caught up after the run settled in p50 {:.0} us, max {:.0} us",
+            "; {} epochs rolled over unrecorded holes, {} unrecorded stamps settled; {} stamps recorded Aborted, each while fewer than a quorum of the nodes up still held its fragment (at most {}); {} catch-ups of a node a fate ring behind ({} feed entries copied from peers, {} marked missing); every order caught up after the run settled in p50 {:.0} us, max {:.0} us",
             self.rolls.0,
             self.rolls.1,
+            self.aborted.0,
+            self.aborted.1,
             self.catch_ups.0,
             self.catch_ups.1,
             self.catch_ups.2,
@@ -642,6 +649,7 @@ pub fn run(opts: &SimOptions) -> Result<SimReport, Violation> {
         report.order = (w.order_lag.1, w.order_lag.0);
         report.order_drained = w.order_drained_ns.clone();
         report.catch_ups = w.catch_ups();
+        report.aborted = (w.aborted.0, w.aborted.1 as u64);
         for node in cluster.nodes() {
             report.rolls.0 += node.sequencer_stats().map_or(0, |s| s.rolls);
             report.rolls.1 += node.apply_stats().map_or(0, |a| a.unrecorded);

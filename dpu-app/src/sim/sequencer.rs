@@ -26,6 +26,9 @@
 //!   a feed that marked versions missing (it fell behind what every peer's feed or
 //!   ring still held) is checked above its mark; marks are allowed only where the run
 //!   chose small fate rings (odd seeds), and fail the run otherwise;
+//! - a stamp a fate ring records Aborted is held (its fragment not rolled back) by
+//!   fewer than a quorum of the nodes that are up (`protocol/rollbacks.rs`: else, with
+//!   its writer gone, its holders would take it for a committed write);
 //! - no hole stays open past its bound: once the run has settled (every node up,
 //!   every link healed, nothing in flight), every node's order releases every committed
 //!   write within the run's write bound (checked once per seed, in `run`);
@@ -38,6 +41,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use crate::cluster::format::fates::FateKind;
 use crate::cluster::format::feed::FeedEntry;
 use crate::cluster::run::inprocess::InProcess;
 use crate::cluster::sequence::epoch_of;
@@ -85,6 +89,11 @@ pub struct SequencerWatch {
     pub to_claim: Histogram,
     /// Sequencer lost to the first write of the newer epoch completing.
     pub to_write: Histogram,
+    /// Per node: the next position of its fate ring to look at, and the positions
+    /// seen Pending, looked at again until they decide.
+    rings: Vec<(u64, std::collections::BTreeSet<u64>)>,
+    /// Stamps recorded Aborted, and the most holders any of them still had then.
+    pub aborted: (u64, usize),
 }
 
 impl SequencerWatch {
@@ -96,6 +105,7 @@ impl SequencerWatch {
             catch_seen: vec![(0, 0, 0); nodes.into()],
             gaps_allowed,
             marks: vec![0; nodes.into()],
+            rings: vec![(1, std::collections::BTreeSet::new()); nodes.into()],
             ..Self::default()
         }
     }
@@ -139,7 +149,52 @@ impl SequencerWatch {
                 }
             }
         }
+        self.check_rollbacks(cluster)?;
         self.check_feeds(cluster)
+    }
+
+    /// A stamp a ring records Aborted is held (its fragment not rolled back) by fewer
+    /// than a quorum of the nodes that are up: else the holders could take it for a
+    /// committed write (`protocol/rollbacks.rs`). Nodes that are down are not counted,
+    /// so this checks a floor.
+    fn check_rollbacks(&mut self, cluster: &InProcess) -> Result<(), String> {
+        let quorum = cluster.config().quorum;
+        for node in cluster.nodes() {
+            let Some(ring) = node.fate_ring() else { continue };
+            let j = node.id();
+            let (next, pending) = &mut self.rings[j as usize];
+            let fresh = *next..ring.next();
+            *next = ring.next();
+            let mut decided = Vec::new();
+            let looked: Vec<u64> = pending.iter().copied().chain(fresh).collect();
+            for p in looked {
+                match ring.at(p) {
+                    Some(e) if e.kind == FateKind::Pending => {
+                        pending.insert(p);
+                    }
+                    Some(e) => {
+                        pending.remove(&p);
+                        decided.push(e);
+                    }
+                    // Overwritten: the ring wrapped past a position it had settled.
+                    None => {
+                        pending.remove(&p);
+                    }
+                }
+            }
+            for e in decided.into_iter().filter(|e| e.kind == FateKind::Aborted) {
+                let stamp = e.version << 8 | u64::from(j);
+                let holding = cluster.nodes().filter(|n| n.store_holds(e.key_hash, stamp)).count();
+                self.aborted = (self.aborted.0 + 1, self.aborted.1.max(holding));
+                if holding >= quorum {
+                    return Err(format!(
+                        "node {j} recorded stamp {:#x} Aborted while {holding} nodes (a quorum of {quorum}) still hold its fragment",
+                        e.version
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The feeds' invariants (see the module doc).

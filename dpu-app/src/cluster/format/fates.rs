@@ -12,8 +12,10 @@
 //! - [`FateKind::Block`]: a block of stamps fetched from the sequencer, recorded before
 //!   any of it is used (so a stamp no ring records as part of a block was never used);
 //! - [`FateKind::Pending`]: a stamp given to a write (key hash, tombstone), later turned
-//!   in place into [`FateKind::Committed`] or [`FateKind::Aborted`] when it decides (a
-//!   restart decides what its crash left Pending from the outcome table);
+//!   in place into [`FateKind::Committed`] when it commits, or [`FateKind::Aborted`]
+//!   once its rollback reached enough holders that fewer than a quorum can still hold
+//!   its fragment (`protocol/rollbacks.rs`; a restart decides what its crash left
+//!   Pending from the outcome table, by the same rule);
 //! - [`FateKind::Unused`]: the rest of a block dropped unused (`count` stamps from
 //!   `version`), also the rests a crash left in hand (found again at the restart);
 //! - [`FateKind::Epoch`]: the node moved to a newer sequencer epoch (`version` is its

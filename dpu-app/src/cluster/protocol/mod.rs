@@ -42,6 +42,7 @@ pub mod peer;
 pub mod pool;
 pub mod repair;
 mod replicate;
+pub mod rollbacks;
 pub mod sequencer;
 pub mod slotjob;
 pub mod slots;

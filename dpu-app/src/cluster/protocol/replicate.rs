@@ -969,7 +969,7 @@ impl Writer {
             tracing::error!(node = me, write_seq, error = %e, "cannot record the commit");
         }
         if let Some(s) = cx.sequencer.as_deref_mut() {
-            s.settle(stamp >> 8, true);
+            s.commit(stamp >> 8);
         }
         if acked & (1 << me) != 0 && Self::settle_own(cx, write_seq, key_hash, stamp, Decision::Committed) {
             w.decided |= 1 << me;
@@ -1083,14 +1083,16 @@ impl Writer {
         cx.outcomes
             .set_state(write_seq, WriteState::Aborted)
             .unwrap_or_else(|e| panic!("node {me}: recording write {write_seq}'s rollback: {e}"));
+        // The writer is a holder too: its own record dropped is its own decision
+        // persisted. Without this bit the entry never settles, and once the table
+        // wraps every new write finds it in its way (the outcome-table wedge).
+        let own_dropped = acked & (1 << me) != 0 && Self::settle_own(cx, write_seq, key_hash, stamp, Decision::Aborted);
         if let Some(s) = cx.sequencer.as_deref_mut() {
-            s.settle(stamp >> 8, false);
-        }
-        if acked & (1 << me) != 0 {
-            // The writer is a holder too: its own record dropped is its own decision
-            // persisted. Without this bit the entry never settles, and once the table
-            // wraps every new write finds it in its way (the outcome-table wedge).
-            Self::settle_own(cx, write_seq, key_hash, stamp, Decision::Aborted);
+            // Its stamp is recorded Aborted once fewer than a quorum can hold the
+            // fragment (`rollbacks.rs`): this node does not, if its store never took
+            // it or dropped it just now; the others as they persist the rollback.
+            let lacking = if acked & (1 << me) == 0 || own_dropped { 1 << me } else { 0 };
+            s.roll_back(stamp >> 8, holders, lacking & holders, cx.quorum);
         }
         for h in 0..cx.n as u8 {
             if h != me && holders & (1 << h) != 0 {
@@ -1339,6 +1341,11 @@ impl Writer {
                     // its entry (it had settled): nothing left to record.
                     Ok(()) | Err(OutcomeError::NotFound { .. }) => {}
                     Err(e) => panic!("node {me}: recording node {peer}'s decision of a write: {e}"),
+                }
+                if p.record.outcome == Decision::Aborted {
+                    if let Some(s) = cx.sequencer.as_deref_mut() {
+                        s.rollback_reached(p.record.stamp >> 8, peer, cx.quorum);
+                    }
                 }
             }
             let Some(id) = p.owner else { continue };

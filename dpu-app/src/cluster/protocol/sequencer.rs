@@ -46,7 +46,8 @@
 //!
 //! Every stamp this node takes is recorded in its fate ring (`format/fates.rs`), which
 //! every node's applier READs (`fates.rs`): a block when it comes back, before any of
-//! it is used; a stamp when a write takes it (then its decision); a block's unused
+//! it is used; a stamp when a write takes it (then its decision: a rollback only once
+//! it reached enough holders, `rollbacks.rs`); a block's unused
 //! rest when it is dropped; and a marker when the node moves to a newer epoch, after
 //! which it never takes a stamp of an older one. A write takes a stamp only while the
 //! ring has room for it.
@@ -57,6 +58,7 @@
 
 use super::links::Links;
 use super::pool::Pool;
+use super::rollbacks::{Begun, Rollbacks};
 use super::time::Now;
 use super::wr::{Kind, WrId};
 use crate::cluster::config::SequencerConfig;
@@ -151,6 +153,25 @@ pub struct SeqStats {
     pub fates_full: u64,
     /// Times this node found itself deposed while it sequenced.
     pub deposed: u64,
+    /// Rollbacks the table of those waiting for enough holders had no room for: their
+    /// stamps stay Pending until the next restart (`rollbacks.rs`).
+    pub rollbacks_full: u64,
+}
+
+/// How a restart found the write of a stamp its fate ring had left Pending.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Recovered {
+    /// Committed: a quorum of holders persisted its fragment.
+    Committed,
+    /// Rolled back: sent to `holders`, of which `lacking` are known not to hold it.
+    RolledBack {
+        /// Nodes that were sent a fragment.
+        holders: u32,
+        /// Of those, the ones that persisted the rollback (or never took the fragment).
+        lacking: u32,
+    },
+    /// No write began with it (no outcome entry holds it): it was never used.
+    NeverBegan,
 }
 
 /// The sequencer role of one node.
@@ -197,6 +218,9 @@ pub struct Sequencer {
     fates: FateRing,
     /// The stamp the last `take` handed out, until its write is under way.
     last_taken: Option<u64>,
+    /// Rolled-back writes whose stamps wait for enough holders before they are
+    /// recorded Aborted.
+    rollbacks: Rollbacks,
     /// The newest epoch the fate ring has a marker (or any entry) of.
     marked_epoch: u32,
     /// Counters.
@@ -258,35 +282,48 @@ impl Sequencer {
             marked_epoch: fates.newest_epoch_at_open(),
             fates,
             last_taken: None,
+            rollbacks: Rollbacks::default(),
             stats: SeqStats::default(),
         })
     }
 
     /// After a restart, before any write: records what the crash left open in the fate
-    /// ring. A stamp a write held is decided as `decided` says (from the outcome table:
-    /// Committed or Aborted), the rest of each block the crash left in hand is unused,
-    /// and the node's epoch gets its marker.
-    pub fn recover_fates(&mut self, decided: impl Fn(u64) -> FateKind) {
+    /// ring. A stamp a write held is decided as `decided` says (from the outcome table),
+    /// a rolled-back one once its rollback reached enough holders (`rollbacks.rs`; it
+    /// may wait for their resync), the rest of each block the crash left in hand is
+    /// unused, and the node's epoch gets its marker. `quorum` is the write quorum.
+    pub fn recover_fates(&mut self, quorum: u32, decided: impl Fn(u64) -> Recovered) {
         let pending: Vec<u64> = self.fates.pending().collect();
-        let (mut committed, mut aborted) = (0u64, 0u64);
+        let (mut committed, mut aborted, mut rolling) = (0u64, 0u64, 0u64);
         for v in pending {
-            let kind = decided(v);
-            if kind == FateKind::Committed {
-                committed += 1;
-            } else {
-                aborted += 1;
+            match decided(v) {
+                Recovered::Committed => {
+                    committed += 1;
+                    self.fates.settle(v, FateKind::Committed);
+                }
+                Recovered::NeverBegan => {
+                    aborted += 1;
+                    self.fates.settle(v, FateKind::Aborted);
+                }
+                Recovered::RolledBack { holders, lacking } => {
+                    if self.roll_back(v, holders, lacking, quorum) {
+                        aborted += 1;
+                    } else {
+                        rolling += 1;
+                    }
+                }
             }
-            self.fates.settle(v, kind);
         }
         let rests = self.fates.unaccounted();
         for r in &rests {
             self.record(FateKind::Unused, r.start, 0, false, (r.end - r.start) as u32);
         }
-        if committed + aborted + rests.len() as u64 > 0 {
+        if committed + aborted + rolling + rests.len() as u64 > 0 {
             tracing::info!(
                 node = self.me,
                 committed,
                 aborted,
+                rolling_back = rolling,
                 unused = rests.len(),
                 "recorded the fates a previous incarnation left open"
             );
@@ -316,15 +353,57 @@ impl Sequencer {
         }
     }
 
-    /// The write that took the stamp `version` decided (`committed` or rolled back).
-    pub fn settle(&mut self, version: u64, committed: bool) {
+    /// The write that took the stamp `version` committed (a quorum of holders
+    /// persisted its fragment): its fate is recorded at once.
+    pub fn commit(&mut self, version: u64) {
         if self.last_taken == Some(version) {
             self.last_taken = None;
         }
-        let kind = if committed { FateKind::Committed } else { FateKind::Aborted };
-        if !self.fates.settle(version, kind) {
+        if !self.fates.settle(version, FateKind::Committed) {
             tracing::debug!(node = self.me, version, "no pending fate to settle");
         }
+    }
+
+    /// The write that took the stamp `version`, sent to `holders`, rolled back;
+    /// `lacking` of them are known not to hold its fragment. Its fate is recorded
+    /// Aborted once fewer than `quorum` can hold it (`rollbacks.rs`): now, or as holders
+    /// persist the rollback ([`Sequencer::rollback_reached`]). True if recorded now.
+    pub fn roll_back(&mut self, version: u64, holders: u32, lacking: u32, quorum: u32) -> bool {
+        if self.last_taken == Some(version) {
+            self.last_taken = None;
+        }
+        match self.rollbacks.begin(version, holders, lacking, quorum) {
+            Begun::Settled => {
+                self.fates.settle(version, FateKind::Aborted);
+                true
+            }
+            Begun::Waiting => false,
+            Begun::Full => {
+                self.stats.rollbacks_full += 1;
+                if self.stats.rollbacks_full.is_power_of_two() {
+                    tracing::warn!(
+                        node = self.me,
+                        version,
+                        times = self.stats.rollbacks_full,
+                        "more rolled-back writes wait for their holders than this node tracks: this stamp stays Pending in the fate ring, and every order waits at it, until this node restarts; bring the holders that are down back"
+                    );
+                }
+                false
+            }
+        }
+    }
+
+    /// Holder `h` persisted the rollback of the write that took stamp `version`: its
+    /// fate is recorded Aborted if fewer than `quorum` holders can hold it now.
+    pub fn rollback_reached(&mut self, version: u64, h: u8, quorum: u32) {
+        if self.rollbacks.reached(version, h, quorum) {
+            self.fates.settle(version, FateKind::Aborted);
+        }
+    }
+
+    /// Rolled-back writes whose stamps wait for enough holders.
+    pub fn rollbacks_waiting(&self) -> usize {
+        self.rollbacks.len()
     }
 
     /// The write that took the last stamp was refused before it began: the stamp is a

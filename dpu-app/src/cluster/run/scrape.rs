@@ -124,6 +124,8 @@ struct OrderFigures {
     apply: ApplyStats,
     /// The hole holding the order back, if any.
     stall: Option<Stall>,
+    /// Rolled-back writes whose stamps wait for enough holders (`rollbacks.rs`).
+    rollbacks_waiting: u64,
 }
 
 impl OrderFigures {
@@ -136,6 +138,7 @@ impl OrderFigures {
             released: node.order_released()?,
             apply: node.apply_stats()?,
             stall: node.order_stall(now_ns),
+            rollbacks_waiting: node.rollbacks_waiting() as u64,
         })
     }
 }
@@ -408,18 +411,25 @@ fn render_order(page: &mut Exposition, nodes: &[NodeSnapshot]) {
     if ordered().next().is_none() {
         return;
     }
-    let name = "prescient_sequencer_epoch";
-    page.family(name, Kind::Gauge, "The sequencer epoch this node follows (ordering = \"sequencer\").");
-    for (s, o) in ordered() {
-        page.sample(name, &at(s), u64::from(o.epoch));
+    type Figure = (&'static str, &'static str, fn(&OrderFigures) -> u64);
+    const GAUGES: [Figure; 3] = [
+        ("prescient_sequencer_epoch", "The sequencer epoch this node follows (ordering = \"sequencer\").", |o| {
+            u64::from(o.epoch)
+        }),
+        ("prescient_sequencer_leading", "1 if this node sequences its epoch, else 0.", |o| u64::from(o.leading)),
+        (
+            "prescient_sequencer_rollbacks_waiting",
+            "Rolled-back writes whose stamps stay Pending until enough of their holders persisted the rollback (holders down: bring them back).",
+            |o| o.rollbacks_waiting,
+        ),
+    ];
+    for (name, help, read) in GAUGES {
+        page.family(name, Kind::Gauge, help);
+        for (s, o) in ordered() {
+            page.sample(name, &at(s), read(&o));
+        }
     }
-    let name = "prescient_sequencer_leading";
-    page.family(name, Kind::Gauge, "1 if this node sequences its epoch, else 0.");
-    for (s, o) in ordered() {
-        page.sample(name, &at(s), u64::from(o.leading));
-    }
-    type Counter = (&'static str, &'static str, fn(&OrderFigures) -> u64);
-    const COUNTERS: [Counter; 8] = [
+    const COUNTERS: [Figure; 8] = [
         ("prescient_sequencer_stamps_total", "Stamps handed to this node's writes.", |o| o.seq.stamps),
         ("prescient_sequencer_fetches_total", "Stamp blocks fetched by FETCH_ADD on the sequencer's word.", |o| {
             o.seq.fetches
@@ -585,11 +595,13 @@ mod tests {
                 held_by: Some(4),
                 unread: 1 << 4 | 1 << 2,
             }),
+            rollbacks_waiting: 1,
         });
         let page = render(&Published { nodes: vec![hlc, seq], regions_refused: 0 });
         let has = |line: &str| assert!(page.lines().any(|l| l == line), "no line {line:?} in\n{page}");
         has(r#"prescient_sequencer_epoch{node="1",region="b"} 3"#);
         has(r#"prescient_sequencer_leading{node="1",region="b"} 1"#);
+        has(r#"prescient_sequencer_rollbacks_waiting{node="1",region="b"} 1"#);
         has(r#"prescient_sequencer_stamps_total{node="1",region="b"} 40"#);
         has(r#"prescient_sequencer_rolls_total{node="1",region="b"} 2"#);
         has(r#"prescient_order_released_total{node="1",region="b",fate="write"} 38"#);

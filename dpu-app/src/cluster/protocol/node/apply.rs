@@ -49,7 +49,7 @@ impl<F: Fabric> Node<F> {
         let (q, a, o) = (sequencer.stats, applier.stats, applier.order_stats());
         let cursor = applier.cursor();
         Some(format!(
-            "  sequencer: {}, {}; {} stamps taken in {} fetches, {} unused (holes), {} epochs rolled over holes, {} claims won, {} lost\n  \
+            "  sequencer: {}, {}; {} stamps taken in {} fetches, {} unused (holes), {} epochs rolled over holes, {} claims won, {} lost, {} rollbacks waiting for their holders ({} left to a restart)\n  \
              order: released {} writes and {} no-ops, next epoch {} sequence {}; {} catch-ups from peers' feeds ({} entries copied), {} stretches marked missing, {} warnings of a stalled order\n",
             sequencer.leader(),
             if sequencer.leading().is_some() { "sequenced here" } else { "followed" },
@@ -59,6 +59,8 @@ impl<F: Fabric> Node<F> {
             q.rolls,
             q.claims_won,
             q.claims_failed,
+            sequencer.rollbacks_waiting(),
+            q.rollbacks_full,
             o.writes,
             o.noops,
             epoch_of(cursor),

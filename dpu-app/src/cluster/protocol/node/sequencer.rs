@@ -3,6 +3,7 @@
 //! heartbeat blocks it learns from, and tells the writer whether a stamp is in hand.
 
 use super::Node;
+use crate::cluster::format::fates::FateRing;
 use crate::cluster::protocol::sequencer::{SeqCx, SeqStats, Sequencer};
 use crate::cluster::protocol::time::Now;
 use crate::cluster::sequence::LeaderWord;
@@ -64,6 +65,23 @@ impl<F: Fabric> Node<F> {
     /// ([`Node::sequencer_state`]); holders refuse by this word.
     pub fn leader_word_in_block(&self) -> Option<LeaderWord> {
         self.sequencer.as_ref().map(|_| LeaderWord::unpack(self.control.leader()))
+    }
+
+    /// This node's fate ring; `None` in HLC mode.
+    pub fn fate_ring(&self) -> Option<&FateRing> {
+        self.sequencer.as_ref().map(|s| s.fates())
+    }
+
+    /// Rolled-back writes whose stamps wait for enough holders before they are
+    /// recorded Aborted (`rollbacks.rs`); 0 in HLC mode.
+    pub fn rollbacks_waiting(&self) -> usize {
+        self.sequencer.as_ref().map_or(0, |s| s.rollbacks_waiting())
+    }
+
+    /// Whether this node's store holds a record of the write of `key_hash` stamped
+    /// `stamp` (Pending or Committed), for the simulator's checks.
+    pub fn store_holds(&self, key_hash: u64, stamp: u64) -> bool {
+        self.store.holds(key_hash, stamp)
     }
 
     /// What the sequencer role counted; `None` in HLC mode.

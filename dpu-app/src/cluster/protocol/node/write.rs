@@ -16,7 +16,6 @@ use prescient_shim::Status;
 use super::Node;
 use crate::cluster::config::Invalidation;
 use crate::cluster::format::entry::{EntryRepr, Outcome as Decision, OutcomeRecordRepr};
-use crate::cluster::format::fates::FateKind;
 use crate::cluster::format::outcome::WriteState;
 use crate::cluster::protocol::ack::ACK_OK;
 use crate::cluster::protocol::lease::LeaseMark;
@@ -25,6 +24,7 @@ use crate::cluster::protocol::peer::Sent;
 use crate::cluster::protocol::replicate::{
     post_fragment_entry, slot_for, Held, HeldNext, WriteCx, WriteEffect, Writer,
 };
+use crate::cluster::protocol::sequencer::Recovered;
 use crate::cluster::protocol::slotjob::{Finished, Intent, Owner};
 use crate::cluster::protocol::slots::WriteId;
 use crate::cluster::protocol::stats::LeaseTuning;
@@ -383,15 +383,33 @@ impl<F: Fabric> Node<F> {
         Writer::recover_outcomes(self.me, &mut self.outcomes, &mut self.store);
         let Some(s) = self.sequencer.as_mut() else { return };
         // The fate ring's Pending stamps decide as their writes' outcome entries say
-        // (settled just above); a stamp no entry holds never began a write.
-        let mut committed = std::collections::HashSet::new();
+        // (settled just above): a rolled-back one once its rollback reached enough
+        // holders (this node's own record is resolved by now; the peers' resync tells
+        // the rest). A stamp no entry holds never began a write.
+        let (me, me_bit) = (self.me, 1u32 << self.me);
+        let mut found = std::collections::HashMap::new();
         let end = self.outcomes.next_write_seq();
         for seq in end.saturating_sub(u64::from(self.outcomes.entries()))..end {
-            if let Some(e) = self.outcomes.get(seq).filter(|e| e.state() == WriteState::Committed) {
-                committed.insert(e.stamp() >> 8);
-            }
+            let Some(e) = self.outcomes.get(seq) else { continue };
+            let recovered = match e.state() {
+                WriteState::Committed => Recovered::Committed,
+                WriteState::Aborted => {
+                    let own_lacks = e.acked() & me_bit == 0 || e.decided() & me_bit != 0;
+                    let lacking = e.decided() | if own_lacks { me_bit } else { 0 };
+                    Recovered::RolledBack { holders: e.holders(), lacking: lacking & e.holders() }
+                }
+                WriteState::InProgress | WriteState::Free => {
+                    tracing::error!(
+                        node = me,
+                        write_seq = seq,
+                        "an outcome entry left undecided after recovery; its stamp is taken as never used"
+                    );
+                    continue;
+                }
+            };
+            found.insert(e.stamp() >> 8, recovered);
         }
-        s.recover_fates(|v| if committed.contains(&v) { FateKind::Committed } else { FateKind::Aborted });
+        s.recover_fates(self.quorum, |v| found.get(&v).copied().unwrap_or(Recovered::NeverBegan));
     }
 
     /// Resends the decisions peer `h` may have missed (it was down, or its link broke

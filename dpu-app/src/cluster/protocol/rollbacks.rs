@@ -1,0 +1,143 @@
+//! Rolled-back writes whose stamps wait to be recorded Aborted (`ordering = "sequencer"`).
+//!
+//! A writer that rolls a write back records its stamp's fate as Aborted only once fewer
+//! than a quorum of the write's holders can still hold its fragment. A holder counts as
+//! not holding it once it persisted the rollback; the writer itself also when its own
+//! store never took the fragment. Until then the writer's fate ring keeps the stamp
+//! Pending and every order waits for it; a holder that was away hears the rollback at
+//! its resync, and its acknowledgement settles the stamp.
+//!
+//! Why wait: once a writer is gone for good, the fates of its last stamps can only be
+//! learned from what its holders hold (README.md, "Not built"), and there a fragment
+//! that a quorum holds is a committed write. A ring that said Aborted while a quorum
+//! still held the fragment could contradict that. Committed needs no such wait: the
+//! writer commits only once a quorum persisted its fragment.
+//!
+//! The role is [`Rollbacks`], owned by the sequencer role (which owns the fate ring).
+//! Bounded: at most [`ROLLBACKS_MAX`] wait at once. One more stays Pending in the ring
+//! with nothing here to settle it, until the next restart finds it again in the
+//! outcome table (counted, so the summary shows it).
+#![forbid(unsafe_code)]
+
+use crate::limits::ROLLBACKS_MAX;
+
+/// One rollback under way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Rollback {
+    /// The write's stamp (its version).
+    version: u64,
+    /// Nodes that were sent a fragment.
+    holders: u32,
+    /// Of those, the ones known not to hold it (any more).
+    lacking: u32,
+}
+
+/// What became of a rollback handed to [`Rollbacks::begin`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Begun {
+    /// Fewer than a quorum can hold the fragment already: record Aborted now.
+    Settled,
+    /// It waits for holders to persist the rollback.
+    Waiting,
+    /// The table is full: the stamp stays Pending until the next restart.
+    Full,
+}
+
+/// Rollbacks waiting for enough holders (see the module doc).
+#[derive(Debug)]
+pub struct Rollbacks {
+    waiting: Vec<Rollback>,
+}
+
+impl Default for Rollbacks {
+    fn default() -> Self {
+        Self { waiting: Vec::with_capacity(ROLLBACKS_MAX) }
+    }
+}
+
+/// Whether fewer than `quorum` of `holders` can still hold the fragment.
+fn enough(holders: u32, lacking: u32, quorum: u32) -> bool {
+    (holders & !lacking).count_ones() < quorum
+}
+
+impl Rollbacks {
+    /// The write of stamp `version`, sent to `holders`, rolled back; `lacking` are those
+    /// known not to hold its fragment.
+    pub fn begin(&mut self, version: u64, holders: u32, lacking: u32, quorum: u32) -> Begun {
+        if enough(holders, lacking, quorum) {
+            return Begun::Settled;
+        }
+        if let Some(r) = self.waiting.iter_mut().find(|r| r.version == version) {
+            r.lacking |= lacking;
+            return Begun::Waiting;
+        }
+        if self.waiting.len() == ROLLBACKS_MAX {
+            return Begun::Full;
+        }
+        self.waiting.push(Rollback { version, holders, lacking });
+        Begun::Waiting
+    }
+
+    /// Holder `h` persisted the rollback of stamp `version`: true when the stamp may be
+    /// recorded Aborted now (it is forgotten here). False for a stamp not waiting here.
+    pub fn reached(&mut self, version: u64, h: u8, quorum: u32) -> bool {
+        let Some(i) = self.waiting.iter().position(|r| r.version == version) else { return false };
+        let r = &mut self.waiting[i];
+        r.lacking |= 1 << h;
+        if !enough(r.holders, r.lacking, quorum) {
+            return false;
+        }
+        self.waiting.swap_remove(i);
+        true
+    }
+
+    /// Rollbacks waiting.
+    pub fn len(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// No rollback waits.
+    pub fn is_empty(&self) -> bool {
+        self.waiting.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stamp_settles_once_fewer_than_a_quorum_can_hold_its_fragment() {
+        // Five holders, quorum three: two acknowledged the fragment before the rollback.
+        let mut r = Rollbacks::default();
+        assert_eq!(r.begin(7, 0b11111, 0, 3), Begun::Waiting);
+        assert!(!r.reached(7, 1, 3), "four may still hold it");
+        assert!(!r.reached(7, 1, 3), "the same holder twice counts once");
+        assert!(!r.reached(7, 2, 3), "three may still hold it");
+        assert!(r.reached(7, 4, 3), "two may: no quorum");
+        assert!(r.is_empty());
+        assert!(!r.reached(7, 3, 3), "forgotten once settled");
+    }
+
+    #[test]
+    fn a_rollback_that_reached_enough_already_settles_at_once() {
+        let mut r = Rollbacks::default();
+        // Only three holders were sent a fragment, one of which never took it.
+        assert_eq!(r.begin(9, 0b00111, 0b00100, 2), Begun::Waiting);
+        assert_eq!(r.begin(10, 0b00111, 0b00110, 2), Begun::Settled);
+        assert_eq!(r.len(), 1);
+        assert!(!r.reached(11, 0, 2), "not waiting here");
+    }
+
+    #[test]
+    fn the_table_is_bounded() {
+        let mut r = Rollbacks::default();
+        for v in 0..ROLLBACKS_MAX as u64 {
+            assert_eq!(r.begin(v, 0b111, 0, 2), Begun::Waiting);
+        }
+        assert_eq!(r.begin(u64::MAX, 0b111, 0, 2), Begun::Full);
+        assert_eq!(r.begin(0, 0b111, 0b001, 2), Begun::Waiting, "one already waiting is updated");
+        assert!(r.reached(0, 1, 2));
+        assert_eq!(r.begin(u64::MAX, 0b111, 0, 2), Begun::Waiting, "room again");
+    }
+}
