@@ -21,7 +21,8 @@
 //! more, so every node releases the same order, each prefix in turn, whatever order it
 //! reads the rings in. What it cannot know it waits for: a ring it cannot READ (that
 //! node is down: the order stalls until it is back, since the cluster has no membership
-//! change), a Pending write (its writer decides within its timeout, or at its restart).
+//! change), a Pending write (its writer decides within its timeout, or at its restart;
+//! a rollback once enough holders persisted it, `rollbacks.rs`).
 //!
 //! Catching up: an applier that finds entries it needed overwritten (it was down, or
 //! stalled, while a writer went a whole ring further) can no longer learn those stamps'
@@ -329,8 +330,13 @@ impl Applier {
         }
         busy |= self.settle_epochs(now);
         busy |= self.release(cx.own, now);
-        let stall = self.stall(now.mono_ns);
-        self.warnings.check(self.me, stall, now.mono_ns);
+        // The whole stall (who holds the stamp, which rings went unread) only when a
+        // warning about it is due.
+        let hole = self.order.oldest_hole(now.mono_ns);
+        if hole.is_some_and(|(version, open_ns)| self.warnings.due(version, open_ns, now.mono_ns)) {
+            let stall = self.stall(now.mono_ns);
+            self.warnings.check(self.me, stall, now.mono_ns);
+        }
         busy
     }
 
@@ -425,10 +431,12 @@ impl Applier {
         }
     }
 
-    /// The lowest stamp some ring's entry may record that the order could not hold yet
-    /// (`u64::MAX`: none; 0 while a ring is read again from `next`, see [`Source`]),
-    /// starting that reading where a ring's bound was passed.
-    fn deferred(&mut self) -> u64 {
+    /// The bound below which an unrecorded stamp may be settled as a no-op: the lowest
+    /// stamp some ring's entry may record that the order could not hold yet
+    /// (`u64::MAX`: none; 0 while a ring is read again from `next`, see [`Source`]).
+    /// Not only a query: a ring whose bound the cursor passed starts being read again
+    /// from `next` here, to learn its next bound.
+    fn settle_bound(&mut self) -> u64 {
         let cursor = self.order.cursor();
         let mut lowest = u64::MAX;
         for s in &mut self.sources {
@@ -1021,7 +1029,7 @@ impl Applier {
     /// epoch on the way; keeps the cursor.
     fn release(&mut self, own: &FateRing, now: Now) -> bool {
         let start = self.order.cursor();
-        let deferred = self.deferred();
+        let bound = self.settle_bound();
         for _ in 0..ORDER_WINDOW {
             if let Some(a) = self.order.release() {
                 self.append(a);
@@ -1029,7 +1037,7 @@ impl Applier {
             }
             let c = self.order.cursor();
             match self.complete {
-                Some((e, end)) if epoch_of(c) == e && c < end && !self.pending.contains_key(&c) && c < deferred => {
+                Some((e, end)) if epoch_of(c) == e && c < end && !self.pending.contains_key(&c) && c < bound => {
                     // Every ring moved past this epoch without recording the stamp.
                     self.stats.unrecorded += 1;
                     if let Err(err) = self.order.resolve(c, Fate::NoOp, now.mono_ns) {

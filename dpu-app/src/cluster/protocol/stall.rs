@@ -46,19 +46,24 @@ pub(super) struct StallWarnings {
 }
 
 impl StallWarnings {
+    /// Whether [`StallWarnings::check`] would warn about the hole at `version`, open for
+    /// `open_ns`, at `now_ns`: a caller works out the whole [`Stall`] only then.
+    pub(super) fn due(&self, version: u64, open_ns: u64, now_ns: u64) -> bool {
+        let bound_ns = ORDER_STALL_WARN_MS * 1_000_000;
+        let next_ns = if version == self.version { self.next_ns } else { bound_ns };
+        open_ns >= next_ns && self.last_ns.is_none_or(|t| now_ns.saturating_sub(t) >= bound_ns)
+    }
+
     /// Logs a warning about `stall` at `now_ns` (monotonic) if it is due: past
     /// [`ORDER_STALL_WARN_MS`] for a new hole, then at each doubling of its age, and
     /// never within [`ORDER_STALL_WARN_MS`] of the last warning (a node back after a
     /// long absence releases a burst of holes, each as old as the stall).
     pub(super) fn check(&mut self, me: u8, stall: Option<Stall>, now_ns: u64) {
         let Some(s) = stall else { return };
-        let bound_ns = ORDER_STALL_WARN_MS * 1_000_000;
-        if s.version != self.version {
-            (self.version, self.next_ns) = (s.version, bound_ns);
-        }
-        if s.open_ns < self.next_ns || self.last_ns.is_some_and(|t| now_ns.saturating_sub(t) < bound_ns) {
+        if !self.due(s.version, s.open_ns, now_ns) {
             return;
         }
+        self.version = s.version;
         (self.next_ns, self.last_ns) = (s.open_ns.saturating_mul(2), Some(now_ns));
         self.warned += 1;
         let unread: Vec<u8> = s.unread_nodes().collect();
