@@ -13,6 +13,11 @@
 //! still held the fragment could contradict that. Committed needs no such wait: the
 //! writer commits only once a quorum persisted its fragment.
 //!
+//! A rollback waits long only while a quorum of the write's holders is away, when no
+//! write can commit anyway, unless the quorum is at most half the holders (4 nodes,
+//! RS(2, 2), quorum 2): there a writer's fate ring cannot wrap past a stamp that waits,
+//! and it stops taking stamps once it has taken a whole ring more.
+//!
 //! The role is [`Rollbacks`], owned by the sequencer role (which owns the fate ring).
 //! Bounded: at most [`ROLLBACKS_MAX`] wait at once. One more stays Pending in the ring
 //! with nothing here to settle it, until the next restart finds it again in the
