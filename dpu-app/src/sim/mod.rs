@@ -260,7 +260,7 @@ impl SimReport {
             self.order.0,
             self.order.1
         ) + &format!(
-            "; {} epochs rolled over unrecorded holes, {} unrecorded stamps settled; {} stamps recorded Aborted, each while fewer than a quorum of the nodes up still held its fragment (at most {}); {} catch-ups of a node a fate ring behind ({} feed entries copied from peers, {} marked missing); every order caught up after the run settled in p50 {:.0} us, max {:.0} us",
+            "; {} epochs rolled over unrecorded holes, {} unrecorded stamps settled; {} stamps recorded Aborted, each while fewer than a quorum of the nodes (up, or down with it in their store) still held its fragment (at most {}); {} catch-ups of a node a fate ring behind ({} feed entries copied from peers, {} marked missing); every order caught up after the run settled in p50 {:.0} us, max {:.0} us",
             self.rolls.0,
             self.rolls.1,
             self.aborted.0,
@@ -430,6 +430,9 @@ pub fn run(opts: &SimOptions) -> Result<SimReport, Violation> {
             if down < opts.m as usize && rng.chance(400) {
                 let victim = rng.below(u64::from(n)) as u8;
                 if down_since[victim as usize].is_none() {
+                    if let Some(w) = watch.as_mut() {
+                        w.crashing(&cluster, victim);
+                    }
                     cluster.crash(victim);
                     down_since[victim as usize] = Some(now);
                     back_at[victim as usize] = now + 1_000_000 + rng.below(8_000_000);
@@ -694,6 +697,7 @@ fn sequencer_faults(
     let down = f.down_since.iter().filter(|d| d.is_some()).count();
     let n = cluster.len() as u8;
     if down < m as usize && rng.chance(100) {
+        watch.crashing(cluster, leader);
         cluster.crash(leader);
         f.down_since[leader as usize] = Some(now);
         f.back_at[leader as usize] = now + 1_000_000 + rng.below(6_000_000);

@@ -27,8 +27,9 @@
 //!   ring still held) is checked above its mark; marks are allowed only where the run
 //!   chose small fate rings (odd seeds), and fail the run otherwise;
 //! - a stamp a fate ring records Aborted is held (its fragment not rolled back) by
-//!   fewer than a quorum of the nodes that are up (`protocol/rollbacks.rs`: else, with
-//!   its writer gone, its holders would take it for a committed write);
+//!   fewer than a quorum of the nodes, a node that is down counted with what its store
+//!   held when it crashed (`protocol/rollbacks.rs`: else, with its writer gone, its
+//!   holders would take it for a committed write);
 //! - no hole stays open past its bound: once the run has settled (every node up,
 //!   every link healed, nothing in flight), every node's order releases every committed
 //!   write within the run's write bound (checked once per seed, in `run`);
@@ -94,6 +95,9 @@ pub struct SequencerWatch {
     rings: Vec<(u64, std::collections::BTreeSet<u64>)>,
     /// Stamps recorded Aborted, and the most holders any of them still had then.
     pub aborted: (u64, usize),
+    /// Per node, while it is down: the writes its store held Pending records of when
+    /// it crashed (its files do not change while it is down).
+    down_pending: Vec<Option<HashSet<(u64, u64)>>>,
 }
 
 impl SequencerWatch {
@@ -106,6 +110,7 @@ impl SequencerWatch {
             gaps_allowed,
             marks: vec![0; nodes.into()],
             rings: vec![(1, std::collections::BTreeSet::new()); nodes.into()],
+            down_pending: vec![None; nodes.into()],
             ..Self::default()
         }
     }
@@ -153,12 +158,21 @@ impl SequencerWatch {
         self.check_feeds(cluster)
     }
 
+    /// Node `id` is about to crash: what its store holds is kept for
+    /// the check of rollbacks (`check_rollbacks`) while it is down.
+    pub fn crashing(&mut self, cluster: &InProcess, id: u8) {
+        self.down_pending[id as usize] = cluster.node(id).map(|n| n.store_pending());
+    }
+
     /// A stamp a ring records Aborted is held (its fragment not rolled back) by fewer
-    /// than a quorum of the nodes that are up: else the holders could take it for a
-    /// committed write (`protocol/rollbacks.rs`). Nodes that are down are not counted,
-    /// so this checks a floor.
+    /// than a quorum of the nodes: else the holders could take it for a committed write
+    /// (`protocol/rollbacks.rs`). A node that is down counts with what its store held
+    /// when it crashed.
     fn check_rollbacks(&mut self, cluster: &InProcess) -> Result<(), String> {
         let quorum = cluster.config().quorum;
+        for node in cluster.nodes() {
+            self.down_pending[node.id() as usize] = None;
+        }
         for node in cluster.nodes() {
             let Some(ring) = node.fate_ring() else { continue };
             let j = node.id();
@@ -184,11 +198,13 @@ impl SequencerWatch {
             }
             for e in decided.into_iter().filter(|e| e.kind == FateKind::Aborted) {
                 let stamp = e.version << 8 | u64::from(j);
-                let holding = cluster.nodes().filter(|n| n.store_holds(e.key_hash, stamp)).count();
+                let up = cluster.nodes().filter(|n| n.store_holds(e.key_hash, stamp)).count();
+                let down = self.down_pending.iter().flatten().filter(|h| h.contains(&(e.key_hash, stamp))).count();
+                let holding = up + down;
                 self.aborted = (self.aborted.0 + 1, self.aborted.1.max(holding));
                 if holding >= quorum {
                     return Err(format!(
-                        "node {j} recorded stamp {:#x} Aborted while {holding} nodes (a quorum of {quorum}) still hold its fragment",
+                        "node {j} recorded stamp {:#x} Aborted while {holding} nodes ({down} of them down; a quorum of {quorum}) still hold its fragment",
                         e.version
                     ));
                 }

@@ -84,6 +84,19 @@ impl<F: Fabric> Node<F> {
         self.store.holds(key_hash, stamp)
     }
 
+    /// The writes (key hash, stamp) this node's store holds Pending records of, for the
+    /// simulator's checks (a crashed node's files do not change while it is down).
+    /// Reads the whole store: not for the data path.
+    pub fn store_pending(&self) -> std::collections::HashSet<(u64, u64)> {
+        let mut held = std::collections::HashSet::new();
+        if let Err(e) = self.store.pending(|r| {
+            held.insert((r.key_hash(), r.stamp()));
+        }) {
+            tracing::error!(node = self.me, error = %e, "cannot read the store's pending records");
+        }
+        held
+    }
+
     /// What the sequencer role counted; `None` in HLC mode.
     pub fn sequencer_stats(&self) -> Option<SeqStats> {
         self.sequencer.as_ref().map(|s| s.stats)
