@@ -150,8 +150,9 @@ pub struct SimReport {
     /// settled as no-ops because no ring recorded them (summed over the nodes' last
     /// incarnations).
     pub rolls: (u64, u64),
-    /// Stamps a fate ring recorded Aborted, and the most nodes that were up and still
-    /// held the fragment of one then (below the quorum, or the run fails).
+    /// Stamps a fate ring recorded Aborted, and the most nodes that still held the
+    /// fragment of one then, up or down with it in their store (below the quorum, or
+    /// the run fails).
     pub aborted: (u64, u64),
     /// Catch-ups of a node that fell a whole fate ring behind, the feed entries they
     /// copied from peers, and those that marked versions missing instead (sequencer
@@ -652,7 +653,7 @@ pub fn run(opts: &SimOptions) -> Result<SimReport, Violation> {
         report.order = (w.order_lag.1, w.order_lag.0);
         report.order_drained = w.order_drained_ns.clone();
         report.catch_ups = w.catch_ups();
-        report.aborted = (w.aborted.0, w.aborted.1 as u64);
+        report.aborted = w.aborted;
         for node in cluster.nodes() {
             report.rolls.0 += node.sequencer_stats().map_or(0, |s| s.rolls);
             report.rolls.1 += node.apply_stats().map_or(0, |a| a.unrecorded);

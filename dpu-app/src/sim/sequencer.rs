@@ -94,7 +94,7 @@ pub struct SequencerWatch {
     /// seen Pending, looked at again until they decide.
     rings: Vec<(u64, std::collections::BTreeSet<u64>)>,
     /// Stamps recorded Aborted, and the most holders any of them still had then.
-    pub aborted: (u64, usize),
+    pub aborted: (u64, u64),
     /// Per node, while it is down: the writes its store held Pending records of when
     /// it crashed (its files do not change while it is down).
     down_pending: Vec<Option<HashSet<(u64, u64)>>>,
@@ -200,9 +200,9 @@ impl SequencerWatch {
                 let stamp = e.version << 8 | u64::from(j);
                 let up = cluster.nodes().filter(|n| n.store_holds(e.key_hash, stamp)).count();
                 let down = self.down_pending.iter().flatten().filter(|h| h.contains(&(e.key_hash, stamp))).count();
-                let holding = up + down;
+                let holding = (up + down) as u64;
                 self.aborted = (self.aborted.0 + 1, self.aborted.1.max(holding));
-                if holding >= quorum {
+                if holding >= quorum as u64 {
                     return Err(format!(
                         "node {j} recorded stamp {:#x} Aborted while {holding} nodes ({down} of them down; a quorum of {quorum}) still hold its fragment",
                         e.version

@@ -185,6 +185,15 @@ impl<T: AsRef<[u8]>> OutcomeView<T> {
         self.flags() & FLAG_TOMBSTONE != 0
     }
 
+    /// The holders known not to hold the write's fragment once it is rolled back: those
+    /// that persisted the rollback, and the writer `me` if its own store never took
+    /// the fragment (it knows its own store). See `protocol/rollbacks.rs`.
+    pub fn lacking(&self, me: u8) -> u32 {
+        let me_bit = 1u32 << me;
+        let own = if self.acked() & me_bit == 0 { me_bit } else { 0 };
+        (self.decided() | own) & self.holders()
+    }
+
     /// Decided, and every holder that persisted a fragment persisted the outcome too: the
     /// entry may be reused.
     pub fn is_settled(&self) -> bool {

@@ -1086,13 +1086,15 @@ impl Writer {
         // The writer is a holder too: its own record dropped is its own decision
         // persisted. Without this bit the entry never settles, and once the table
         // wraps every new write finds it in its way (the outcome-table wedge).
-        let own_dropped = acked & (1 << me) != 0 && Self::settle_own(cx, write_seq, key_hash, stamp, Decision::Aborted);
+        if acked & (1 << me) != 0 {
+            Self::settle_own(cx, write_seq, key_hash, stamp, Decision::Aborted);
+        }
         if let Some(s) = cx.sequencer.as_deref_mut() {
             // Its stamp is recorded Aborted once fewer than a quorum can hold the
             // fragment (`rollbacks.rs`): this node does not, if its store never took
             // it or dropped it just now; the others as they persist the rollback.
-            let lacking = if acked & (1 << me) == 0 || own_dropped { 1 << me } else { 0 };
-            s.roll_back(stamp >> 8, holders, lacking & holders, cx.quorum);
+            let lacking = cx.outcomes.get(write_seq).map_or(0, |e| e.lacking(me));
+            s.roll_back(stamp >> 8, holders, lacking, cx.quorum);
         }
         for h in 0..cx.n as u8 {
             if h != me && holders & (1 << h) != 0 {

@@ -386,18 +386,14 @@ impl<F: Fabric> Node<F> {
         // (settled just above): a rolled-back one once its rollback reached enough
         // holders (this node's own record is resolved by now; the peers' resync tells
         // the rest). A stamp no entry holds never began a write.
-        let (me, me_bit) = (self.me, 1u32 << self.me);
+        let me = self.me;
         let mut found = std::collections::HashMap::new();
         let end = self.outcomes.next_write_seq();
         for seq in end.saturating_sub(u64::from(self.outcomes.entries()))..end {
             let Some(e) = self.outcomes.get(seq) else { continue };
             let recovered = match e.state() {
                 WriteState::Committed => Recovered::Committed,
-                WriteState::Aborted => {
-                    let own_lacks = e.acked() & me_bit == 0 || e.decided() & me_bit != 0;
-                    let lacking = e.decided() | if own_lacks { me_bit } else { 0 };
-                    Recovered::RolledBack { holders: e.holders(), lacking: lacking & e.holders() }
-                }
+                WriteState::Aborted => Recovered::RolledBack { holders: e.holders(), lacking: e.lacking(me) },
                 WriteState::InProgress | WriteState::Free => {
                     tracing::error!(
                         node = me,
