@@ -64,6 +64,14 @@ fn run(c: &mut InProcess, what: &str, limit_ns: u64, done: impl FnMut(&mut InPro
     assert!(c.run_until(TICK_NS, limit_ns, done), "{what}: not within {} ms of cluster time", limit_ns / 1_000_000);
 }
 
+/// Runs until node 0, the configured sequencer, has claimed epoch 1 and every node
+/// knows it; returns that word.
+fn claim_epoch_1(c: &mut InProcess) -> LeaderWord {
+    let first = LeaderWord { epoch: 1, sequencer: 0 };
+    run(c, "node 0 claims epoch 1", SECOND_NS, |c| settled_on(c, first));
+    first
+}
+
 /// PUTs `value` to `key` through node `node`'s host and runs the cluster until it
 /// completes.
 fn put(c: &mut InProcess, node: u8, key: &[u8], value: &[u8]) -> Completion {
@@ -118,8 +126,7 @@ fn get(c: &mut InProcess, node: u8, key: &[u8]) -> (Status, u64, Vec<u8>) {
 #[test]
 fn every_write_is_stamped_by_the_sequencer_once_and_per_key_versions_move_forward() {
     let (mut c, dir) = cluster("stamps", 4);
-    let first = LeaderWord { epoch: 1, sequencer: 0 };
-    run(&mut c, "node 0 claims epoch 1", SECOND_NS, |c| settled_on(c, first));
+    claim_epoch_1(&mut c);
     let mut seen = BTreeSet::new();
     let mut last_of_key = [0u64; 3];
     for round in 0..12u32 {
@@ -194,8 +201,7 @@ fn a_shadow_takes_over_a_crashed_sequencer_and_the_restarted_one_follows() {
 /// links to node 0 stay up). Returns the cluster, its folder and epoch 1's word.
 fn stall_the_sequencer(name: &str, key: &[u8]) -> (InProcess, std::path::PathBuf, LeaderWord) {
     let (mut c, dir) = cluster(name, 2);
-    let first = LeaderWord { epoch: 1, sequencer: 0 };
-    run(&mut c, "node 0 claims epoch 1", SECOND_NS, |c| settled_on(c, first));
+    let first = claim_epoch_1(&mut c);
     assert_eq!(put(&mut c, 0, key, b"old").status, Status::Ok);
     // A write completes before its marks move to the committed version, and the next
     // write of its key waits for that: let it finish first.
@@ -299,8 +305,7 @@ fn nodes_restarted_after_voting_in_a_claim_they_never_noticed_still_refuse_the_d
 #[test]
 fn a_claimant_that_lost_a_competing_claim_of_its_epoch_follows_the_winner() {
     let (mut c, dir) = cluster("competing", 2);
-    let first = LeaderWord { epoch: 1, sequencer: 0 };
-    run(&mut c, "node 0 claims epoch 1", SECOND_NS, |c| settled_on(c, first));
+    claim_epoch_1(&mut c);
     assert_eq!(put(&mut c, 0, b"c", b"old").status, Status::Ok);
     c.pause(1, true);
     c.pause(2, true);
@@ -367,8 +372,7 @@ fn a_claimant_that_lost_a_competing_claim_of_its_epoch_follows_the_winner() {
 /// so 16-entry fate rings wrap several times. Returns the committed versions (without
 /// the writer byte), the first one first.
 fn writes_while_node_4_is_down(c: &mut InProcess) -> BTreeSet<u64> {
-    let first = LeaderWord { epoch: 1, sequencer: 0 };
-    run(c, "node 0 claims epoch 1", SECOND_NS, |c| settled_on(c, first));
+    claim_epoch_1(c);
     let mut committed = BTreeSet::new();
     let v = put(c, 1, b"a", b"before").version >> 8;
     committed.insert(v);
@@ -469,8 +473,7 @@ fn a_node_whose_missing_writes_left_every_peers_feed_marks_them_missing() {
 #[test]
 fn a_node_down_holding_a_stamp_is_named_as_what_the_order_waits_for() {
     let (mut c, dir) = cluster("stall", 4);
-    let first = LeaderWord { epoch: 1, sequencer: 0 };
-    run(&mut c, "node 0 claims epoch 1", SECOND_NS, |c| settled_on(c, first));
+    claim_epoch_1(&mut c);
     let mut committed = BTreeSet::new();
     committed.insert(put(&mut c, 1, b"a", b"before").version >> 8);
     // Node 4 takes a stamp for a write and goes down before it decides.
@@ -528,8 +531,7 @@ fn a_rolled_back_stamp_is_recorded_aborted_only_once_enough_holders_dropped_its_
     // the fragment. Node 1 reaches only node 0 (the sequencer), so its write cannot
     // commit, and only two holders (node 1 itself and node 0) can persist the rollback.
     let (mut c, dir) = cluster("rollback", 4);
-    let first = LeaderWord { epoch: 1, sequencer: 0 };
-    run(&mut c, "node 0 claims epoch 1", SECOND_NS, |c| settled_on(c, first));
+    claim_epoch_1(&mut c);
     let mut committed = BTreeSet::new();
     committed.insert(put(&mut c, 2, b"a", b"before").version >> 8);
     for j in 2..5 {
