@@ -14,9 +14,10 @@
 //! writer commits only once a quorum persisted its fragment.
 //!
 //! A rollback waits long only while a quorum of the write's holders is away, when no
-//! write can commit anyway, unless the quorum is at most half the holders (4 nodes,
-//! RS(2, 2), quorum 2): there a writer's fate ring cannot wrap past a stamp that waits,
-//! and it stops taking stamps once it has taken a whole ring more.
+//! write to those holders can commit anyway (a quorum is at least `max(k, m + 1)`,
+//! always more than half of the `k + m` holders). Meanwhile the writer's fate ring
+//! cannot wrap past the stamp: it stops taking stamps once it has taken a whole ring
+//! more.
 //!
 //! The role is [`Rollbacks`], owned by the sequencer role (which owns the fate ring).
 //! Bounded: at most [`ROLLBACKS_MAX`] wait at once. One more stays Pending in the ring
