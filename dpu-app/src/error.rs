@@ -17,6 +17,7 @@ use crate::cluster::config::ConfigError;
 use crate::cluster::format::control::ControlFileError;
 use crate::cluster::format::fates::FateError;
 use crate::cluster::format::feed::FeedError;
+use crate::cluster::format::ledger::LedgerError;
 use crate::cluster::format::log::LogError;
 use crate::cluster::format::outcome::OutcomeError;
 use crate::cluster::format::store::StoreError;
@@ -150,6 +151,9 @@ pub enum Error {
     /// The node's fate ring (sequencer mode).
     #[error(transparent)]
     Fates(#[from] FateError),
+    /// The node's stamp ledger (sequencer mode).
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
     /// The node's change feed (sequencer mode).
     #[error(transparent)]
     Feed(#[from] FeedError),

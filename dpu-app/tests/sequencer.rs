@@ -9,6 +9,7 @@ use std::sync::Arc;
 use prescient_dpu::cluster::config::{ClusterConfig, Ordering, SequencerConfig};
 use prescient_dpu::cluster::format::fates::FateKind;
 use prescient_dpu::cluster::format::feed::{FeedEntry, FeedError};
+use prescient_dpu::cluster::format::ledger::LedgerState;
 use prescient_dpu::cluster::run::inprocess::{region_config_for, ClusterClock, InProcess};
 use prescient_dpu::cluster::sequence::{epoch_of, LeaderWord};
 use prescient_dpu::fabric::emu::ModelConfig;
@@ -525,6 +526,17 @@ fn pending_fates(c: &InProcess, j: u8) -> Vec<u64> {
     c.node(j).unwrap().fate_ring().unwrap().pending().collect()
 }
 
+/// What each node's stamp ledger says of writer `w`'s write of stamp `version` (its
+/// write number read from `w`'s fate ring); `None` for a node that is down or has no
+/// entry of it.
+fn ledger_states(c: &InProcess, w: u8, version: u64) -> Vec<Option<LedgerState>> {
+    let ring = c.node(w).unwrap().fate_ring().unwrap();
+    let e = (1..ring.next()).filter_map(|p| ring.at(p)).find(|e| e.version == version && e.is_write()).unwrap();
+    (0..5)
+        .map(|j| c.node(j)?.ledger()?.for_stamp(w, e.write_seq, version << 8 | u64::from(w)).map(|l| l.state))
+        .collect()
+}
+
 #[test]
 fn a_rolled_back_stamp_is_recorded_aborted_only_once_enough_holders_dropped_its_fragment() {
     // Quorum 3 of 5 holders: the stamp may be recorded Aborted once three do not hold
@@ -542,12 +554,22 @@ fn a_rolled_back_stamp_is_recorded_aborted_only_once_enough_holders_dropped_its_
     let stuck = pending_fates(&c, 1);
     assert_eq!(stuck.len(), 1, "the rolled-back write's stamp stays Pending: {stuck:?}");
     assert_eq!(c.node(1).unwrap().rollbacks_waiting(), 1);
+    // The holders' ledgers: the committed write is Held by a quorum; the rolled-back
+    // one is rolled back where the writer and node 0 persisted that, and unknown to
+    // the three cut off.
+    let before = *committed.first().unwrap();
+    let held = ledger_states(&c, 2, before);
+    assert!(held.iter().filter(|s| **s == Some(LedgerState::Held)).count() >= 3, "{held:?}");
+    let rolled = Some(LedgerState::RolledBack);
+    let want = vec![rolled, rolled, None, None, None];
+    run(&mut c, "nodes 0 and 1 persist the rollback", SECOND_NS, |c| ledger_states(c, 1, stuck[0]) == want);
     // A restart (still cut off) finds it again from the outcome table, and keeps waiting.
     c.crash(1);
     c.restart(1).unwrap();
     run(&mut c, "node 1 serves again", SECOND_NS, |c| c.node(1).is_some_and(|n| n.sequencer_state().is_some()));
     assert!(!c.run_until(TICK_NS, 200 * 1_000_000, |c| pending_fates(c, 1).is_empty()));
     assert_eq!(pending_fates(&c, 1), stuck, "still Pending after the restart");
+    assert_eq!(ledger_states(&c, 1, stuck[0]), want, "the ledgers are files: a restart keeps them");
     assert_eq!(c.node(1).unwrap().rollbacks_waiting(), 1);
     assert!(
         c.node(1).unwrap().summary().contains("1 rollbacks waiting for their holders"),
@@ -574,6 +596,9 @@ fn a_rolled_back_stamp_is_recorded_aborted_only_once_enough_holders_dropped_its_
     let kinds: Vec<FateKind> =
         (1..ring.next()).filter_map(|p| ring.at(p)).filter(|e| e.version == stuck[0]).map(|e| e.kind).collect();
     assert!(kinds.contains(&FateKind::Aborted) && !kinds.contains(&FateKind::Committed), "{kinds:?}");
+    let states = ledger_states(&c, 1, stuck[0]);
+    assert!(states.iter().filter(|s| **s == rolled).count() >= 3, "the rollback reached enough ledgers: {states:?}");
+    assert!(!states.contains(&Some(LedgerState::Held)), "{states:?}");
     assert_eq!(c.node(1).unwrap().rollbacks_waiting(), 0);
     feeds_hold(&mut c, &committed);
     let _ = std::fs::remove_dir_all(dir);

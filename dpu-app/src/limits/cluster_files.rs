@@ -120,6 +120,8 @@ const _: () = assert!(cfg!(target_endian = "little"));
 
 /// Bytes of one fate ring entry (`format/fates.rs`).
 pub const FATE_ENTRY_BYTES: usize = 32;
+/// Bytes of one stamp-ledger entry (`format/ledger.rs`).
+pub const LEDGER_ENTRY_BYTES: usize = 32;
 /// Fewest and most entries of a node's fate ring (a power of two): how far behind a
 /// peer's applier may fall before the fates it needs are overwritten.
 pub const FATE_ENTRIES_MIN: u32 = 8;
@@ -129,6 +131,8 @@ pub const FATE_ENTRIES_MAX: u32 = 1 << 24;
 pub const FATE_ENTRIES_DEFAULT: u32 = 1 << 16;
 
 const _: () = assert!(LINE_BYTES % FATE_ENTRY_BYTES == 0, "fate entries do not straddle lines");
+const _: () = assert!(LINE_BYTES % LEDGER_ENTRY_BYTES == 0, "ledger entries do not straddle lines");
+const _: () = assert!(FATE_ENTRIES_MAX <= 1 << 24, "a fate ring's write entry keeps its write number mod 2^24");
 const _: () = assert!(FATE_ENTRIES_MIN.is_power_of_two() && FATE_ENTRIES_MAX.is_power_of_two());
 const _: () = assert!(FATE_ENTRIES_DEFAULT.is_power_of_two() && FATE_ENTRIES_DEFAULT >= FATE_ENTRIES_MIN);
 const _: () = assert!(HEADER_PAGE_BYTES as u64 + FATE_ENTRIES_MAX as u64 * FATE_ENTRY_BYTES as u64 <= REGION_BYTES_MAX);

@@ -150,10 +150,12 @@ pub struct SimReport {
     /// settled as no-ops because no ring recorded them (summed over the nodes' last
     /// incarnations).
     pub rolls: (u64, u64),
-    /// Stamps a fate ring recorded Aborted, and the most nodes that still held the
-    /// fragment of one then, up or down with it in their store (below the quorum, or
-    /// the run fails).
+    /// Stamps a fate ring recorded Aborted, and the most nodes whose stamp ledgers
+    /// still held one of them then, up or down (below the quorum, or the run fails).
     pub aborted: (u64, u64),
+    /// Stamps a fate ring recorded Committed, and the fewest nodes whose ledgers held
+    /// one of them then (a quorum at least, or the run fails).
+    pub committed: (u64, u64),
     /// Catch-ups of a node that fell a whole fate ring behind, the feed entries they
     /// copied from peers, and those that marked versions missing instead (sequencer
     /// mode).
@@ -202,6 +204,11 @@ impl SimReport {
         self.rolls.1 += other.rolls.1;
         self.aborted.0 += other.aborted.0;
         self.aborted.1 = self.aborted.1.max(other.aborted.1);
+        self.committed = match (self.committed.0, other.committed.0) {
+            (_, 0) => self.committed,
+            (0, _) => other.committed,
+            (a, b) => (a + b, self.committed.1.min(other.committed.1)),
+        };
         self.catch_ups.0 += other.catch_ups.0;
         self.catch_ups.1 += other.catch_ups.1;
         self.catch_ups.2 += other.catch_ups.2;
@@ -261,9 +268,11 @@ impl SimReport {
             self.order.0,
             self.order.1
         ) + &format!(
-            "; {} epochs rolled over unrecorded holes, {} unrecorded stamps settled; {} stamps recorded Aborted, each while fewer than a quorum of the nodes (up, or down with it in their store) still held its fragment (at most {}); {} catch-ups of a node a fate ring behind ({} feed entries copied from peers, {} marked missing); every order caught up after the run settled in p50 {:.0} us, max {:.0} us",
+            "; {} epochs rolled over unrecorded holes, {} unrecorded stamps settled; in the holders' stamp ledgers (up, or down as they crashed), {} stamps recorded Committed each held by a quorum (at least {}), {} recorded Aborted each by fewer (at most {}); {} catch-ups of a node a fate ring behind ({} feed entries copied from peers, {} marked missing); every order caught up after the run settled in p50 {:.0} us, max {:.0} us",
             self.rolls.0,
             self.rolls.1,
+            self.committed.0,
+            self.committed.1,
             self.aborted.0,
             self.aborted.1,
             self.catch_ups.0,
@@ -654,6 +663,7 @@ pub fn run(opts: &SimOptions) -> Result<SimReport, Violation> {
         report.order_drained = w.order_drained_ns.clone();
         report.catch_ups = w.catch_ups();
         report.aborted = w.aborted;
+        report.committed = w.committed;
         for node in cluster.nodes() {
             report.rolls.0 += node.sequencer_stats().map_or(0, |s| s.rolls);
             report.rolls.1 += node.apply_stats().map_or(0, |a| a.unrecorded);

@@ -26,10 +26,12 @@
 //!   a feed that marked versions missing (it fell behind what every peer's feed or
 //!   ring still held) is checked above its mark; marks are allowed only where the run
 //!   chose small fate rings (odd seeds), and fail the run otherwise;
-//! - a stamp a fate ring records Aborted is held (its fragment not rolled back) by
-//!   fewer than a quorum of the nodes, a node that is down counted with what its store
-//!   held when it crashed (`protocol/rollbacks.rs`: else, with its writer gone, its
-//!   holders would take it for a committed write);
+//! - the holders' stamp ledgers (`format/ledger.rs`) agree with every fate ring: a
+//!   stamp a ring records Committed is Held (accepted, not rolled back) in the ledgers
+//!   of at least a quorum of the nodes, and one it records Aborted in those of fewer
+//!   than a quorum (`protocol/rollbacks.rs`: else, with its writer gone, its holders
+//!   would take it for a committed write); a node that is down counts with what its
+//!   ledger held when it crashed (its files do not change while it is down);
 //! - no hole stays open past its bound: once the run has settled (every node up,
 //!   every link healed, nothing in flight), every node's order releases every committed
 //!   write within the run's write bound (checked once per seed, in `run`);
@@ -44,6 +46,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::cluster::format::fates::FateKind;
 use crate::cluster::format::feed::FeedEntry;
+use crate::cluster::format::ledger::LedgerState;
 use crate::cluster::run::inprocess::InProcess;
 use crate::cluster::sequence::epoch_of;
 use crate::histogram::Histogram;
@@ -93,11 +96,13 @@ pub struct SequencerWatch {
     /// Per node: the next position of its fate ring to look at, and the positions
     /// seen Pending, looked at again until they decide.
     rings: Vec<(u64, std::collections::BTreeSet<u64>)>,
-    /// Stamps recorded Aborted, and the most holders any of them still had then.
+    /// Stamps recorded Aborted, and the most ledgers that still held any of them then.
     pub aborted: (u64, u64),
-    /// Per node, while it is down: the writes its store held Pending records of when
-    /// it crashed (its files do not change while it is down).
-    down_pending: Vec<Option<HashSet<(u64, u64)>>>,
+    /// Stamps recorded Committed, and the fewest ledgers that held any of them then.
+    pub committed: (u64, u64),
+    /// Per node, while it is down: the stamps its ledger held (not rolled back) when
+    /// it crashed, `(writer, stamp)`.
+    down_held: Vec<Option<HashSet<(u8, u64)>>>,
 }
 
 impl SequencerWatch {
@@ -110,7 +115,8 @@ impl SequencerWatch {
             gaps_allowed,
             marks: vec![0; nodes.into()],
             rings: vec![(1, std::collections::BTreeSet::new()); nodes.into()],
-            down_pending: vec![None; nodes.into()],
+            down_held: vec![None; nodes.into()],
+            committed: (0, u64::MAX),
             ..Self::default()
         }
     }
@@ -154,24 +160,29 @@ impl SequencerWatch {
                 }
             }
         }
-        self.check_rollbacks(cluster)?;
+        self.check_ledgers(cluster)?;
         self.check_feeds(cluster)
     }
 
-    /// Node `id` is about to crash: what its store holds is kept for
-    /// the check of rollbacks (`check_rollbacks`) while it is down.
+    /// Node `id` is about to crash: what its ledger holds is kept for the ledger
+    /// check (`check_ledgers`) while it is down.
     pub fn crashing(&mut self, cluster: &InProcess, id: u8) {
-        self.down_pending[id as usize] = cluster.node(id).map(|n| n.store_pending());
+        let n = self.epochs.len() as u8;
+        self.down_held[id as usize] = cluster.node(id).and_then(|node| node.ledger()).map(|ledger| {
+            (0..n)
+                .flat_map(|w| {
+                    ledger.of_writer(w).into_iter().filter(|e| e.state == LedgerState::Held).map(move |e| (w, e.stamp))
+                })
+                .collect()
+        });
     }
 
-    /// A stamp a ring records Aborted is held (its fragment not rolled back) by fewer
-    /// than a quorum of the nodes: else the holders could take it for a committed write
-    /// (`protocol/rollbacks.rs`). A node that is down counts with what its store held
-    /// when it crashed.
-    fn check_rollbacks(&mut self, cluster: &InProcess) -> Result<(), String> {
-        let quorum = cluster.config().quorum;
+    /// Every fate ring's newly decided writes against the holders' ledgers (see the
+    /// module doc): Committed is Held by a quorum, Aborted by fewer.
+    fn check_ledgers(&mut self, cluster: &InProcess) -> Result<(), String> {
+        let quorum = cluster.config().quorum as u64;
         for node in cluster.nodes() {
-            self.down_pending[node.id() as usize] = None;
+            self.down_held[node.id() as usize] = None;
         }
         for node in cluster.nodes() {
             let Some(ring) = node.fate_ring() else { continue };
@@ -196,17 +207,38 @@ impl SequencerWatch {
                     }
                 }
             }
-            for e in decided.into_iter().filter(|e| e.kind == FateKind::Aborted) {
+            for e in decided.into_iter().filter(|e| matches!(e.kind, FateKind::Committed | FateKind::Aborted)) {
                 let stamp = e.version << 8 | u64::from(j);
-                let up = cluster.nodes().filter(|n| n.store_holds(e.key_hash, stamp)).count();
-                let down = self.down_pending.iter().flatten().filter(|h| h.contains(&(e.key_hash, stamp))).count();
-                let holding = (up + down) as u64;
-                self.aborted = (self.aborted.0 + 1, self.aborted.1.max(holding));
-                if holding >= quorum as u64 {
-                    return Err(format!(
-                        "node {j} recorded stamp {:#x} Aborted while {holding} nodes ({down} of them down; a quorum of {quorum}) still hold its fragment",
-                        e.version
-                    ));
+                let up = cluster
+                    .nodes()
+                    .filter_map(|n| n.ledger()?.for_stamp(j, e.write_seq, stamp))
+                    .filter(|l| l.state == LedgerState::Held)
+                    .count();
+                let down = self.down_held.iter().flatten().filter(|h| h.contains(&(j, stamp))).count();
+                let held = (up + down) as u64;
+                if e.kind == FateKind::Aborted {
+                    self.aborted = (self.aborted.0 + 1, self.aborted.1.max(held));
+                    if held >= quorum {
+                        return Err(format!(
+                            "node {j} recorded stamp {:#x} Aborted while the ledgers of {held} nodes ({down} of them down; a quorum of {quorum}) still hold its fragment",
+                            e.version
+                        ));
+                    }
+                } else {
+                    self.committed = (self.committed.0 + 1, self.committed.1.min(held));
+                    if held < quorum {
+                        let each: Vec<String> = cluster
+                            .nodes()
+                            .map(|n| {
+                                let l = n.ledger().map(|l| l.at_slot(j, u64::from(e.write_seq)));
+                                format!("node {}: {l:?}", n.id())
+                            })
+                            .collect();
+                        return Err(format!(
+                            "node {j} recorded stamp {:#x} (write {:#x} mod 2^24) Committed, but only the ledgers of {held} nodes ({down} of them down; a quorum of {quorum}) hold its fragment; {}",
+                            e.version, e.write_seq, each.join("; ")
+                        ));
+                    }
                 }
             }
         }

@@ -11,7 +11,9 @@
 //! What a writer records, in the order it happens:
 //! - [`FateKind::Block`]: a block of stamps fetched from the sequencer, recorded before
 //!   any of it is used (so a stamp no ring records as part of a block was never used);
-//! - [`FateKind::Pending`]: a stamp given to a write (key hash, tombstone), later turned
+//! - [`FateKind::Pending`]: a stamp given to a write (key hash, tombstone, the write's
+//!   number mod 2^24, which finds its entry in every holder's stamp ledger,
+//!   `format/ledger.rs`), later turned
 //!   in place into [`FateKind::Committed`] when it commits, or [`FateKind::Aborted`]
 //!   once its rollback reached enough holders that fewer than a quorum can still hold
 //!   its fragment (`protocol/rollbacks.rs`; a restart decides what its crash left
@@ -33,7 +35,9 @@
 //!
 //! ```text
 //!  0..8 position   8..16 version   16..24 key hash   24..28 word   28..32 CRC32C of 0..28
-//!  word: bits 0..4 kind, bit 4 tombstone, bits 8..32 count (stamps from `version`)
+//!  word: bits 0..4 kind, bit 4 tombstone, bits 8..32 count (stamps from `version`;
+//!        for Pending, Committed and Aborted, which cover one stamp, the write's number
+//!        mod 2^24 instead; 0 for Epoch)
 //! ```
 //!
 //! Only this node's CPU writes the ring, with plain stores: a READ that meets an entry
@@ -77,7 +81,7 @@ pub mod field {
     pub const VERSION: Range<usize> = 8..16;
     /// Hash of the key written (Pending, Committed, Aborted).
     pub const KEY_HASH: Range<usize> = 16..24;
-    /// Kind, tombstone and count.
+    /// Kind, tombstone and count (or write number).
     pub const WORD: Range<usize> = 24..28;
     /// Checksum of the bytes before it.
     pub const CRC: Range<usize> = 28..32;
@@ -131,6 +135,9 @@ pub struct FateEntry {
     pub tombstone: bool,
     /// Stamps covered from `version` (1 for a write, 0 for an epoch marker).
     pub count: u32,
+    /// A write's number (`write_seq`) mod 2^24, which says where its holders' stamp
+    /// ledgers keep it (`format/ledger.rs`); 0 for every other kind.
+    pub write_seq: u32,
 }
 
 impl FateEntry {
@@ -140,7 +147,8 @@ impl FateEntry {
         b[field::POSITION].copy_from_slice(&self.position.to_le_bytes());
         b[field::VERSION].copy_from_slice(&self.version.to_le_bytes());
         b[field::KEY_HASH].copy_from_slice(&self.key_hash.to_le_bytes());
-        let word = self.kind as u32 | u32::from(self.tombstone) << 4 | self.count.min(COUNT_MAX) << 8;
+        let high = if self.is_write() { self.write_seq & COUNT_MAX } else { self.count.min(COUNT_MAX) };
+        let word = self.kind as u32 | u32::from(self.tombstone) << 4 | high << 8;
         b[field::WORD].copy_from_slice(&word.to_le_bytes());
         let crc = crc32c::crc32c(&b[..field::CRC.start]);
         b[field::CRC].copy_from_slice(&crc.to_le_bytes());
@@ -158,16 +166,26 @@ impl FateEntry {
         let kind = FateKind::from_bits(word & 0xf)?;
         let position = le64(&b[field::POSITION]);
         let version = le64(&b[field::VERSION]);
-        let count = word >> 8;
+        let high = word >> 8;
+        let (count, write_seq) = match kind {
+            FateKind::Pending | FateKind::Committed | FateKind::Aborted => (1, high),
+            FateKind::Unused | FateKind::Block | FateKind::Epoch => (high, 0),
+        };
         let sane = match kind {
-            FateKind::Pending | FateKind::Committed | FateKind::Aborted => count == 1,
             FateKind::Unused | FateKind::Block => count >= 1,
             FateKind::Epoch => count == 0,
+            _ => true,
         };
         if position == 0 || word & 0xe0 != 0 || !sane || epoch_of(version) == 0 {
             return None;
         }
-        Some(Self { position, version, key_hash: le64(&b[field::KEY_HASH]), kind, tombstone: word & 0x10 != 0, count })
+        let (key_hash, tombstone) = (le64(&b[field::KEY_HASH]), word & 0x10 != 0);
+        Some(Self { position, version, key_hash, kind, tombstone, count, write_seq })
+    }
+
+    /// It records a write (Pending, Committed or Aborted), which covers one stamp.
+    pub fn is_write(&self) -> bool {
+        matches!(self.kind, FateKind::Pending | FateKind::Committed | FateKind::Aborted)
     }
 
     /// The stamps it covers.
@@ -375,7 +393,25 @@ impl FateRing {
         tombstone: bool,
         count: u32,
     ) -> Result<u64, FateError> {
-        debug_assert!(count <= COUNT_MAX);
+        debug_assert!(count <= COUNT_MAX && kind != FateKind::Pending, "a write is appended by append_write");
+        self.push(FateEntry { position: 0, version, key_hash, kind, tombstone, count, write_seq: 0 })
+    }
+
+    /// Appends a Pending entry for write number `write_seq` holding stamp `version`
+    /// (of the key with hash `key_hash`); returns its position.
+    pub fn append_write(
+        &mut self,
+        version: u64,
+        key_hash: u64,
+        tombstone: bool,
+        write_seq: u64,
+    ) -> Result<u64, FateError> {
+        let write_seq = (write_seq & u64::from(COUNT_MAX)) as u32;
+        self.push(FateEntry { position: 0, version, key_hash, kind: FateKind::Pending, tombstone, count: 1, write_seq })
+    }
+
+    /// Appends `e` at the next position (its `position` is set here).
+    fn push(&mut self, e: FateEntry) -> Result<u64, FateError> {
         if let Some((_, pending)) = self.blocker() {
             return Err(FateError::Full { path: self.path.clone(), position: self.next, pending });
         }
@@ -389,9 +425,9 @@ impl FateRing {
                 memory.store_u64(DROPPED_AT, old.stamps().end).expect("aligned word in the header page");
             }
         }
-        self.write(&FateEntry { position, version, key_hash, kind, tombstone, count });
-        if kind == FateKind::Pending {
-            self.pending.push_back((position, version));
+        self.write(&FateEntry { position, ..e });
+        if e.kind == FateKind::Pending {
+            self.pending.push_back((position, e.version));
         }
         self.next += 1;
         self.mr.memory().store_u64(NEXT_AT, self.next).expect("aligned word in the header page");
@@ -494,11 +530,12 @@ mod tests {
             kind: FateKind::Committed,
             tombstone: true,
             count: 1,
+            write_seq: 0x12_3456,
         };
         let b = e.emit();
         assert_eq!(&b[0..8], &3u64.to_le_bytes());
         assert_eq!(&b[8..16], &v(7).to_le_bytes());
-        assert_eq!(&b[24..28], &(2u32 | 1 << 4 | 1 << 8).to_le_bytes());
+        assert_eq!(&b[24..28], &(2u32 | 1 << 4 | 0x12_3456 << 8).to_le_bytes(), "a write keeps its number");
         assert_eq!(FateEntry::parse(&b), Some(e));
         for i in 0..ENTRY_LEN {
             let mut torn = b;
@@ -506,8 +543,10 @@ mod tests {
             assert_eq!(FateEntry::parse(&torn), None, "byte {i} flipped");
         }
         assert_eq!(FateEntry::parse(&[0u8; ENTRY_LEN]), None, "never written");
-        let bad = FateEntry { count: 2, ..e }.emit();
-        assert_eq!(FateEntry::parse(&bad), None, "a write covers one stamp");
+        let bad = FateEntry { kind: FateKind::Unused, count: 0, write_seq: 0, ..e }.emit();
+        assert_eq!(FateEntry::parse(&bad), None, "a range covers a stamp at least");
+        let block = FateEntry { kind: FateKind::Block, count: 16, write_seq: 0, ..e };
+        assert_eq!(FateEntry::parse(&block.emit()), Some(block));
     }
 
     #[test]
@@ -518,9 +557,11 @@ mod tests {
         let fabric = net.node().unwrap();
         let mut ring = FateRing::open(&fabric, &path, 0, 8).unwrap();
         ring.append(FateKind::Block, v(1), 0, false, 4).unwrap();
-        ring.append(FateKind::Pending, v(1), 11, false, 1).unwrap();
-        ring.append(FateKind::Pending, v(2), 12, true, 1).unwrap();
+        ring.append_write(v(1), 11, false, 40).unwrap();
+        ring.append_write(v(2), 12, true, (1 << 24) + 41).unwrap();
         assert!(ring.settle(v(1), FateKind::Committed));
+        assert_eq!(ring.at(2).map(|e| (e.kind, e.write_seq)), Some((FateKind::Committed, 40)), "settled in place");
+        assert_eq!(ring.at(3).map(|e| e.write_seq), Some(41), "a write's number mod 2^24");
         assert!(!ring.settle(v(1), FateKind::Aborted), "decided once");
         assert!(!ring.settle(v(9), FateKind::Aborted), "never recorded");
         ring.append(FateKind::Block, v(5), 0, false, 4).unwrap();
@@ -537,8 +578,8 @@ mod tests {
         // Stamp 2 is still Pending: position 3 is in the way of position 11.
         ring.append(FateKind::Epoch, version(2, 1).unwrap(), 0, false, 0).unwrap();
         ring.append(FateKind::Block, version(2, 1).unwrap(), 0, false, 2).unwrap();
-        ring.append(FateKind::Pending, version(2, 1).unwrap(), 1, false, 1).unwrap();
-        ring.append(FateKind::Pending, version(2, 2).unwrap(), 1, false, 1).unwrap();
+        ring.append_write(version(2, 1).unwrap(), 1, false, 42).unwrap();
+        ring.append_write(version(2, 2).unwrap(), 1, false, 43).unwrap();
         let err = ring.append(FateKind::Block, version(2, 3).unwrap(), 0, false, 2).unwrap_err();
         assert!(matches!(err, FateError::Full { position: 11, .. }), "{err}");
         assert!(!ring.has_room());

@@ -9,6 +9,7 @@ pub mod fates;
 pub mod feed;
 pub mod file;
 pub mod hello;
+pub mod ledger;
 pub mod log;
 pub mod outcome;
 pub(crate) mod preallocate;

@@ -870,18 +870,6 @@ impl Store {
         }
     }
 
-    /// Whether this store holds a record of the write of key `key_hash` stamped `stamp`
-    /// (Pending or Committed: a rolled-back write's records are dropped). For checks,
-    /// not the data path.
-    pub fn holds(&self, key_hash: u64, stamp: u64) -> bool {
-        let (home, spill) = (self.home_of(key_hash), self.spill_of(key_hash));
-        let _guards = self.lock_key(home, spill);
-        let sets = self.key_heads(home, spill);
-        let held = of_key(ways_of(&sets, self.geometry.ways() as usize), key_hash)
-            .any(|(_, _, h)| head_u64(h, field::STAMP) == stamp);
-        held
-    }
-
     /// Copies set `set` (head and records) into the first [`Self::set_bytes`] of `out`, for
     /// the local GET path (read it with [`super::record::parse_set`] or
     /// [`super::record::KeySets`]).

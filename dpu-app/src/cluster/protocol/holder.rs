@@ -23,7 +23,8 @@ use super::pool::Pools;
 use super::stats::NodeStats;
 use super::wr::{Kind, WrId};
 use crate::cluster::format::control::ControlBlock;
-use crate::cluster::format::entry::{EntryKind, HEADER_LEN as ENTRY_HEADER_LEN};
+use crate::cluster::format::entry::{EntryKind, Outcome as Decision, HEADER_LEN as ENTRY_HEADER_LEN};
+use crate::cluster::format::ledger::Ledger;
 use crate::cluster::format::log::{EntryBuf, FragmentLog};
 use crate::cluster::format::record::RecordRepr;
 use crate::cluster::format::store::{Inserted, Store, StoreError};
@@ -74,6 +75,9 @@ impl<Q: RawQp> HoldCx<'_, Q> {
 /// The holder of other writers' fragments: a log per writer (`None` for this node).
 pub struct Holder {
     logs: Vec<Option<WriterLog>>,
+    /// In sequencer mode, what this node accepted and rolled back of each writer's
+    /// writes (`format/ledger.rs`), recorded before the acknowledgement.
+    ledger: Option<Ledger>,
     /// Where an entry is copied out of its log to be checked.
     entry_buf: EntryBuf,
     /// Bytes of the entry read last.
@@ -81,9 +85,15 @@ pub struct Holder {
 }
 
 impl Holder {
-    /// A holder of `logs` (indexed by writer), copying entries into `entry_buf`.
-    pub fn new(logs: Vec<Option<WriterLog>>, entry_buf: EntryBuf) -> Self {
-        Self { logs, entry_buf, entry_bytes: 0 }
+    /// A holder of `logs` (indexed by writer), copying entries into `entry_buf`, and
+    /// keeping `ledger` (sequencer mode).
+    pub fn new(logs: Vec<Option<WriterLog>>, entry_buf: EntryBuf, ledger: Option<Ledger>) -> Self {
+        Self { logs, ledger, entry_buf, entry_bytes: 0 }
+    }
+
+    /// The stamp ledger (sequencer mode).
+    pub fn ledger(&self) -> Option<&Ledger> {
+        self.ledger.as_ref()
     }
 
     /// Writer `w`'s log here.
@@ -207,42 +217,20 @@ impl Holder {
                     incarnation: header.incarnation,
                 };
                 let inserted = cx.store.insert(&record, frag.header.into_inner(), frag.payload);
-                tracing::trace!(
-                    node = me,
-                    writer = w,
-                    stamp = header.stamp,
-                    write_seq = header.write_seq,
-                    index = repr.index,
-                    ?inserted,
-                    "fragment stored"
-                );
-                match inserted {
-                    Ok(Inserted::Stored { set, way }) => {
-                        if cx.sync_records {
-                            if let Err(e) = cx.store.sync_record(set, way) {
-                                tracing::error!(node = me, error = %e, "cannot flush a fragment to disk");
-                                return ACK_FULL;
-                            }
+                let status = Self::stored_status(cx, w, seq, inserted);
+                // Acknowledged as persisted: the ledger says so first. A repair's
+                // fragment is of a write already committed, and not the write's own.
+                if let Some(ledger) = self.ledger.as_ref().filter(|_| status == ACK_OK && !header.repair) {
+                    if ledger.accept(w, header.write_seq, header.stamp, header.key_hash, header.tombstone)
+                        && cx.sync_records
+                    {
+                        if let Err(e) = ledger.sync(w, header.write_seq) {
+                            tracing::error!(node = me, error = %e, "cannot flush the stamp ledger to disk");
+                            return ACK_FULL;
                         }
-                        cx.stats.fragments_held += 1;
-                        ACK_OK
-                    }
-                    Ok(Inserted::Duplicate { .. } | Inserted::Superseded) => ACK_OK,
-                    Err(e @ (StoreError::Full { .. } | StoreError::KeyFull { .. })) => {
-                        cx.stats.store_full += 1;
-                        if let Some(left_out) = cx.admit(Noisy::StoreFull) {
-                            tracing::warn!(node = me, peer = w, error = %e, left_out, "fragment refused for room");
-                        }
-                        ACK_FULL
-                    }
-                    Err(e) => {
-                        cx.stats.entries_refused += 1;
-                        if let Some(left_out) = cx.admit(Noisy::EntryRefused) {
-                            tracing::warn!(node = me, peer = w, error = %e, left_out, "fragment not stored");
-                        }
-                        ACK_REFUSED
                     }
                 }
+                status
             }
             EntryKind::Outcomes => {
                 let records = match entry.outcomes() {
@@ -259,8 +247,51 @@ impl Holder {
                     };
                     let res = cx.store.resolve(r.key_hash, r.stamp, r.outcome);
                     tracing::trace!(node = me, writer = w, stamp = r.stamp, write_seq = r.write_seq, outcome = ?r.outcome, ?res, "outcome applied");
+                    let Some(ledger) = self.ledger.as_ref().filter(|_| r.outcome == Decision::Aborted) else {
+                        continue;
+                    };
+                    if ledger.roll_back(w, r.write_seq, r.stamp, r.key_hash) && cx.sync_records {
+                        if let Err(e) = ledger.sync(w, r.write_seq) {
+                            tracing::error!(node = me, error = %e, "cannot flush the stamp ledger to disk");
+                            return ACK_FULL;
+                        }
+                    }
                 }
                 ACK_OK
+            }
+        }
+    }
+
+    /// The status to acknowledge writer `w`'s fragment (entry `seq`) with, from what
+    /// the store made of it (flushed first with `durability = "sync"`).
+    fn stored_status<Q: RawQp>(cx: &mut HoldCx<'_, Q>, w: u8, seq: u64, inserted: Result<Inserted, StoreError>) -> u32 {
+        let me = cx.me;
+        tracing::trace!(node = me, writer = w, seq, ?inserted, "fragment stored");
+        match inserted {
+            Ok(Inserted::Stored { set, way }) => {
+                if cx.sync_records {
+                    if let Err(e) = cx.store.sync_record(set, way) {
+                        tracing::error!(node = me, error = %e, "cannot flush a fragment to disk");
+                        return ACK_FULL;
+                    }
+                }
+                cx.stats.fragments_held += 1;
+                ACK_OK
+            }
+            Ok(Inserted::Duplicate { .. } | Inserted::Superseded) => ACK_OK,
+            Err(e @ (StoreError::Full { .. } | StoreError::KeyFull { .. })) => {
+                cx.stats.store_full += 1;
+                if let Some(left_out) = cx.admit(Noisy::StoreFull) {
+                    tracing::warn!(node = me, peer = w, error = %e, left_out, "fragment refused for room");
+                }
+                ACK_FULL
+            }
+            Err(e) => {
+                cx.stats.entries_refused += 1;
+                if let Some(left_out) = cx.admit(Noisy::EntryRefused) {
+                    tracing::warn!(node = me, peer = w, error = %e, left_out, "fragment not stored");
+                }
+                ACK_REFUSED
             }
         }
     }

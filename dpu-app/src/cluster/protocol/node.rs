@@ -47,6 +47,7 @@ use crate::cluster::format::control::{ControlBlock, CONTROL_BYTES};
 use crate::cluster::format::entry::HEADER_LEN as ENTRY_HEADER_LEN;
 use crate::cluster::format::fates::FateRing;
 use crate::cluster::format::feed::FeedLog;
+use crate::cluster::format::ledger::Ledger;
 use crate::cluster::format::log::{EntryBuf, FragmentLog};
 use crate::cluster::format::outcome::OutcomeTable;
 use crate::cluster::format::store::{Store, StoreGeometry};
@@ -359,6 +360,15 @@ impl<F: Fabric> Node<F> {
         };
         let hlc_floor = HlcFloor::open(&data_dir.join("hlc-floor")).map_err(Error::Hlc)?;
         let hlc = Hlc::new(me, hlc_floor.floor().max(now.wall_us));
+        // Sequencer mode: what this node accepted and rolled back of every writer's
+        // stamped writes, for the holders' rule on a writer gone for good.
+        let ledger = match config.ordering.sequencer() {
+            None => None,
+            Some(_) => Some(
+                Ledger::open(&*fabric, &data_dir.join("ledger.prledger"), me, n, config.fate_entries as u32)
+                    .map_err(Error::Ledger)?,
+            ),
+        };
         let sequencer = match config.ordering.sequencer() {
             None => None,
             Some(s) => {
@@ -458,7 +468,7 @@ impl<F: Fabric> Node<F> {
             control,
             store,
             store_mr,
-            holder: Holder::new(logs, entry_buf),
+            holder: Holder::new(logs, entry_buf, ledger),
             outcomes,
             links: {
                 let links = Links::new(me, peers, qp_options, config.log_slots as u32 + 8, POLL_BATCH);

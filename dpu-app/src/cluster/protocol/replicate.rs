@@ -50,6 +50,7 @@ use crate::cluster::format::crc_combine::ShiftCache;
 use crate::cluster::format::entry::{
     EntryKind, EntryRepr, Outcome as Decision, OutcomeRecordRepr, HEADER_LEN as ENTRY_HEADER_LEN,
 };
+use crate::cluster::format::ledger::Ledger;
 use crate::cluster::format::outcome::{OutcomeError, OutcomeTable, WriteState};
 use crate::cluster::format::record::RecordRepr;
 use crate::cluster::format::store::Store;
@@ -183,6 +184,9 @@ pub struct WriteCx<'a, Q: RawQp> {
     pub(super) stats: &'a mut NodeStats,
     pub(super) noisy: &'a mut LogLimits<{ Noisy::COUNT }>,
     pub(super) own_resync: &'a mut Option<u64>,
+    /// In sequencer mode, this node's stamp ledger: its own fragments are recorded
+    /// there as any holder's are (`format/ledger.rs`).
+    pub(super) ledger: Option<&'a Ledger>,
 }
 
 impl<Q: RawQp> WriteCx<'_, Q> {
@@ -482,7 +486,7 @@ impl Writer {
             // The caller took the write only with a stamp in hand; it can be gone
             // only if the epoch changed in between.
             Some(s) => s
-                .take(cx.control, arrived_ns, key_hash, tombstone, now)
+                .take(cx.control, arrived_ns, key_hash, tombstone, write_seq, now)
                 .and_then(|v| Stamp::new(v, cx.me))
                 .ok_or_else(|| (Status::Unavailable, "no sequencer stamp in hand (the epoch changed)".to_owned()))?
                 .raw(),
@@ -733,6 +737,10 @@ impl Writer {
             w.acked |= 1 << me;
             // Begun moments ago with this node among its holders: nothing can refuse it.
             let write_seq = w.write_seq;
+            // In the ledger before it counts towards the quorum, as at any holder.
+            if let Some(ledger) = cx.ledger {
+                ledger.accept(me, write_seq, w.stamp, w.key_hash, w.tombstone);
+            }
             cx.outcomes
                 .set_acked(write_seq, me)
                 .unwrap_or_else(|e| panic!("node {me}: recording write {write_seq}'s own fragment: {e}"));
@@ -1003,6 +1011,9 @@ impl Writer {
         decision: Decision,
     ) -> bool {
         let me = cx.me;
+        if let Some(ledger) = cx.ledger.filter(|_| decision == Decision::Aborted) {
+            ledger.roll_back(me, write_seq, stamp, key_hash);
+        }
         if let Err(e) = cx.store.resolve(key_hash, stamp, decision) {
             tracing::error!(node = me, write_seq, error = %e, "cannot apply the decision of an own write to the store");
             return false;
@@ -1203,7 +1214,7 @@ impl Writer {
     /// write it left in progress never completed to the host and is aborted; one it
     /// committed has its own record resolved (holders it did not tell keep a pending
     /// record, which readers do not count).
-    pub fn recover_outcomes(me: u8, outcomes: &mut OutcomeTable, store: &mut Store) {
+    pub fn recover_outcomes(me: u8, outcomes: &mut OutcomeTable, store: &mut Store, ledger: Option<&Ledger>) {
         let mut unsettled = Vec::new();
         let me_bit = 1u32 << me;
         outcomes
@@ -1234,7 +1245,11 @@ impl Writer {
             // the own holder bit: the peers' bits come with their resync.
             if own_open || state == WriteState::InProgress {
                 // The store may never have taken the own record (it was full): nothing
-                // to resolve then.
+                // to resolve then. The ledger may have it even if the outcome table does
+                // not (a crash between the two): a rollback goes to both.
+                if let Some(ledger) = ledger.filter(|_| decision == Decision::Aborted) {
+                    ledger.roll_back(me, write_seq, stamp, key_hash);
+                }
                 let _ = store.resolve(key_hash, stamp, decision);
                 if own_open {
                     // Decided (aborted just above if it was not), and this node is a

@@ -63,7 +63,7 @@ use super::time::Now;
 use super::wr::{Kind, WrId};
 use crate::cluster::config::SequencerConfig;
 use crate::cluster::format::control::{ControlBlock, ControlView, COUNTER_AT, LEADER_AT};
-use crate::cluster::format::fates::{FateKind, FateRing};
+use crate::cluster::format::fates::{FateError, FateKind, FateRing};
 use crate::cluster::hlc::{HlcError, HlcFloor};
 use crate::cluster::sequence::{epoch_of, first_of, sequence_of, LeaderWord};
 use crate::fabric::{Op, RawQp};
@@ -333,7 +333,19 @@ impl Sequencer {
 
     /// Appends to the fate ring; false (counted) if it is full.
     fn record(&mut self, kind: FateKind, version: u64, key_hash: u64, tombstone: bool, count: u32) -> bool {
-        match self.fates.append(kind, version, key_hash, tombstone, count) {
+        let appended = self.fates.append(kind, version, key_hash, tombstone, count);
+        self.recorded(appended)
+    }
+
+    /// Records stamp `version` Pending for write number `write_seq` of `key_hash`.
+    fn record_write(&mut self, version: u64, key_hash: u64, tombstone: bool, write_seq: u64) -> bool {
+        let appended = self.fates.append_write(version, key_hash, tombstone, write_seq);
+        self.recorded(appended)
+    }
+
+    /// Whether an append went in (counted and warned about if not).
+    fn recorded(&mut self, appended: Result<u64, FateError>) -> bool {
+        match appended {
             Ok(_) => true,
             Err(e) => {
                 self.stats.fates_full += 1;
@@ -467,14 +479,15 @@ impl Sequencer {
     /// version of every write that had completed by then, of its key or any other:
     /// versions follow real time. (A block fetched earlier could order the write
     /// before a write of its key that completed meanwhile on another node.)
-    /// The stamp is recorded Pending in the fate ring for the write of `key_hash`
-    /// (`tombstone`: a DELETE) before it is handed out.
+    /// The stamp is recorded Pending in the fate ring for write number `write_seq` of
+    /// `key_hash` (`tombstone`: a DELETE) before it is handed out.
     pub fn take(
         &mut self,
         control: &ControlBlock,
         arrived_ns: u64,
         key_hash: u64,
         tombstone: bool,
+        write_seq: u64,
         now: Now,
     ) -> Option<u64> {
         self.last_taken = None;
@@ -484,7 +497,7 @@ impl Sequencer {
         if let Some(epoch) = self.leading {
             let v = control.fetch_add_counter(1);
             if epoch_of(v) == epoch && sequence_of(v) != 0 {
-                if !self.record(FateKind::Pending, v, key_hash, tombstone, 1) {
+                if !self.record_write(v, key_hash, tombstone, write_seq) {
                     return None;
                 }
                 self.stats.stamps += 1;
@@ -503,7 +516,7 @@ impl Sequencer {
         for i in 0..self.blocks.len() {
             let b = self.blocks[i];
             if self.usable(&b, now) && b.posted_ns >= arrived_ns {
-                if !self.record(FateKind::Pending, b.next, key_hash, tombstone, 1) {
+                if !self.record_write(b.next, key_hash, tombstone, write_seq) {
                     return None;
                 }
                 self.last_taken = Some(b.next);

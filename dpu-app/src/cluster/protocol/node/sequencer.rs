@@ -4,6 +4,7 @@
 
 use super::Node;
 use crate::cluster::format::fates::FateRing;
+use crate::cluster::format::ledger::Ledger;
 use crate::cluster::protocol::sequencer::{SeqCx, SeqStats, Sequencer};
 use crate::cluster::protocol::time::Now;
 use crate::cluster::sequence::LeaderWord;
@@ -78,23 +79,9 @@ impl<F: Fabric> Node<F> {
         self.sequencer.as_ref().map_or(0, |s| s.rollbacks_waiting())
     }
 
-    /// Whether this node's store holds a record of the write of `key_hash` stamped
-    /// `stamp` (Pending or Committed), for the simulator's checks.
-    pub fn store_holds(&self, key_hash: u64, stamp: u64) -> bool {
-        self.store.holds(key_hash, stamp)
-    }
-
-    /// The writes (key hash, stamp) this node's store holds Pending records of, for the
-    /// simulator's checks (a crashed node's files do not change while it is down).
-    /// Reads the whole store: not for the data path.
-    pub fn store_pending(&self) -> std::collections::HashSet<(u64, u64)> {
-        let mut held = std::collections::HashSet::new();
-        if let Err(e) = self.store.pending(|r| {
-            held.insert((r.key_hash(), r.stamp()));
-        }) {
-            tracing::error!(node = self.me, error = %e, "cannot read the store's pending records");
-        }
-        held
+    /// This node's stamp ledger (`format/ledger.rs`); `None` in HLC mode.
+    pub fn ledger(&self) -> Option<&Ledger> {
+        self.holder.ledger()
     }
 
     /// What the sequencer role counted; `None` in HLC mode.

@@ -68,6 +68,7 @@ impl<F: Fabric> Node<F> {
             stats: &mut self.stats,
             noisy: &mut self.noisy,
             own_resync: &mut self.own_resync,
+            ledger: self.holder.ledger(),
         };
         (&mut self.writer, cx)
     }
@@ -380,7 +381,7 @@ impl<F: Fabric> Node<F> {
     /// After a restart: finishes what the previous incarnation decided
     /// ([`Writer::recover_outcomes`]).
     pub(in crate::cluster::protocol) fn recover_outcomes(&mut self, _now: Now) {
-        Writer::recover_outcomes(self.me, &mut self.outcomes, &mut self.store);
+        Writer::recover_outcomes(self.me, &mut self.outcomes, &mut self.store, self.holder.ledger());
         let Some(s) = self.sequencer.as_mut() else { return };
         // The fate ring's Pending stamps decide as their writes' outcome entries say
         // (settled just above): a rolled-back one once its rollback reached enough
