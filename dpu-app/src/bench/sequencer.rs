@@ -79,11 +79,10 @@ fn put_cell(network: Network, sequenced: bool, seconds: f64, stream: &KeyStream,
         store_keys: setup::store_keys_for(warmup + seconds, stream.distinct()),
     };
     let name = format!("bench-seq-{}-{}", network.name(), if sequenced { "seq" } else { "hlc" });
-    let dir = RunDir::create(&name, spec.files_bytes()?)?;
+    let ordering = if sequenced { sequencer(16) } else { Ordering::Hlc };
+    let dir = RunDir::create(&name, spec.files_bytes_ordered(ordering.clone())?)?;
     let mut config = spec.config(dir.path())?;
-    if sequenced {
-        config.ordering = sequencer(16);
-    }
+    config.ordering = ordering;
     let mut cluster = setup::start_configured(&spec, config, &dir)?;
     let load = LoadConfig {
         writer_depth: network.writer_depth(),

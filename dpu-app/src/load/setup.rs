@@ -409,7 +409,14 @@ impl ClusterSpec {
     /// Bytes of the files a run of this cluster creates: every node's store, logs and
     /// outcome table, and every host's shared region.
     pub fn files_bytes(&self) -> Result<u64, Error> {
-        let config = self.config_unchecked(Path::new("/nonexistent"));
+        self.files_bytes_ordered(crate::cluster::config::Ordering::Hlc)
+    }
+
+    /// [`Self::files_bytes`] of the cluster run with `ordering` (sequencer mode adds
+    /// every node's fate ring, change feed and stamp ledger).
+    pub fn files_bytes_ordered(&self, ordering: crate::cluster::config::Ordering) -> Result<u64, Error> {
+        let mut config = self.config_unchecked(Path::new("/nonexistent"));
+        config.ordering = ordering;
         let node = crate::cluster::files_bytes(&config)?;
         let region = region_config_for(&config, QUEUE_PAIRS, DIRECTORY_SLOTS);
         // Every host's region has this layout; node 0's is named for the error.
@@ -602,6 +609,24 @@ mod tests {
         // The estimate covers the files, and not by much more (the keys and a node's
         // small state files are left out): it is what picks the filesystem.
         assert!(used <= need + (64 << 10) && need <= used, "asked for {need} bytes, the files take {used}");
+        // In sequencer mode each node also keeps a fate ring, a change feed and a
+        // stamp ledger, which the estimate of its configuration counts.
+        let ordering = crate::cluster::config::Ordering::Sequencer(crate::cluster::config::SequencerConfig {
+            sequencer: 0,
+            shadows: vec![1],
+            stamp_block: 16,
+        });
+        let need = spec.files_bytes_ordered(ordering.clone()).unwrap();
+        let dir = RunDir::create("setup-space-seq", need).unwrap();
+        let mut config = spec.config(dir.path()).unwrap();
+        config.ordering = ordering;
+        let cluster = start_configured(&spec, config, &dir).unwrap();
+        let used = count_blocks(dir.path());
+        drop(cluster);
+        assert!(
+            used <= need + (64 << 10) && need <= used,
+            "sequencer mode: asked for {need} bytes, the files take {used}"
+        );
         let huge = RunDir::create("setup-huge", u64::MAX).unwrap();
         assert!(huge.path().starts_with(std::env::temp_dir()), "{} is on /dev/shm", huge.path().display());
     }

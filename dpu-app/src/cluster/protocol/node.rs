@@ -174,8 +174,8 @@ impl<F: Fabric> std::fmt::Debug for Node<F> {
 }
 
 /// Bytes of the files one node of `config` keeps (its store, a log per writer, its
-/// outcome table), all allocated when they are created: what a node's data folder
-/// needs free.
+/// outcome table; in sequencer mode its fate ring, change feed and stamp ledger), all
+/// allocated when they are created: what a node's data folder needs free.
 pub fn files_bytes(config: &ClusterConfig) -> Result<u64, Error> {
     let (k, m) = (config.k, config.m);
     let stripe_max =
@@ -186,7 +186,17 @@ pub fn files_bytes(config: &ClusterConfig) -> Result<u64, Error> {
         crate::cluster::format::log::LogGeometry::new(config.log_slots as u32, payload_max).map_err(Error::Log)?;
     let outcomes =
         HEADER_PAGE_BYTES as u64 + config.outcome_entries as u64 * crate::cluster::format::outcome::ENTRY_LEN as u64;
-    Ok(store.file_bytes() + (config.nodes.len() as u64 - 1) * log.file_bytes() + outcomes)
+    let sequencing = match config.ordering.sequencer() {
+        None => 0,
+        Some(_) => {
+            let (fates, nodes) = (config.fate_entries as u64, config.nodes.len() as u64);
+            3 * HEADER_PAGE_BYTES as u64
+                + fates * FATE_ENTRY_BYTES as u64
+                + config.feed_entries as u64 * FEED_ENTRY_BYTES as u64
+                + nodes * fates * LEDGER_ENTRY_BYTES as u64
+        }
+    };
+    Ok(store.file_bytes() + (config.nodes.len() as u64 - 1) * log.file_bytes() + outcomes + sequencing)
 }
 
 /// Most fragment bytes a store record of a node of `config` holds: one fragment of the
