@@ -607,6 +607,13 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 )
                 .into());
             }
+            if report.ledger_problems() > 0 {
+                return Err(format!(
+                    "the holders' stamp ledgers disagree with the fate rings: {} problems (above)",
+                    report.ledger_problems()
+                )
+                .into());
+            }
             if opts.site.is_some() && report.all_up.2 > 0 {
                 return Err(format!(
                     "{} keys could not be read back with every node up, so their writes are unchecked",

@@ -15,10 +15,12 @@
 //! the longest stretch with no write acknowledged while a quorum of nodes was up (a
 //! stall), and the reads with `m` down. With `--ordering sequencer` it also checks
 //! every node's change feed once all are up ([`feeds`]): one order, holding every
-//! acknowledged write above what the feed marked missing.
+//! acknowledged write above what the feed marked missing; and, once all have stopped,
+//! the holders' stamp ledgers against the fate rings ([`ledgers`]).
 
 pub mod checker;
 pub mod feeds;
+pub mod ledgers;
 pub mod procs;
 
 use crate::Error;
@@ -65,8 +67,17 @@ pub struct SoakOptions {
     /// node here, on a cluster file this writes).
     pub site: Option<Site>,
     /// Order the writes by the sequencer (`ordering = "sequencer"`, with
-    /// [`SEQUENCER_LINES`]) and check every node's change feed at the end.
+    /// [`SEQUENCER_LINES`]) and check every node's change feed and the stamp ledgers
+    /// at the end.
     pub sequencer: bool,
+}
+
+impl SoakOptions {
+    /// The cluster's write quorum: `k + 1` of its `k + m` nodes, so that a write
+    /// survives the `m` nodes the soak may have down at once.
+    pub fn quorum(&self) -> u8 {
+        self.nodes - self.m + 1
+    }
 }
 
 /// The cluster file's lines with `soak --ordering sequencer`: node 0 sequences, 1 and
@@ -181,6 +192,8 @@ pub struct SoakReport {
     pub findings: Vec<String>,
     /// The change feeds' check (`--ordering sequencer`).
     pub feeds: Option<feeds::FeedCheck>,
+    /// The stamp ledgers' check against the fate rings (`--ordering sequencer`).
+    pub ledgers: Option<ledgers::LedgerCheck>,
 }
 
 impl SoakReport {
@@ -192,6 +205,11 @@ impl SoakReport {
     /// Problems the change feeds' check found (0 without `--ordering sequencer`).
     pub fn feed_problems(&self) -> usize {
         self.feeds.as_ref().map_or(0, |f| f.problem_count)
+    }
+
+    /// Problems the stamp ledgers' check found (0 without `--ordering sequencer`).
+    pub fn ledger_problems(&self) -> usize {
+        self.ledgers.as_ref().map_or(0, |l| l.problem_count)
     }
 
     /// A readable summary.
@@ -298,6 +316,22 @@ impl SoakReport {
                 let _ = writeln!(s, "  feed problem: {p}");
             }
         }
+        if let Some(l) = &self.ledgers {
+            let _ = writeln!(
+                s,
+                "  stamp ledgers (every node stopped, {} by kill -9 last): of the writes the fate rings still record, {} Committed each held by at least {} ledgers, {} Aborted each by at most {}, {} Pending; {} problems",
+                opts.m,
+                l.committed,
+                l.committed_fewest.unwrap_or(0),
+                l.aborted,
+                l.aborted_most,
+                l.pending,
+                l.problem_count
+            );
+            for p in &l.problems {
+                let _ = writeln!(s, "  ledger problem: {p}");
+            }
+        }
         if let Some(dir) = &self.log_dir {
             let _ = writeln!(s, "  kept for a look (node logs and data folders): {}", dir.display());
         }
@@ -362,7 +396,7 @@ pub fn run(opts: &SoakOptions) -> Result<SoakReport, Error> {
 
     // Load with kills.
     let mut rng = Rng::new(opts.seed ^ 0x5eed_50a4);
-    let quorum = u32::from(opts.nodes - opts.m) + 1;
+    let quorum = u32::from(opts.quorum());
     let start = Instant::now();
     let load = Duration::from_secs_f64(opts.seconds);
     let draw = |rng: &mut Rng, mean: Duration| {
@@ -490,7 +524,14 @@ pub fn run(opts: &SoakOptions) -> Result<SoakReport, Error> {
     report.retried = retried;
     report.settled_after = settle_start.elapsed();
     cluster.stop_all();
-    if report.lost() > 0 || report.feed_problems() > 0 || report.all_up.2 + report.m_down.2 > 0 {
+    if opts.sequencer {
+        let dirs: Vec<PathBuf> = all.iter().map(|&i| cluster.data_dir(i)).collect();
+        report.ledgers = Some(ledgers::check(&dirs, u64::from(opts.quorum())));
+    }
+    if report.lost() > 0
+        || report.feed_problems() + report.ledger_problems() > 0
+        || report.all_up.2 + report.m_down.2 > 0
+    {
         // Left for whoever looks into it: the nodes' logs and data folders.
         cluster.keep_logs();
         report.log_dir = Some(cluster.log_dir().to_path_buf());

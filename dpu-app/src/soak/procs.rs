@@ -203,7 +203,7 @@ impl ProcessCluster {
             tuning.extra,
             k = n - opts.m as usize,
             m = opts.m,
-            q = n - opts.m as usize + 1,
+            q = opts.quorum(),
         );
         if opts.verbs.is_some() {
             toml.push_str("fabric = \"verbs\"\n");
