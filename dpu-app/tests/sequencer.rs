@@ -235,7 +235,11 @@ fn a_deposed_sequencer_that_has_not_heard_of_the_new_epoch_commits_nothing_of_it
         got.is_some()
     });
     let got = got.unwrap();
-    assert_ne!(got.status, Status::Ok, "a write of a deposed epoch committed: {got:?}");
+    // Its rollback reached node 0 itself and nodes 3 and 4: fewer than a quorum can
+    // hold the fragment, so its stamp is recorded Aborted and only then is the host
+    // told it failed.
+    assert_eq!(got.status, Status::NotDurable, "a write of a deposed epoch: {got:?}");
+    assert_eq!(pending_fates(&c, 0), Vec::<u64>::new(), "answered before its stamp was recorded Aborted");
     let refused: u64 = [3u8, 4].iter().map(|&j| c.node(j).unwrap().stats().deposed_refused).sum();
     assert!(refused >= 2, "nodes 3 and 4 refused the deposed epoch's fragments ({refused})");
     assert_eq!(c.node(0).unwrap().sequencer_stats().unwrap().deposed, 1, "node 0 learned of epoch 2");
@@ -526,6 +530,45 @@ fn pending_fates(c: &InProcess, j: u8) -> Vec<u64> {
     c.node(j).unwrap().fate_ring().unwrap().pending().collect()
 }
 
+/// A rolled-back write answers its host `NotDurable` only once its stamp is recorded
+/// Aborted: node 1, cut off from nodes 2-4, rolls its write back at its deadline, but
+/// the rollback reaches only node 0 and itself, and the host hears nothing; once the cut
+/// heals within a further write timeout, the resync takes the rollback to the others,
+/// the stamp is recorded Aborted, and the host is told the write failed. (Had the
+/// writer answered at once, or at the bound, the host would see `Unavailable`.)
+#[test]
+fn a_rolled_back_write_answers_not_durable_once_its_rollback_reached_enough_holders() {
+    let (mut c, dir) = cluster("rollback-answer", 4);
+    claim_epoch_1(&mut c);
+    for j in 2..5 {
+        c.partition(1, j);
+    }
+    let host = Arc::clone(c.host(1));
+    let mut qp = host.queue_pair(1).unwrap();
+    let mut buf = host.take_buffer().unwrap();
+    buf.value_mut()[..2].copy_from_slice(b"rb");
+    qp.submit(Request::put(b"r", buf, 2).user_data(7)).map_err(|(e, _)| e).unwrap();
+    run(&mut c, "node 1 rolls its write back", SECOND_NS, |c| c.node(1).unwrap().rollbacks_waiting() == 1);
+    let mut got = None;
+    assert!(!c.run_until(TICK_NS, 20_000_000, |_| {
+        let _ = qp.poll(|x| got = Some(x));
+        got.is_some()
+    }));
+    assert_eq!(got, None, "answered while its rollback waits for holders");
+    assert_eq!(pending_fates(&c, 1).len(), 1);
+    for j in 2..5 {
+        c.heal(1, j);
+    }
+    run(&mut c, "node 1's write ends", SECOND_NS, |_| {
+        let _ = qp.poll(|x| got = Some(x));
+        got.is_some()
+    });
+    let got = got.unwrap();
+    assert_eq!((got.status, got.user_data), (Status::NotDurable, 7), "{got:?}");
+    assert_eq!(pending_fates(&c, 1), Vec::<u64>::new(), "its stamp is recorded Aborted");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// What each node's stamp ledger says of writer `w`'s write of stamp `version` (its
 /// write number read from `w`'s fate ring); `None` for a node that is down or has no
 /// entry of it.
@@ -550,7 +593,10 @@ fn a_rolled_back_stamp_is_recorded_aborted_only_once_enough_holders_dropped_its_
         c.partition(1, j);
     }
     let failed = put(&mut c, 1, b"r", b"rolled back");
-    assert_eq!(failed.status, Status::NotDurable, "{failed:?}");
+    // Its rollback cannot reach enough holders while they are cut off (a quorum may
+    // still hold the fragment): after a further write timeout the host is told the
+    // outcome is unknown, not that the write failed.
+    assert_eq!(failed.status, Status::Unavailable, "{failed:?}");
     let stuck = pending_fates(&c, 1);
     assert_eq!(stuck.len(), 1, "the rolled-back write's stamp stays Pending: {stuck:?}");
     assert_eq!(c.node(1).unwrap().rollbacks_waiting(), 1);

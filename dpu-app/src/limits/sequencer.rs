@@ -44,6 +44,11 @@ pub const ORDER_NOTICED_MAX: usize = 64;
 
 const _: () = assert!(ORDER_WINDOW >= 2 * STAMP_BLOCK_MAX as u64, "a block's unused stamps fit the window");
 const _: () = assert!(ORDER_WINDOW.is_power_of_two() && ORDER_AHEAD_MAX >= 1 && ORDER_CLOSES_MAX >= 1);
+/// A rolled-back write (sequencer mode) answers its host `NotDurable` once its stamp
+/// is recorded Aborted, when its rollback reached enough holders (`rollbacks.rs`); if
+/// that has not happened this many `write_timeout`s past the write's deadline, it
+/// answers `Unavailable` (outcome unknown) instead and the rollback goes on.
+pub const ROLLBACK_ANSWER_TIMEOUTS: u64 = 1;
 /// Rolled-back writes a node tracks at once while their rollback reaches enough holders
 /// (`protocol/rollbacks.rs`); one more stays Pending in the fate ring until a restart.
 pub const ROLLBACKS_MAX: usize = 1024;

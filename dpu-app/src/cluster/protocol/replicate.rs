@@ -58,7 +58,7 @@ use crate::cluster::hlc::{Hlc, HlcFloor, Stamp};
 use crate::cluster::sequence::LeaderWord;
 use crate::fabric::{MemoryRegion, Op, RawQp};
 use crate::histogram::WriteStage;
-use crate::limits::{FRAGMENT_HEAD_BYTES, NODES_MAX};
+use crate::limits::{FRAGMENT_HEAD_BYTES, NODES_MAX, ROLLBACK_ANSWER_TIMEOUTS};
 use crate::limits::{NOTICE_RECORDS_MAX, OUTCOME_RECORD_BYTES as OUTCOME_RECORD_LEN};
 use crate::log_limit::LogLimits;
 use crate::metrics::Metrics;
@@ -957,6 +957,11 @@ impl Writer {
                 }
             }
             Phase::Finished(_) => {
+                // A rollback not settled yet holds the answer back, up to its bound.
+                let answer_by = w.deadline_ns + cx.write_timeout_ns * ROLLBACK_ANSWER_TIMEOUTS;
+                if w.rollback_open && now.mono_ns < answer_by {
+                    return false;
+                }
                 if w.wrs == 0 {
                     self.retire(cx, id, now);
                     true
@@ -1105,7 +1110,9 @@ impl Writer {
             // fragment (`rollbacks.rs`): this node does not, if its store never took
             // it or dropped it just now; the others as they persist the rollback.
             let lacking = cx.outcomes.get(write_seq).map_or(0, |e| e.lacking(me));
-            s.roll_back(stamp >> 8, holders, lacking, cx.quorum);
+            let settled = s.roll_back(stamp >> 8, holders, lacking, cx.quorum);
+            // Answered `NotDurable` only once settled (see `Write::rollback_open`).
+            self.writes.get_mut(id).expect("write exists").rollback_open = !settled;
         }
         for h in 0..cx.n as u8 {
             if h != me && holders & (1 << h) != 0 {
@@ -1180,6 +1187,8 @@ impl Writer {
         let Some(end) = w.phase().end() else { unreachable!("retiring write {} before it finished", w.write_seq) };
         let mut outcome = match end {
             End::Committed => Outcome::ok(w.stamp),
+            // Its rollback may still not reach enough holders: the outcome is not known.
+            End::NotDurable if w.rollback_open => Outcome::failed(Status::Unavailable, w.acked.count_ones()),
             End::NotDurable => Outcome::failed(Status::NotDurable, w.acked.count_ones()),
             End::Undecided => Outcome::failed(Status::Unavailable, w.decided.count_ones()),
         };
@@ -1360,8 +1369,16 @@ impl Writer {
                     Err(e) => panic!("node {me}: recording node {peer}'s decision of a write: {e}"),
                 }
                 if p.record.outcome == Decision::Aborted {
-                    if let Some(s) = cx.sequencer.as_deref_mut() {
-                        s.rollback_reached(p.record.stamp >> 8, peer, cx.quorum);
+                    let settled = cx
+                        .sequencer
+                        .as_deref_mut()
+                        .is_some_and(|s| s.rollback_reached(p.record.stamp >> 8, peer, cx.quorum));
+                    if settled {
+                        // Its host may be answered `NotDurable` now (if it still waits).
+                        let stamp = p.record.stamp;
+                        if let Some((_, w)) = self.writes.iter_mut().find(|(_, w)| w.stamp == stamp) {
+                            w.rollback_open = false;
+                        }
                     }
                 }
             }

@@ -19,6 +19,10 @@
 //! cannot wrap past the stamp: it stops taking stamps once it has taken a whole ring
 //! more.
 //!
+//! The writer answers its host `NotDurable` only once the stamp is recorded Aborted
+//! (`Write::rollback_open`): before, a quorum may still hold the fragment. One that is
+//! not by one more `write_timeout` is answered `Unavailable` (outcome unknown).
+//!
 //! The role is [`Rollbacks`], owned by the sequencer role (which owns the fate ring).
 //! Bounded: at most [`ROLLBACKS_MAX`] wait at once. One more stays Pending in the ring
 //! with nothing here to settle it, until the next restart finds it again in the

@@ -406,11 +406,14 @@ impl Sequencer {
     }
 
     /// Holder `h` persisted the rollback of the write that took stamp `version`: its
-    /// fate is recorded Aborted if fewer than `quorum` holders can hold it now.
-    pub fn rollback_reached(&mut self, version: u64, h: u8, quorum: u32) {
-        if self.rollbacks.reached(version, h, quorum) {
+    /// fate is recorded Aborted if fewer than `quorum` holders can hold it now (true
+    /// then).
+    pub fn rollback_reached(&mut self, version: u64, h: u8, quorum: u32) -> bool {
+        let settled = self.rollbacks.reached(version, h, quorum);
+        if settled {
             self.fates.settle(version, FateKind::Aborted);
         }
+        settled
     }
 
     /// Rolled-back writes whose stamps wait for enough holders.

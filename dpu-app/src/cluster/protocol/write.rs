@@ -218,6 +218,11 @@ pub struct Write {
     /// The write's key held a predictor lease with at least one mark placed when the
     /// write arrived (its completion carries `FLAG_LEASED`).
     pub leased: bool,
+    /// Sequencer mode: rolled back, and its stamp not recorded Aborted yet (its
+    /// rollback has not reached enough holders, `rollbacks.rs`). Its host is answered
+    /// `NotDurable` only once it is: until then a quorum may still hold the fragment,
+    /// which the holders' rule for a writer gone for good takes for a committed write.
+    pub rollback_open: bool,
 }
 
 impl Write {
@@ -260,6 +265,7 @@ impl Write {
             times,
             arrived_ns,
             waiting_credit: 0,
+            rollback_open: false,
             lease_priors: [None; NODES_MAX],
             leased: false,
         }
