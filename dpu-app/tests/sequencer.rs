@@ -95,8 +95,8 @@ fn put(c: &mut InProcess, node: u8, key: &[u8], value: &[u8]) -> Completion {
 /// committed one there (the test's writes all complete, so nothing else is).
 fn feeds_hold(c: &mut InProcess, committed: &BTreeSet<u64>) {
     let top = *committed.last().unwrap();
-    let released = c.run_until(TICK_NS, SECOND_NS, |c| c.nodes().all(|n| n.order_state().unwrap().0 > top));
-    let states: Vec<_> = c.nodes().map(|n| (n.id(), n.order_state(), n.apply_stats())).collect();
+    let released = c.run_until(TICK_NS, SECOND_NS, |c| c.nodes().all(|n| n.order_cursor().unwrap() > top));
+    let states: Vec<_> = c.nodes().map(|n| (n.id(), n.order_cursor(), n.order_released(), n.apply_stats())).collect();
     assert!(released, "every node's order releases past {top:#x}: {states:?}");
     for n in c.nodes() {
         let mut out = vec![FeedEntry::default(); 1024];
@@ -381,7 +381,7 @@ fn writes_while_node_4_is_down(c: &mut InProcess) -> BTreeSet<u64> {
     let mut committed = BTreeSet::new();
     let v = put(c, 1, b"a", b"before").version >> 8;
     committed.insert(v);
-    run(c, "node 4 releases the first write", SECOND_NS, |c| c.node(4).unwrap().order_state().unwrap().0 > v);
+    run(c, "node 4 releases the first write", SECOND_NS, |c| c.node(4).unwrap().order_cursor().unwrap() > v);
     c.crash(4);
     for i in 0..30u8 {
         let done = put(c, 1 + i % 2, b"a", &[b'a' + i % 26]);
@@ -451,7 +451,7 @@ fn a_node_whose_missing_writes_left_every_peers_feed_marks_them_missing() {
     }
     let top = *after.last().unwrap();
     run(&mut c, "every order releases the later writes", SECOND_NS, |c| {
-        c.nodes().all(|n| n.order_state().unwrap().0 > top)
+        c.nodes().all(|n| n.order_cursor().unwrap() > top)
     });
     // Every feed after the newest mark (node 4's, or an 8-entry feed's own wrap) is the
     // same, and ends with the later writes.
@@ -506,7 +506,7 @@ fn a_node_down_holding_a_stamp_is_named_as_what_the_order_waits_for() {
     assert!(others(&c).iter().all(|s| s.is_some_and(|s| s.unread == 0)), "every ring is read: {:?}", others(&c));
     c.crash(4);
     // A second and a half of cluster time: nothing can settle node 4's stamp.
-    assert!(!c.run_until(100_000, 1_500 * 1_000_000, |c| c.nodes().any(|n| n.order_state().unwrap().0 > top)));
+    assert!(!c.run_until(100_000, 1_500 * 1_000_000, |c| c.nodes().any(|n| n.order_cursor().unwrap() > top)));
     let now = c.now().mono_ns;
     for n in c.nodes() {
         let stall = n.order_stall(now).unwrap_or_else(|| panic!("node {}'s order names its hole", n.id()));
@@ -627,9 +627,9 @@ fn a_rolled_back_stamp_is_recorded_aborted_only_once_enough_holders_dropped_its_
     let after = put(&mut c, 0, b"a", b"after");
     assert_eq!(after.status, Status::Ok, "{after:?}");
     committed.insert(after.version >> 8);
-    let stall_at = |c: &InProcess, j: u8| c.node(j).unwrap().order_state().unwrap().0;
+    let stall_at = |c: &InProcess, j: u8| c.node(j).unwrap().order_cursor().unwrap();
     assert!(
-        c.nodes().all(|n| n.order_state().unwrap().0 <= stuck[0]),
+        c.nodes().all(|n| n.order_cursor().unwrap() <= stuck[0]),
         "{:?}",
         (0..5).map(|j| stall_at(&c, j)).collect::<Vec<_>>()
     );

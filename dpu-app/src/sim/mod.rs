@@ -590,11 +590,11 @@ pub fn run(opts: &SimOptions) -> Result<SimReport, Violation> {
     if let Some(watch) = watch.as_mut() {
         let top = watch.newest_committed();
         let from = cluster.now().mono_ns;
-        let released = cluster.run_until(TICK_NS, write_bound, |c| {
-            c.nodes().all(|x| x.order_state().is_none_or(|(cursor, _, _)| cursor > top))
-        });
+        let released = cluster
+            .run_until(TICK_NS, write_bound, |c| c.nodes().all(|x| x.order_cursor().is_none_or(|cursor| cursor > top)));
         if !released {
-            let states: Vec<_> = cluster.nodes().map(|x| (x.id(), x.order_state(), x.apply_stats())).collect();
+            let states: Vec<_> =
+                cluster.nodes().map(|x| (x.id(), x.order_cursor(), x.order_released(), x.apply_stats())).collect();
             return Err(fail(
                 report.steps,
                 format!("a hole stayed open past its bound: {} ms with every node up and nothing in flight, an order is still below the newest committed version {top:#x}: {states:?}", write_bound / 1_000_000),

@@ -250,7 +250,7 @@ impl SequencerWatch {
         self.checks += 1;
         let mut out = [FeedEntry::default(); 64];
         for node in cluster.nodes() {
-            let Some((cursor, _, _)) = node.order_state() else { continue };
+            let Some(cursor) = node.order_cursor() else { continue };
             let id = node.id() as usize;
             if let Some(a) = node.apply_stats() {
                 if a.conflicts > 0 || (a.feed_gaps > 0 && !self.gaps_allowed) {

@@ -36,10 +36,10 @@ impl<F: Fabric> Node<F> {
         }
     }
 
-    /// The next stamp this node's order releases, and what it released (writes,
-    /// no-ops); `None` in HLC mode.
-    pub fn order_state(&self) -> Option<(u64, u64, u64)> {
-        self.applier.as_ref().map(|a| (a.cursor(), a.order_stats().writes, a.order_stats().noops))
+    /// The next stamp this node's order releases (what it released so far is
+    /// [`Self::order_released`]); `None` in HLC mode.
+    pub fn order_cursor(&self) -> Option<u64> {
+        self.applier.as_ref().map(|a| a.cursor())
     }
 
     /// The summary's lines for sequencer mode: stamps and epochs, the order released,
