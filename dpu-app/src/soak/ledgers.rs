@@ -87,8 +87,7 @@ fn check_write(out: &mut LedgerCheck, files: &[Files], w: u8, e: &FateEntry, ent
     let held = files
         .iter()
         .filter_map(|f| LedgerEntry::parse(f.ledger.get(at..at + ledger::ENTRY_LEN)?))
-        .filter(|l| l.stamp == stamp && l.write_seq & 0xff_ffff == u64::from(e.write_seq))
-        .filter(|l| l.state == LedgerState::Held)
+        .filter(|l| l.is_of(e.write_seq, stamp) && l.state == LedgerState::Held)
         .count() as u64;
     if e.kind == FateKind::Committed {
         out.committed += 1;

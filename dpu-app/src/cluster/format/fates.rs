@@ -273,6 +273,11 @@ impl std::fmt::Debug for FateRing {
 }
 
 impl FateRing {
+    /// Bytes of the file of a ring with `entries` entries.
+    pub fn file_bytes(entries: u32) -> u64 {
+        (ENTRIES_AT + entries as usize * ENTRY_LEN) as u64
+    }
+
     /// Opens node `node`'s ring at `path` with `entries` entries (or creates it) and
     /// registers it on `fabric` for peers to READ. What an existing ring holds is found
     /// again; a torn last entry is not part of it.
@@ -280,7 +285,7 @@ impl FateRing {
         if !entries.is_power_of_two() || !(FATE_ENTRIES_MIN..=FATE_ENTRIES_MAX).contains(&entries) {
             return Err(FateError::Geometry { entries });
         }
-        let file_bytes = (ENTRIES_AT + entries as usize * ENTRY_LEN) as u64;
+        let file_bytes = Self::file_bytes(entries);
         let mut page = vec![0u8; HEADER_PAGE_BYTES];
         FileHeader { ids: [node, 0], params: [entries] }.emit(MAGIC, &mut page);
         let io = |e: file::FileIoError| FateError::Io { action: e.action, path: path.to_owned(), source: e.source };

@@ -148,6 +148,11 @@ impl std::fmt::Debug for FeedLog {
 }
 
 impl FeedLog {
+    /// Bytes of the file of a feed log with `entries` entries.
+    pub fn file_bytes(entries: u32) -> u64 {
+        HEADER_PAGE_BYTES as u64 + u64::from(entries) * ENTRY_LEN as u64
+    }
+
     /// Opens node `node`'s feed log at `path` with `entries` entries, or creates it. An
     /// existing file must be of this node and size; what it holds is found again
     /// (a torn last entry is not part of it).
@@ -155,7 +160,7 @@ impl FeedLog {
         if !entries.is_power_of_two() || !(FEED_ENTRIES_MIN..=FEED_ENTRIES_MAX).contains(&entries) {
             return Err(FeedError::Geometry { entries });
         }
-        let file_bytes = HEADER_PAGE_BYTES as u64 + u64::from(entries) * ENTRY_LEN as u64;
+        let file_bytes = Self::file_bytes(entries);
         let mut page = vec![0u8; HEADER_PAGE_BYTES];
         FileHeader { ids: [node, 0], params: [entries] }.emit(MAGIC, &mut page);
         let io = |e: file::FileIoError| FeedError::Io { action: e.action, path: path.to_owned(), source: e.source };

@@ -117,6 +117,12 @@ impl LedgerEntry {
         b
     }
 
+    /// It is of the write a fate ring records with number `write_seq` mod 2^24
+    /// (`FateEntry::write_seq`) and stamp `stamp`.
+    pub fn is_of(&self, write_seq: u32, stamp: u64) -> bool {
+        self.stamp == stamp && self.write_seq & u64::from(WRITE_SEQ_MASK) == u64::from(write_seq)
+    }
+
     /// An entry as read (from this node's file or a peer's): `None` if it was never
     /// written, is torn (being written), or is not one this build writes.
     pub fn parse(b: &[u8]) -> Option<Self> {
@@ -209,6 +215,11 @@ impl std::fmt::Debug for Ledger {
 }
 
 impl Ledger {
+    /// Bytes of the file of a ledger for `nodes` writers with `entries` entries each.
+    pub fn file_bytes(nodes: usize, entries: u32) -> u64 {
+        (ENTRIES_AT + nodes * entries as usize * ENTRY_LEN) as u64
+    }
+
     /// Opens node `node`'s ledger at `path` for `nodes` writers with `entries` entries
     /// each (or creates it), and registers it on `fabric` for peers to READ.
     pub fn open<F: Fabric>(fabric: &F, path: &Path, node: u8, nodes: usize, entries: u32) -> Result<Self, LedgerError> {
@@ -219,7 +230,7 @@ impl Ledger {
         {
             return Err(LedgerError::Geometry { nodes, entries });
         }
-        let file_bytes = (ENTRIES_AT + nodes * entries as usize * ENTRY_LEN) as u64;
+        let file_bytes = Self::file_bytes(nodes, entries);
         let mut page = vec![0u8; HEADER_PAGE_BYTES];
         FileHeader { ids: [node, nodes as u8], params: [entries] }.emit(MAGIC, &mut page);
         let io = |e: file::FileIoError| LedgerError::Io { action: e.action, path: path.to_owned(), source: e.source };
@@ -278,8 +289,7 @@ impl Ledger {
     /// Writer `w`'s entry for the write its fate ring records with number `write_seq`
     /// mod 2^24 (`FateEntry::write_seq`) and stamp `stamp`, if the ledger holds it.
     pub fn for_stamp(&self, w: u8, write_seq: u32, stamp: u64) -> Option<LedgerEntry> {
-        self.slot(w, u64::from(write_seq))
-            .filter(|e| e.stamp == stamp && e.write_seq & u64::from(WRITE_SEQ_MASK) == u64::from(write_seq))
+        self.slot(w, u64::from(write_seq)).filter(|e| e.is_of(write_seq, stamp))
     }
 
     /// Whatever writer `w`'s entry where write `write_seq` goes holds (for messages).

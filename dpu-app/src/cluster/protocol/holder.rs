@@ -217,17 +217,22 @@ impl Holder {
                     incarnation: header.incarnation,
                 };
                 let inserted = cx.store.insert(&record, frag.header.into_inner(), frag.payload);
-                let status = Self::stored_status(cx, w, seq, inserted);
+                tracing::trace!(
+                    node = me,
+                    writer = w,
+                    stamp = header.stamp,
+                    write_seq = header.write_seq,
+                    index = repr.index,
+                    ?inserted,
+                    "fragment stored"
+                );
+                let status = Self::stored_status(cx, w, inserted);
                 // Acknowledged as persisted: the ledger says so first. A repair's
                 // fragment is of a write already committed, and not the write's own.
                 if let Some(ledger) = self.ledger.as_ref().filter(|_| status == ACK_OK && !header.repair) {
-                    if ledger.accept(w, header.write_seq, header.stamp, header.key_hash, header.tombstone)
-                        && cx.sync_records
-                    {
-                        if let Err(e) = ledger.sync(w, header.write_seq) {
-                            tracing::error!(node = me, error = %e, "cannot flush the stamp ledger to disk");
-                            return ACK_FULL;
-                        }
+                    let changed = ledger.accept(w, header.write_seq, header.stamp, header.key_hash, header.tombstone);
+                    if !Self::ledger_kept(cx, ledger, changed, w, header.write_seq) {
+                        return ACK_FULL;
                     }
                 }
                 status
@@ -250,11 +255,9 @@ impl Holder {
                     let Some(ledger) = self.ledger.as_ref().filter(|_| r.outcome == Decision::Aborted) else {
                         continue;
                     };
-                    if ledger.roll_back(w, r.write_seq, r.stamp, r.key_hash) && cx.sync_records {
-                        if let Err(e) = ledger.sync(w, r.write_seq) {
-                            tracing::error!(node = me, error = %e, "cannot flush the stamp ledger to disk");
-                            return ACK_FULL;
-                        }
+                    let changed = ledger.roll_back(w, r.write_seq, r.stamp, r.key_hash);
+                    if !Self::ledger_kept(cx, ledger, changed, w, r.write_seq) {
+                        return ACK_FULL;
                     }
                 }
                 ACK_OK
@@ -262,11 +265,26 @@ impl Holder {
         }
     }
 
-    /// The status to acknowledge writer `w`'s fragment (entry `seq`) with, from what
-    /// the store made of it (flushed first with `durability = "sync"`).
-    fn stored_status<Q: RawQp>(cx: &mut HoldCx<'_, Q>, w: u8, seq: u64, inserted: Result<Inserted, StoreError>) -> u32 {
+    /// Whether writer `w`'s ledger entry for `write_seq`, `changed` just now, is as
+    /// durable as the store's records (flushed with `durability = "sync"`); false, and
+    /// logged, if the flush failed: the entry must not be acknowledged.
+    fn ledger_kept<Q: RawQp>(cx: &HoldCx<'_, Q>, ledger: &Ledger, changed: bool, w: u8, write_seq: u64) -> bool {
+        if !(changed && cx.sync_records) {
+            return true;
+        }
+        match ledger.sync(w, write_seq) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::error!(node = cx.me, error = %e, "cannot flush the stamp ledger to disk");
+                false
+            }
+        }
+    }
+
+    /// The status to acknowledge writer `w`'s fragment with, from what the store made
+    /// of it (flushed first with `durability = "sync"`).
+    fn stored_status<Q: RawQp>(cx: &mut HoldCx<'_, Q>, w: u8, inserted: Result<Inserted, StoreError>) -> u32 {
         let me = cx.me;
-        tracing::trace!(node = me, writer = w, seq, ?inserted, "fragment stored");
         match inserted {
             Ok(Inserted::Stored { set, way }) => {
                 if cx.sync_records {

@@ -189,11 +189,10 @@ pub fn files_bytes(config: &ClusterConfig) -> Result<u64, Error> {
     let sequencing = match config.ordering.sequencer() {
         None => 0,
         Some(_) => {
-            let (fates, nodes) = (config.fate_entries as u64, config.nodes.len() as u64);
-            3 * HEADER_PAGE_BYTES as u64
-                + fates * FATE_ENTRY_BYTES as u64
-                + config.feed_entries as u64 * FEED_ENTRY_BYTES as u64
-                + nodes * fates * LEDGER_ENTRY_BYTES as u64
+            let fates = config.fate_entries as u32;
+            FateRing::file_bytes(fates)
+                + FeedLog::file_bytes(config.feed_entries as u32)
+                + Ledger::file_bytes(config.nodes.len(), fates)
         }
     };
     Ok(store.file_bytes() + (config.nodes.len() as u64 - 1) * log.file_bytes() + outcomes + sequencing)
