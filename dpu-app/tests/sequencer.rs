@@ -235,21 +235,30 @@ fn a_deposed_sequencer_that_has_not_heard_of_the_new_epoch_commits_nothing_of_it
         got.is_some()
     });
     let got = got.unwrap();
-    // Its rollback reached node 0 itself and nodes 3 and 4: fewer than a quorum can
-    // hold the fragment, so its stamp is recorded Aborted and only then is the host
-    // told it failed.
-    assert_eq!(got.status, Status::NotDurable, "a write of a deposed epoch: {got:?}");
-    assert_eq!(pending_fates(&c, 0), Vec::<u64>::new(), "answered before its stamp was recorded Aborted");
+    // Its rollback reached nodes 3 and 4, but for all node 0 knows nodes 1 and 2, cut
+    // off, hold the fragment: two others, which with node 0 itself make a quorum of 3,
+    // so were node 0 gone for good its holders would take the write for committed
+    // (`holders_rule.rs`). Its stamp stays Pending, and the host is told the outcome
+    // is unknown, not that the write failed.
+    assert_eq!(got.status, Status::Unavailable, "a write of a deposed epoch, half rolled back: {got:?}");
+    assert_eq!(pending_fates(&c, 0).len(), 1, "recorded Aborted with two holders unheard");
     let refused: u64 = [3u8, 4].iter().map(|&j| c.node(j).unwrap().stats().deposed_refused).sum();
     assert!(refused >= 2, "nodes 3 and 4 refused the deposed epoch's fragments ({refused})");
-    assert_eq!(c.node(0).unwrap().sequencer_stats().unwrap().deposed, 1, "node 0 learned of epoch 2");
+    // Node 0 learned of epoch 2 (and, unable to hear node 1's heartbeat, may since
+    // have claimed later epochs through nodes 3 and 4, with node 1 claiming back: an
+    // extra failover each time, README.md).
+    assert!(c.node(0).unwrap().sequencer_stats().unwrap().deposed >= 1, "node 0 learned of epoch 2");
     c.heal(0, 1);
     c.heal(0, 2);
-    run(&mut c, "node 0 follows epoch 2", SECOND_NS, |c| settled_on(c, second) && c.node(0).unwrap().peer_up(1));
+    let now = |c: &InProcess| c.node(1).unwrap().sequencer_state().unwrap().0;
+    run(&mut c, "node 0 follows the sequencer", SECOND_NS, |c| settled_on(c, now(c)) && c.node(0).unwrap().peer_up(1));
+    // The resync takes the rollback to nodes 1 and 2: the stamp is recorded Aborted.
+    run(&mut c, "node 0 records its deposed stamp Aborted", SECOND_NS, |c| pending_fates(c, 0).is_empty());
     let (status, _, value) = get(&mut c, 3, b"p");
     assert_eq!((status, &value[..]), (Status::Ok, &b"old"[..]), "the deposed write is never visible");
     let fresh = put(&mut c, 0, b"p", b"new");
-    assert_eq!((fresh.status, epoch_of(fresh.version >> 8)), (Status::Ok, 2), "{fresh:?}");
+    assert_eq!(fresh.status, Status::Ok, "{fresh:?}");
+    assert!(epoch_of(fresh.version >> 8) >= second.epoch, "{fresh:?}");
     let _ = std::fs::remove_dir_all(dir);
 }
 

@@ -13,7 +13,9 @@
 //!   [`format::feed`] (a node's change feed);
 //! - configuration and time, here: [`config`] (the cluster file), [`placement`]
 //!   (storage nodes, cache-only members, and each key's holders), [`hlc`]
-//!   (versions), [`sequence`] (sequencer stamps), [`order`] (their ordered apply); every limit is in [`crate::limits`];
+//!   (versions), [`sequence`] (sequencer stamps), [`order`] (their ordered apply),
+//!   [`holders_rule`] (a stamp's fate from its holders' ledgers); every limit is in
+//!   [`crate::limits`];
 //! - [`protocol`]: one single-threaded state machine per node
 //!   ([`protocol::node::Node`], driven by `poll(now)`) and its roles;
 //! - [`run`]: [`run::rendezvous`] (hello delivery in one process or over TCP),
@@ -35,6 +37,7 @@
 pub mod config;
 pub mod format;
 pub mod hlc;
+pub mod holders_rule;
 pub mod order;
 pub mod placement;
 pub mod protocol;

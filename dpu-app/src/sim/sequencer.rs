@@ -31,7 +31,10 @@
 //!   of at least a quorum of the nodes, and one it records Aborted in those of fewer
 //!   than a quorum (`protocol/rollbacks.rs`: else, with its writer gone, its holders
 //!   would take it for a committed write); a node that is down counts with what its
-//!   ledger held when it crashed (its files do not change while it is down);
+//!   ledger held when it crashed (its files do not change while it is down); and the
+//!   holders' rule (`cluster/holders_rule.rs`), applied to every ledger but the
+//!   writer's own, as if the writer were gone for good, takes each write the ring
+//!   records Committed for a write and each it records Aborted for a no-op;
 //! - no hole stays open past its bound: once the run has settled (every node up,
 //!   every link healed, nothing in flight), every node's order releases every committed
 //!   write within the run's write bound (checked once per seed, in `run`);
@@ -47,6 +50,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use crate::cluster::format::fates::FateKind;
 use crate::cluster::format::feed::FeedEntry;
 use crate::cluster::format::ledger::LedgerState;
+use crate::cluster::holders_rule::{self, Verdict};
 use crate::cluster::run::inprocess::InProcess;
 use crate::cluster::sequence::epoch_of;
 use crate::histogram::Histogram;
@@ -181,6 +185,9 @@ impl SequencerWatch {
     /// module doc): Committed is Held by a quorum, Aborted by fewer.
     fn check_ledgers(&mut self, cluster: &InProcess) -> Result<(), String> {
         let quorum = cluster.config().quorum as u64;
+        let placement = cluster.config().placement();
+        let fragments = cluster.config().k + cluster.config().m;
+        let every = (1u32 << self.down_held.len()) - 1;
         for node in cluster.nodes() {
             self.down_held[node.id() as usize] = None;
         }
@@ -209,13 +216,32 @@ impl SequencerWatch {
             }
             for e in decided.into_iter().filter(|e| matches!(e.kind, FateKind::Committed | FateKind::Aborted)) {
                 let stamp = e.version << 8 | u64::from(j);
-                let up = cluster
-                    .nodes()
-                    .filter_map(|n| n.ledger()?.for_stamp(j, e.write_seq, stamp))
-                    .filter(|l| l.state == LedgerState::Held)
-                    .count();
+                let mut held_by = 0u32;
+                for n in cluster.nodes() {
+                    let l = n.ledger().and_then(|l| l.for_stamp(j, e.write_seq, stamp));
+                    if l.is_some_and(|l| l.state == LedgerState::Held) {
+                        held_by |= 1 << n.id();
+                    }
+                }
+                for (i, h) in self.down_held.iter().enumerate() {
+                    if h.as_ref().is_some_and(|h| h.contains(&(j, stamp))) {
+                        held_by |= 1 << i;
+                    }
+                }
                 let down = self.down_held.iter().flatten().filter(|h| h.contains(&(j, stamp))).count();
-                let held = (up + down) as u64;
+                let held = u64::from(held_by.count_ones());
+                // The holders' rule, as the other nodes would apply it were node j gone
+                // for good (every other ledger read, j's own not counted), must agree.
+                let holders =
+                    placement.holders(e.key_hash, fragments)[..fragments].iter().fold(0u32, |m, &h| m | 1 << h);
+                let verdict = holders_rule::verdict(quorum as u32, holders, j, every & !(1 << j), held_by);
+                let want = if e.kind == FateKind::Committed { Verdict::Write } else { Verdict::NoOp };
+                if verdict != want {
+                    return Err(format!(
+                        "node {j} recorded stamp {:#x} {:?}, but the holders' rule takes it for {verdict:?} were node {j} gone: held by {held_by:#b} of holders {holders:#b}, quorum {quorum}",
+                        e.version, e.kind
+                    ));
+                }
                 if e.kind == FateKind::Aborted {
                     self.aborted = (self.aborted.0 + 1, self.aborted.1.max(held));
                     if held >= quorum {

@@ -3,7 +3,9 @@
 //! write a node's fate ring still records decided, the holders' stamp ledgers
 //! (`cluster/format/ledger.rs`) must show it Held (accepted, not rolled back) on at
 //! least a quorum of the nodes if it is Committed, and on fewer if it is Aborted: what
-//! a writer's fate will be learned from once it is gone for good. The files are read
+//! a writer's fate will be learned from once it is gone for good. The holders' rule
+//! (`cluster/holders_rule.rs`), applied to every ledger but the writer's own,
+//! must take each Committed write for a write and each Aborted one for a no-op. The files are read
 //! as bytes, as a peer's READ would see them, after a run that killed nodes every few
 //! seconds, so what a node wrote before each acknowledgement is what survived.
 
@@ -11,6 +13,7 @@ use std::path::PathBuf;
 
 use crate::cluster::format::fates::{self, FateEntry, FateKind};
 use crate::cluster::format::ledger::{self, Ledger, LedgerEntry, LedgerState};
+use crate::cluster::holders_rule::{self, Verdict};
 
 /// The most problems kept for the report (the count is exact).
 const PROBLEMS_KEPT: usize = 8;
@@ -84,11 +87,25 @@ pub fn check(dirs: &[PathBuf], quorum: u64) -> LedgerCheck {
 fn check_write(out: &mut LedgerCheck, files: &[Files], w: u8, e: &FateEntry, entries: u32, quorum: u64) {
     let stamp = e.version << 8 | u64::from(w);
     let at = Ledger::offset(entries, w, u64::from(e.write_seq));
-    let held = files
-        .iter()
-        .filter_map(|f| LedgerEntry::parse(f.ledger.get(at..at + ledger::ENTRY_LEN)?))
-        .filter(|l| l.is_of(e.write_seq, stamp) && l.state == LedgerState::Held)
-        .count() as u64;
+    let mut held_by = 0u32;
+    for (i, f) in files.iter().enumerate() {
+        let l = f.ledger.get(at..at + ledger::ENTRY_LEN).and_then(LedgerEntry::parse);
+        if l.is_some_and(|l| l.is_of(e.write_seq, stamp) && l.state == LedgerState::Held) {
+            held_by |= 1 << i;
+        }
+    }
+    let held = u64::from(held_by.count_ones());
+    // The soak's RS(k, m) spans its k + m nodes: every node holds a fragment of every
+    // write. The holders' rule, as the others would apply it were w gone for good.
+    let all = (1u32 << files.len()) - 1;
+    let verdict = holders_rule::verdict(quorum as u32, all, w, all & !(1 << w), held_by);
+    let want = if e.kind == FateKind::Committed { Verdict::Write } else { Verdict::NoOp };
+    if verdict != want {
+        out.problem(format!(
+            "node {w} recorded stamp {:#x} {:?}, but the holders' rule takes it for {verdict:?} were node {w} gone (held by {held_by:#b}, quorum {quorum})",
+            e.version, e.kind
+        ));
+    }
     if e.kind == FateKind::Committed {
         out.committed += 1;
         out.committed_fewest = Some(out.committed_fewest.map_or(held, |f| f.min(held)));
@@ -149,8 +166,13 @@ mod tests {
         let found = check(&dirs, 2);
         assert_eq!((found.committed, found.aborted, found.pending), (1, 1, 1));
         assert_eq!((found.committed_fewest, found.aborted_most), (Some(2), 2));
-        assert_eq!(found.problem_count, 1, "{:?}", found.problems);
-        assert!(found.problems[0].contains("Aborted, but 2 ledgers still hold it"), "{:?}", found.problems);
+        assert_eq!(found.problem_count, 2, "{:?}", found.problems);
+        assert!(
+            found.problems[0].contains("Aborted, but the holders' rule takes it for Write"),
+            "{:?}",
+            found.problems
+        );
+        assert!(found.problems[1].contains("Aborted, but 2 ledgers still hold it"), "{:?}", found.problems);
         let _ = std::fs::remove_dir_all(&root);
     }
 }

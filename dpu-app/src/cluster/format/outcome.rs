@@ -185,13 +185,11 @@ impl<T: AsRef<[u8]>> OutcomeView<T> {
         self.flags() & FLAG_TOMBSTONE != 0
     }
 
-    /// The holders known not to hold the write's fragment once it is rolled back: those
-    /// that persisted the rollback, and the writer `me` if its own store never took
-    /// the fragment (it knows its own store). See `protocol/rollbacks.rs`.
+    /// The holders other than the writer `me` known not to hold the write's fragment
+    /// once it is rolled back: those that persisted the rollback. The writer never
+    /// counts itself, whatever its own store did: `protocol/rollbacks.rs` says why.
     pub fn lacking(&self, me: u8) -> u32 {
-        let me_bit = 1u32 << me;
-        let own = if self.acked() & me_bit == 0 { me_bit } else { 0 };
-        (self.decided() | own) & self.holders()
+        self.decided() & self.holders() & !(1u32 << me)
     }
 
     /// Decided, and every holder that persisted a fragment persisted the outcome too: the

@@ -1106,9 +1106,9 @@ impl Writer {
             Self::settle_own(cx, write_seq, key_hash, stamp, Decision::Aborted);
         }
         if let Some(s) = cx.sequencer.as_deref_mut() {
-            // Its stamp is recorded Aborted once fewer than a quorum can hold the
-            // fragment (`rollbacks.rs`): this node does not, if its store never took
-            // it or dropped it just now; the others as they persist the rollback.
+            // Its stamp is recorded Aborted once too few of the other holders can hold
+            // the fragment (`rollbacks.rs`): as they persist the rollback. This node
+            // never counts itself, its ledger being gone with it if it goes for good.
             let lacking = cx.outcomes.get(write_seq).map_or(0, |e| e.lacking(me));
             let settled = s.roll_back(stamp >> 8, holders, lacking, cx.quorum);
             // Answered `NotDurable` only once settled (see `Write::rollback_open`).
@@ -1369,10 +1369,8 @@ impl Writer {
                     Err(e) => panic!("node {me}: recording node {peer}'s decision of a write: {e}"),
                 }
                 if p.record.outcome == Decision::Aborted {
-                    let settled = cx
-                        .sequencer
-                        .as_deref_mut()
-                        .is_some_and(|s| s.rollback_reached(p.record.stamp >> 8, peer, cx.quorum));
+                    let settled =
+                        cx.sequencer.as_deref_mut().is_some_and(|s| s.rollback_reached(p.record.stamp >> 8, peer));
                     if settled {
                         // Its host may be answered `NotDurable` now (if it still waits).
                         let stamp = p.record.stamp;

@@ -1,19 +1,22 @@
 //! Rolled-back writes whose stamps wait to be recorded Aborted (`ordering = "sequencer"`).
 //!
 //! A writer that rolls a write back records its stamp's fate as Aborted only once fewer
-//! than a quorum of the write's holders can still hold its fragment. A holder counts as
-//! not holding it once it persisted the rollback; the writer itself also when its own
-//! store never took the fragment. Until then the writer's fate ring keeps the stamp
-//! Pending and every order waits for it; a holder that was away hears the rollback at
-//! its resync, and its acknowledgement settles the stamp.
+//! than [`holders_rule::threshold`] of the write's other holders can still hold its
+//! fragment: a quorum less the writer when it holds a fragment itself. A holder counts
+//! as not holding it once it persisted the rollback. The writer never counts itself as
+//! not holding it, even when its own store never took the fragment or dropped it (see
+//! below). Until then the writer's fate ring keeps the stamp Pending and every order waits for
+//! it; a holder that was away hears the rollback at its resync, and its
+//! acknowledgement settles the stamp.
 //!
 //! Why wait: once a writer is gone for good, the fates of its last stamps can only be
-//! learned from what its holders hold (README.md, "Not built"), and there a fragment
-//! that a quorum holds is a committed write. A ring that said Aborted while a quorum
-//! still held the fragment could contradict that. Committed needs no such wait: the
-//! writer commits only once a quorum persisted its fragment.
+//! learned from what its other holders hold (`holders_rule.rs`), and there a fragment
+//! that `threshold` of them hold is a write. A ring that said Aborted while that many
+//! still held the fragment could contradict that; the writer's own ledger is gone with
+//! it, so its own rollback cannot count. Committed needs no such wait: the writer
+//! commits only once a quorum persisted its fragment, which is `threshold` others.
 //!
-//! A rollback waits long only while a quorum of the write's holders is away, when no
+//! A rollback waits long only while about a quorum of the write's holders is away, when no
 //! write to those holders can commit anyway (a quorum is at least `max(k, m + 1)`,
 //! always more than half of the `k + m` holders). Meanwhile the writer's fate ring
 //! cannot wrap past the stamp: it stops taking stamps once it has taken a whole ring
@@ -31,21 +34,26 @@
 
 use crate::limits::ROLLBACKS_MAX;
 
+#[cfg(doc)]
+use crate::cluster::holders_rule;
+
 /// One rollback under way.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Rollback {
     /// The write's stamp (its version).
     version: u64,
-    /// Nodes that were sent a fragment.
+    /// Nodes other than the writer that were sent a fragment.
     holders: u32,
     /// Of those, the ones known not to hold it (any more).
     lacking: u32,
+    /// It settles once fewer than this many of `holders` can hold it.
+    need: u32,
 }
 
 /// What became of a rollback handed to [`Rollbacks::begin`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Begun {
-    /// Fewer than a quorum can hold the fragment already: record Aborted now.
+    /// Too few holders can hold the fragment already: record Aborted now.
     Settled,
     /// It waits for holders to persist the rollback.
     Waiting,
@@ -65,16 +73,17 @@ impl Default for Rollbacks {
     }
 }
 
-/// Whether fewer than `quorum` of `holders` can still hold the fragment.
-fn enough(holders: u32, lacking: u32, quorum: u32) -> bool {
-    (holders & !lacking).count_ones() < quorum
+/// Whether fewer than `need` of `holders` can still hold the fragment.
+fn enough(holders: u32, lacking: u32, need: u32) -> bool {
+    (holders & !lacking).count_ones() < need
 }
 
 impl Rollbacks {
-    /// The write of stamp `version`, sent to `holders`, rolled back; `lacking` are those
-    /// known not to hold its fragment.
-    pub fn begin(&mut self, version: u64, holders: u32, lacking: u32, quorum: u32) -> Begun {
-        if enough(holders, lacking, quorum) {
+    /// The write of stamp `version`, sent to the other holders `holders`, rolled back;
+    /// `lacking` are those known not to hold its fragment; it settles once fewer than
+    /// `need` of them can.
+    pub fn begin(&mut self, version: u64, holders: u32, lacking: u32, need: u32) -> Begun {
+        if enough(holders, lacking, need) {
             return Begun::Settled;
         }
         if let Some(r) = self.waiting.iter_mut().find(|r| r.version == version) {
@@ -84,17 +93,17 @@ impl Rollbacks {
         if self.waiting.len() == ROLLBACKS_MAX {
             return Begun::Full;
         }
-        self.waiting.push(Rollback { version, holders, lacking });
+        self.waiting.push(Rollback { version, holders, lacking, need });
         Begun::Waiting
     }
 
     /// Holder `h` persisted the rollback of stamp `version`: true when the stamp may be
     /// recorded Aborted now (it is forgotten here). False for a stamp not waiting here.
-    pub fn reached(&mut self, version: u64, h: u8, quorum: u32) -> bool {
+    pub fn reached(&mut self, version: u64, h: u8) -> bool {
         let Some(i) = self.waiting.iter().position(|r| r.version == version) else { return false };
         let r = &mut self.waiting[i];
         r.lacking |= 1 << h;
-        if !enough(r.holders, r.lacking, quorum) {
+        if !enough(r.holders, r.lacking, r.need) {
             return false;
         }
         self.waiting.swap_remove(i);
@@ -117,16 +126,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_stamp_settles_once_fewer_than_a_quorum_can_hold_its_fragment() {
-        // Five holders, quorum three: two acknowledged the fragment before the rollback.
+    fn a_stamp_settles_once_fewer_than_needed_can_hold_its_fragment() {
+        // Five other holders, three needed.
         let mut r = Rollbacks::default();
         assert_eq!(r.begin(7, 0b11111, 0, 3), Begun::Waiting);
-        assert!(!r.reached(7, 1, 3), "four may still hold it");
-        assert!(!r.reached(7, 1, 3), "the same holder twice counts once");
-        assert!(!r.reached(7, 2, 3), "three may still hold it");
-        assert!(r.reached(7, 4, 3), "two may: no quorum");
+        assert!(!r.reached(7, 1), "four may still hold it");
+        assert!(!r.reached(7, 1), "the same holder twice counts once");
+        assert!(!r.reached(7, 2), "three may still hold it");
+        assert!(r.reached(7, 4), "two may: too few");
         assert!(r.is_empty());
-        assert!(!r.reached(7, 3, 3), "forgotten once settled");
+        assert!(!r.reached(7, 3), "forgotten once settled");
     }
 
     #[test]
@@ -136,7 +145,7 @@ mod tests {
         assert_eq!(r.begin(9, 0b00111, 0b00100, 2), Begun::Waiting);
         assert_eq!(r.begin(10, 0b00111, 0b00110, 2), Begun::Settled);
         assert_eq!(r.len(), 1);
-        assert!(!r.reached(11, 0, 2), "not waiting here");
+        assert!(!r.reached(11, 0), "not waiting here");
     }
 
     #[test]
@@ -147,7 +156,7 @@ mod tests {
         }
         assert_eq!(r.begin(u64::MAX, 0b111, 0, 2), Begun::Full);
         assert_eq!(r.begin(0, 0b111, 0b001, 2), Begun::Waiting, "one already waiting is updated");
-        assert!(r.reached(0, 1, 2));
+        assert!(r.reached(0, 1));
         assert_eq!(r.begin(u64::MAX, 0b111, 0, 2), Begun::Waiting, "room again");
     }
 }

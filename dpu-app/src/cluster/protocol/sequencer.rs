@@ -65,6 +65,7 @@ use crate::cluster::config::SequencerConfig;
 use crate::cluster::format::control::{ControlBlock, ControlView, COUNTER_AT, LEADER_AT};
 use crate::cluster::format::fates::{FateError, FateKind, FateRing};
 use crate::cluster::hlc::{HlcError, HlcFloor};
+use crate::cluster::holders_rule;
 use crate::cluster::sequence::{epoch_of, first_of, sequence_of, LeaderWord};
 use crate::fabric::{Op, RawQp};
 use crate::limits::{CLAIM_ROUNDS_MAX, NODES_MAX, SEQUENCE_BITS, UNREACHED_DEAD_AFTERS};
@@ -378,13 +379,18 @@ impl Sequencer {
 
     /// The write that took the stamp `version`, sent to `holders`, rolled back;
     /// `lacking` of them are known not to hold its fragment. Its fate is recorded
-    /// Aborted once fewer than `quorum` can hold it (`rollbacks.rs`): now, or as holders
+    /// Aborted once fewer than [`holders_rule::threshold`] of the other holders (for
+    /// the write quorum `quorum`) can hold it (`rollbacks.rs`): now, or as holders
     /// persist the rollback ([`Sequencer::rollback_reached`]). True if recorded now.
     pub fn roll_back(&mut self, version: u64, holders: u32, lacking: u32, quorum: u32) -> bool {
         if self.last_taken == Some(version) {
             self.last_taken = None;
         }
-        match self.rollbacks.begin(version, holders, lacking, quorum) {
+        // This node never counts itself as lacking (`rollbacks.rs`).
+        let me = 1u32 << self.me;
+        let need = holders_rule::threshold(quorum, holders & me != 0);
+        let others = holders & !me;
+        match self.rollbacks.begin(version, others, lacking & others, need) {
             Begun::Settled => {
                 self.fates.settle(version, FateKind::Aborted);
                 true
@@ -406,10 +412,9 @@ impl Sequencer {
     }
 
     /// Holder `h` persisted the rollback of the write that took stamp `version`: its
-    /// fate is recorded Aborted if fewer than `quorum` holders can hold it now (true
-    /// then).
-    pub fn rollback_reached(&mut self, version: u64, h: u8, quorum: u32) -> bool {
-        let settled = self.rollbacks.reached(version, h, quorum);
+    /// fate is recorded Aborted if too few holders can hold it now (true then).
+    pub fn rollback_reached(&mut self, version: u64, h: u8) -> bool {
+        let settled = self.rollbacks.reached(version, h);
         if settled {
             self.fates.settle(version, FateKind::Aborted);
         }
