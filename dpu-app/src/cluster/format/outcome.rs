@@ -28,6 +28,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use super::file::{self, le32, le64, FileHeader, HeaderError, Opened};
+use crate::cluster::holders_rule;
 use crate::fabric::{FabricError, Memory};
 use crate::limits::{HEADER_PAGE_BYTES, NODES_MAX, OUTCOME_ENTRIES_MAX, OUTCOME_ENTRY_BYTES};
 
@@ -416,6 +417,8 @@ pub struct OutcomeTable {
     /// The whole file, header page included (it is not registered with the fabric).
     memory: Memory,
     next_write_seq: u64,
+    /// With `ordering = "sequencer"`, the write quorum: see [`OutcomeTable::keep_rollbacks`].
+    rollback_quorum: Option<u32>,
 }
 
 impl fmt::Debug for OutcomeTable {
@@ -461,7 +464,7 @@ impl OutcomeTable {
         };
         let memory = Memory::map_file(&file, 0, file_bytes as usize)
             .map_err(|source| OutcomeError::Memory { path: path.to_owned(), source })?;
-        let mut table = Self { path: path.to_owned(), node, entries, memory, next_write_seq: 1 };
+        let mut table = Self { path: path.to_owned(), node, entries, memory, next_write_seq: 1, rollback_quorum: None };
         let mut highest = 0;
         table.scan(|view| highest = highest.max(view.write_seq()))?;
         table.next_write_seq = highest.saturating_add(1);
@@ -518,6 +521,32 @@ impl OutcomeTable {
         Ok(())
     }
 
+    /// With `ordering = "sequencer"` (`quorum` the write quorum): a rolled-back write's
+    /// entry stays unsettled, and its slot is not reused, until its rollback reached
+    /// enough of the other holders that its stamp may be recorded Aborted
+    /// (`protocol/rollbacks.rs`), not only the holders that acknowledged its fragment.
+    /// A restart that found the slot reused would take the stamp for one never used and
+    /// record it Aborted, while holders whose acknowledgement was lost may still hold
+    /// the fragment, a quorum with the writer, which the holders' rule
+    /// ([`holders_rule`]) would take for a write. Meanwhile the resync keeps taking the
+    /// rollback to the holders that have not persisted it.
+    pub fn keep_rollbacks(&mut self, quorum: u32) {
+        self.rollback_quorum = Some(quorum);
+    }
+
+    /// Whether `view`'s slot may be reused, and a restart has nothing left to finish.
+    fn is_settled(&self, view: &OutcomeView) -> bool {
+        if !view.is_settled() {
+            return false;
+        }
+        let Some(quorum) = self.rollback_quorum.filter(|_| view.state() == WriteState::Aborted) else {
+            return true;
+        };
+        let me = 1u32 << self.node;
+        let need = holders_rule::threshold(quorum, view.holders() & me != 0);
+        (view.holders() & !me & !view.decided()).count_ones() < need
+    }
+
     /// The entry of `write_seq`: `None` if its slot holds another write, a Free entry, or a
     /// torn one.
     pub fn get(&self, write_seq: u64) -> Option<OutcomeView> {
@@ -556,10 +585,10 @@ impl OutcomeTable {
         }
         let offset = self.offset(write_seq);
         let old = OutcomeView::new_unchecked(self.read_slot(offset)?);
-        if old.check() && old.state() != WriteState::Free && !old.is_settled() {
+        if old.check() && old.state() != WriteState::Free && !self.is_settled(&old) {
             let mut oldest = old.write_seq();
             self.scan(|v| {
-                if !v.is_settled() {
+                if !self.is_settled(&v) {
                     oldest = oldest.min(v.write_seq());
                 }
             })?;
@@ -657,7 +686,7 @@ impl OutcomeTable {
     pub fn unsettled(&self, mut f: impl FnMut(OutcomeView)) -> Result<usize, OutcomeError> {
         let mut count = 0;
         self.scan(|view| {
-            if !view.is_settled() {
+            if !self.is_settled(&view) {
                 f(view);
                 count += 1;
             }
@@ -761,6 +790,39 @@ mod tests {
         let mut b = g;
         b[field::STATE] = 4;
         assert!(OutcomeView::new_checked(b).is_none(), "an unknown state");
+    }
+
+    #[test]
+    fn in_sequencer_order_a_rollback_settles_only_once_too_few_others_can_hold_it() {
+        let dir = TempDir::new("outcome-rollback");
+        let mut t = open(&dir, 16);
+        let me = t.node;
+        assert_eq!(me, 3);
+        t.keep_rollbacks(3);
+        // Five holders, this node one of them: it needs fewer than 2 of the other four.
+        t.begin(1, 0xabc, 0x103, 0b11111, 0).unwrap();
+        t.set_acked(1, me).unwrap();
+        t.set_acked(1, 0).unwrap();
+        t.set_state(1, WriteState::Aborted).unwrap();
+        t.set_decided(1, me).unwrap();
+        t.set_decided(1, 0).unwrap();
+        assert!(t.get(1).unwrap().is_settled(), "every holder that acknowledged has the rollback");
+        assert_eq!(t.unsettled(|_| {}).unwrap(), 1, "but nodes 1, 2 and 4 may hold the fragment");
+        assert!(matches!(t.begin(17, 0xdef, 0x203, 0b1, 0), Err(OutcomeError::Full { blocking: 1, .. })));
+        t.set_decided(1, 1).unwrap();
+        assert_eq!(t.unsettled(|_| {}).unwrap(), 1, "nodes 2 and 4 may");
+        t.set_decided(1, 4).unwrap();
+        assert_eq!(t.unsettled(|_| {}).unwrap(), 0, "only node 2 may: too few");
+        t.begin(17, 0xdef, 0x203, 0b1, 0).unwrap();
+        // A committed write needs no more than before.
+        t.begin(18, 0xabc, 0x104, 0b11111, 0).unwrap();
+        t.set_acked(18, me).unwrap();
+        t.set_state(18, WriteState::Committed).unwrap();
+        t.set_decided(18, me).unwrap();
+        assert!(t.get(18).unwrap().is_settled());
+        let mut left = Vec::new();
+        t.unsettled(|v| left.push(v.write_seq())).unwrap();
+        assert_eq!(left, [17], "write 17 is still in progress");
     }
 
     #[test]

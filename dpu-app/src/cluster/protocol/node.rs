@@ -342,8 +342,11 @@ impl<F: Fabric> Node<F> {
                 fabric.register(Arc::clone(log.memory()), Access::LOCAL_WRITE | Access::REMOTE_WRITE).map_err(fab)?;
             logs.push(Some((log, mr)));
         }
-        let outcomes = OutcomeTable::open(&data_dir.join("outcomes.prout"), me, config.outcome_entries as u32)
+        let mut outcomes = OutcomeTable::open(&data_dir.join("outcomes.prout"), me, config.outcome_entries as u32)
             .map_err(Error::Outcome)?;
+        if config.ordering.sequencer().is_some() {
+            outcomes.keep_rollbacks(config.quorum as u32);
+        }
         let next_write_seq = outcomes.next_write_seq();
 
         let sealer = Sealer::start(&config.key_dir, &data_dir.join("key-epoch"), u16::from(me)).map_err(Error::Seal)?;
