@@ -168,7 +168,7 @@ pub enum Recovered {
     RolledBack {
         /// Nodes that were sent a fragment.
         holders: u32,
-        /// Of those, the ones that persisted the rollback (or never took the fragment).
+        /// Of those other than this node, the ones that persisted the rollback.
         lacking: u32,
     },
     /// No write began with it (no outcome entry holds it): it was never used.
