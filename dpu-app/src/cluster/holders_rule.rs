@@ -47,6 +47,16 @@ pub fn threshold(quorum: u32, writer_holds: bool) -> u32 {
     quorum.saturating_sub(u32::from(writer_holds)).max(1)
 }
 
+/// Whether writer `writer` may record its rolled-back write Aborted: fewer than
+/// [`threshold`] of the other `holders` can still hold the fragment, `lacking` being
+/// those known not to (they persisted the rollback). The writer never counts itself as
+/// lacking, whatever its own store did: its ledger is gone with it should it go for
+/// good, so the rule could not count it either (`protocol/rollbacks.rs`).
+pub fn rollback_settled(quorum: u32, holders: u32, writer: u8, lacking: u32) -> bool {
+    let me = 1u32 << writer;
+    (holders & !me & !lacking).count_ones() < threshold(quorum, holders & me != 0)
+}
+
 /// The rule for a stamp of writer `writer`, whose fragments went to the nodes of
 /// `holders` (every storage node for a stamp no ledger mentions): `read` are the nodes
 /// whose ledgers were read (frozen for the writer), `held` those of them that hold the
@@ -104,6 +114,23 @@ mod tests {
         assert_eq!(verdict(4, ALL, 0, read, 0b00010), Verdict::NoOp, "one, node 4 and the writer: three");
         // The writer's own ledger never counts, even when read.
         assert_eq!(verdict(4, ALL, 0, ALL, 0b00111), Verdict::NoOp);
+    }
+
+    #[test]
+    fn a_rollback_settles_where_the_rule_can_no_longer_take_the_write() {
+        // Writer 2, quorum 4: settled once fewer than three of the other four can hold
+        // it, whatever its own store did.
+        assert!(!rollback_settled(4, ALL, 2, 0b00001));
+        assert!(!rollback_settled(4, ALL, 2, 0b00101), "its own bit does not count");
+        assert!(rollback_settled(4, ALL, 2, 0b00011));
+        for lacking in 0..=ALL {
+            let held = ALL & !lacking;
+            let settled = rollback_settled(4, ALL, 2, lacking);
+            assert_eq!(settled, verdict(4, ALL, 2, ALL & !(1 << 2), held) != Verdict::Write, "lacking {lacking:#07b}");
+        }
+        // A writer that holds no fragment needs fewer than a whole quorum.
+        assert!(!rollback_settled(3, 0b00111, 7, 0b00000));
+        assert!(rollback_settled(3, 0b00111, 7, 0b00100));
     }
 
     #[test]

@@ -48,6 +48,12 @@ pub struct Placement {
     mask: u32,
 }
 
+/// The mask (bit `h` for node `h`) of the nodes in `holders`, e.g. the first `k + m`
+/// of [`Placement::holders`].
+pub fn mask_of(holders: &[u8]) -> u32 {
+    holders.iter().fold(0, |m, &h| m | 1 << h)
+}
+
 impl Placement {
     /// The placement over the nodes `roles[id]` calls storage nodes (`roles` in node id
     /// order). `None` when no node stores.

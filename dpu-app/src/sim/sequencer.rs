@@ -51,6 +51,7 @@ use crate::cluster::format::fates::FateKind;
 use crate::cluster::format::feed::FeedEntry;
 use crate::cluster::format::ledger::LedgerState;
 use crate::cluster::holders_rule::{self, Verdict};
+use crate::cluster::placement::mask_of;
 use crate::cluster::run::inprocess::InProcess;
 use crate::cluster::sequence::epoch_of;
 use crate::histogram::Histogram;
@@ -223,17 +224,17 @@ impl SequencerWatch {
                         held_by |= 1 << n.id();
                     }
                 }
+                let mut down_by = 0u32;
                 for (i, h) in self.down_held.iter().enumerate() {
                     if h.as_ref().is_some_and(|h| h.contains(&(j, stamp))) {
-                        held_by |= 1 << i;
+                        down_by |= 1 << i;
                     }
                 }
-                let down = self.down_held.iter().flatten().filter(|h| h.contains(&(j, stamp))).count();
-                let held = u64::from(held_by.count_ones());
+                held_by |= down_by;
+                let (held, down) = (u64::from(held_by.count_ones()), down_by.count_ones());
                 // The holders' rule, as the other nodes would apply it were node j gone
                 // for good (every other ledger read, j's own not counted), must agree.
-                let holders =
-                    placement.holders(e.key_hash, fragments)[..fragments].iter().fold(0u32, |m, &h| m | 1 << h);
+                let holders = mask_of(&placement.holders(e.key_hash, fragments)[..fragments]);
                 let verdict = holders_rule::verdict(quorum as u32, holders, j, every & !(1 << j), held_by);
                 let want = if e.kind == FateKind::Committed { Verdict::Write } else { Verdict::NoOp };
                 if verdict != want {

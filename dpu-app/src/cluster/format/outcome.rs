@@ -542,9 +542,7 @@ impl OutcomeTable {
         let Some(quorum) = self.rollback_quorum.filter(|_| view.state() == WriteState::Aborted) else {
             return true;
         };
-        let me = 1u32 << self.node;
-        let need = holders_rule::threshold(quorum, view.holders() & me != 0);
-        (view.holders() & !me & !view.decided()).count_ones() < need
+        holders_rule::rollback_settled(quorum, view.holders(), self.node, view.lacking(self.node))
     }
 
     /// The entry of `write_seq`: `None` if its slot holds another write, a Free entry, or a

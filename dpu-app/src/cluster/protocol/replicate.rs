@@ -55,6 +55,7 @@ use crate::cluster::format::outcome::{OutcomeError, OutcomeTable, WriteState};
 use crate::cluster::format::record::RecordRepr;
 use crate::cluster::format::store::Store;
 use crate::cluster::hlc::{Hlc, HlcFloor, Stamp};
+use crate::cluster::placement;
 use crate::cluster::sequence::LeaderWord;
 use crate::fabric::{MemoryRegion, Op, RawQp};
 use crate::histogram::WriteStage;
@@ -535,7 +536,7 @@ impl Writer {
         // Holders: the stripe's k + m fragments on consecutive storage nodes from the
         // key's home.
         let holders = cx.placement.holders(key_hash, layout.fragments());
-        let holder_mask = holders[..layout.fragments()].iter().fold(0u32, |m, &h| m | 1 << h);
+        let holder_mask = placement::mask_of(&holders[..layout.fragments()]);
         cx.outcomes
             .begin(write_seq, key_hash, stamp, holder_mask, u32::from(tombstone))
             .map_err(|e| (Status::Overloaded, e.to_string()))?;

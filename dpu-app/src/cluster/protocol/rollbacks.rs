@@ -2,12 +2,12 @@
 //!
 //! A writer that rolls a write back records its stamp's fate as Aborted only once fewer
 //! than [`holders_rule::threshold`] of the write's other holders can still hold its
-//! fragment: a quorum less the writer when it holds a fragment itself. A holder counts
-//! as not holding it once it persisted the rollback. The writer never counts itself as
-//! not holding it, even when its own store never took the fragment or dropped it (see
-//! below). Until then the writer's fate ring keeps the stamp Pending and every order waits for
-//! it; a holder that was away hears the rollback at its resync, and its
-//! acknowledgement settles the stamp.
+//! fragment ([`holders_rule::rollback_settled`]): a quorum less the writer when it holds
+//! a fragment itself. A holder counts as not holding it once it persisted the rollback.
+//! The writer never counts itself as not holding it, even when its own store never
+//! took the fragment or dropped it (see below). Until then the writer's fate ring keeps
+//! the stamp Pending and every order waits for it; a holder that was away hears the
+//! rollback at its resync, and its acknowledgement settles the stamp.
 //!
 //! Why wait: once a writer is gone for good, the fates of its last stamps can only be
 //! learned from what its other holders hold (`holders_rule.rs`), and there a fragment
@@ -16,11 +16,10 @@
 //! it, so its own rollback cannot count. Committed needs no such wait: the writer
 //! commits only once a quorum persisted its fragment, which is `threshold` others.
 //!
-//! A rollback waits long only while about a quorum of the write's holders is away, when no
-//! write to those holders can commit anyway (a quorum is at least `max(k, m + 1)`,
-//! always more than half of the `k + m` holders). Meanwhile the writer's fate ring
-//! cannot wrap past the stamp: it stops taking stamps once it has taken a whole ring
-//! more.
+//! A rollback waits long only while a quorum less one of the write's other holders is
+//! away (with RS(3,2) and quorum 3, two nodes), and then the order waits for those
+//! nodes' fate rings anyway. Meanwhile the writer's fate ring cannot wrap past the
+//! stamp: it stops taking stamps once it has taken a whole ring more.
 //!
 //! The writer answers its host `NotDurable` only once the stamp is recorded Aborted
 //! (`Write::rollback_open`): before, a quorum may still hold the fragment. One that is
@@ -34,7 +33,6 @@
 
 use crate::limits::ROLLBACKS_MAX;
 
-#[cfg(doc)]
 use crate::cluster::holders_rule;
 
 /// One rollback under way.
@@ -42,12 +40,12 @@ use crate::cluster::holders_rule;
 struct Rollback {
     /// The write's stamp (its version).
     version: u64,
-    /// Nodes other than the writer that were sent a fragment.
+    /// Nodes that were sent a fragment.
     holders: u32,
     /// Of those, the ones known not to hold it (any more).
     lacking: u32,
-    /// It settles once fewer than this many of `holders` can hold it.
-    need: u32,
+    /// The write quorum.
+    quorum: u32,
 }
 
 /// What became of a rollback handed to [`Rollbacks::begin`].
@@ -64,26 +62,21 @@ pub enum Begun {
 /// Rollbacks waiting for enough holders (see the module doc).
 #[derive(Debug)]
 pub struct Rollbacks {
+    /// The writer: this node.
+    me: u8,
     waiting: Vec<Rollback>,
 }
 
-impl Default for Rollbacks {
-    fn default() -> Self {
-        Self { waiting: Vec::with_capacity(ROLLBACKS_MAX) }
-    }
-}
-
-/// Whether fewer than `need` of `holders` can still hold the fragment.
-fn enough(holders: u32, lacking: u32, need: u32) -> bool {
-    (holders & !lacking).count_ones() < need
-}
-
 impl Rollbacks {
-    /// The write of stamp `version`, sent to the other holders `holders`, rolled back;
-    /// `lacking` are those known not to hold its fragment; it settles once fewer than
-    /// `need` of them can.
-    pub fn begin(&mut self, version: u64, holders: u32, lacking: u32, need: u32) -> Begun {
-        if enough(holders, lacking, need) {
+    /// Node `me`'s rollbacks, none waiting.
+    pub fn new(me: u8) -> Self {
+        Self { me, waiting: Vec::with_capacity(ROLLBACKS_MAX) }
+    }
+
+    /// The write of stamp `version`, sent to `holders`, rolled back; `lacking` are those
+    /// known not to hold its fragment; `quorum` is the write quorum.
+    pub fn begin(&mut self, version: u64, holders: u32, lacking: u32, quorum: u32) -> Begun {
+        if holders_rule::rollback_settled(quorum, holders, self.me, lacking) {
             return Begun::Settled;
         }
         if let Some(r) = self.waiting.iter_mut().find(|r| r.version == version) {
@@ -93,7 +86,7 @@ impl Rollbacks {
         if self.waiting.len() == ROLLBACKS_MAX {
             return Begun::Full;
         }
-        self.waiting.push(Rollback { version, holders, lacking, need });
+        self.waiting.push(Rollback { version, holders, lacking, quorum });
         Begun::Waiting
     }
 
@@ -103,7 +96,7 @@ impl Rollbacks {
         let Some(i) = self.waiting.iter().position(|r| r.version == version) else { return false };
         let r = &mut self.waiting[i];
         r.lacking |= 1 << h;
-        if !enough(r.holders, r.lacking, r.need) {
+        if !holders_rule::rollback_settled(r.quorum, r.holders, self.me, r.lacking) {
             return false;
         }
         self.waiting.swap_remove(i);
@@ -127,8 +120,8 @@ mod tests {
 
     #[test]
     fn a_stamp_settles_once_fewer_than_needed_can_hold_its_fragment() {
-        // Five other holders, three needed.
-        let mut r = Rollbacks::default();
+        // Writer 7 holds no fragment: five holders, quorum three.
+        let mut r = Rollbacks::new(7);
         assert_eq!(r.begin(7, 0b11111, 0, 3), Begun::Waiting);
         assert!(!r.reached(7, 1), "four may still hold it");
         assert!(!r.reached(7, 1), "the same holder twice counts once");
@@ -140,7 +133,7 @@ mod tests {
 
     #[test]
     fn a_rollback_that_reached_enough_already_settles_at_once() {
-        let mut r = Rollbacks::default();
+        let mut r = Rollbacks::new(7);
         // Only three holders were sent a fragment, one of which never took it.
         assert_eq!(r.begin(9, 0b00111, 0b00100, 2), Begun::Waiting);
         assert_eq!(r.begin(10, 0b00111, 0b00110, 2), Begun::Settled);
@@ -150,7 +143,7 @@ mod tests {
 
     #[test]
     fn the_table_is_bounded() {
-        let mut r = Rollbacks::default();
+        let mut r = Rollbacks::new(7);
         for v in 0..ROLLBACKS_MAX as u64 {
             assert_eq!(r.begin(v, 0b111, 0, 2), Begun::Waiting);
         }

@@ -65,7 +65,6 @@ use crate::cluster::config::SequencerConfig;
 use crate::cluster::format::control::{ControlBlock, ControlView, COUNTER_AT, LEADER_AT};
 use crate::cluster::format::fates::{FateError, FateKind, FateRing};
 use crate::cluster::hlc::{HlcError, HlcFloor};
-use crate::cluster::holders_rule;
 use crate::cluster::sequence::{epoch_of, first_of, sequence_of, LeaderWord};
 use crate::fabric::{Op, RawQp};
 use crate::limits::{CLAIM_ROUNDS_MAX, NODES_MAX, SEQUENCE_BITS, UNREACHED_DEAD_AFTERS};
@@ -283,7 +282,7 @@ impl Sequencer {
             marked_epoch: fates.newest_epoch_at_open(),
             fates,
             last_taken: None,
-            rollbacks: Rollbacks::default(),
+            rollbacks: Rollbacks::new(me),
             stats: SeqStats::default(),
         })
     }
@@ -379,18 +378,14 @@ impl Sequencer {
 
     /// The write that took the stamp `version`, sent to `holders`, rolled back;
     /// `lacking` of them are known not to hold its fragment. Its fate is recorded
-    /// Aborted once fewer than [`holders_rule::threshold`] of the other holders (for
-    /// the write quorum `quorum`) can hold it (`rollbacks.rs`): now, or as holders
+    /// Aborted once too few of the other holders can hold it for the write quorum
+    /// `quorum` ([`crate::cluster::holders_rule::rollback_settled`]): now, or as holders
     /// persist the rollback ([`Sequencer::rollback_reached`]). True if recorded now.
     pub fn roll_back(&mut self, version: u64, holders: u32, lacking: u32, quorum: u32) -> bool {
         if self.last_taken == Some(version) {
             self.last_taken = None;
         }
-        // This node never counts itself as lacking (`rollbacks.rs`).
-        let me = 1u32 << self.me;
-        let need = holders_rule::threshold(quorum, holders & me != 0);
-        let others = holders & !me;
-        match self.rollbacks.begin(version, others, lacking & others, need) {
+        match self.rollbacks.begin(version, holders, lacking, quorum) {
             Begun::Settled => {
                 self.fates.settle(version, FateKind::Aborted);
                 true

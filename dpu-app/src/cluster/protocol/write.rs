@@ -33,6 +33,7 @@
 use prescient_shim::directory::{SlotState, SlotWord};
 
 use super::slots::JobId;
+use crate::cluster::placement;
 use crate::histogram::WriteStage;
 use crate::limits::FRAGMENTS_MAX;
 use crate::limits::NODES_MAX;
@@ -319,7 +320,7 @@ impl Write {
 
     /// Nodes holding a fragment of this write.
     pub fn holder_mask(&self) -> u32 {
-        self.holders[..self.layout.fragments()].iter().fold(0, |m, &h| m | 1 << h)
+        placement::mask_of(&self.holders[..self.layout.fragments()])
     }
 
     /// Whether the quorum can still be reached.
