@@ -389,6 +389,24 @@ pub fn reconnect<H: Harness>(h: &H) {
     assert_eq!(b.bytes(16, 8), b"again!!!");
 }
 
+/// A queue pair reset after carrying traffic offers another endpoint than before: a
+/// peer that never saw the old connection fail can tell the new offer from a
+/// retransmission of the old one (the cluster reconnects on that difference), and its
+/// queue pair, which expects the old connection's next PSN, is replaced rather than
+/// fed packets it drops.
+pub fn reset_gives_a_new_endpoint<H: Harness>(h: &H) {
+    let (a, b) = pair(h, options());
+    let before = a.qp.endpoint();
+    a.mr.memory().write(0, b"one pass").unwrap();
+    a.post(1, Op::Write { remote: b.remote().at(0), imm: None }, 0, 8);
+    expect(&a.next(), 1, WcStatus::Success, WcOpcode::Write);
+    let mut leftover = Vec::new();
+    let qa = a.qp.reset(&mut leftover).expect("reset").init().expect("init");
+    let after = qa.endpoint();
+    assert_eq!(after.qpn, before.qpn, "the queue pair is the same one");
+    assert_ne!(after, before, "a reset queue pair must start a new sequence (PSN)");
+}
+
 /// A region that maps a file: remote writes land in the file (fragment logs).
 pub fn file_backed_region<H: Harness>(h: &H) {
     let (a, b) = pair(h, options());
@@ -449,7 +467,8 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!(@each $harness;
             write_and_read, polls_for_many_lose_none, write_with_imm, send_and_receive, atomics, ordering, bad_rkey, out_of_bounds,
             missing_access, misaligned_atomic, local_protection, no_posted_receive, receive_posted_in_time,
-            peer_gone, error_flushes_receives, reconnect, file_backed_region, cas_increment_race);
+            peer_gone, error_flushes_receives, reconnect, reset_gives_a_new_endpoint, file_backed_region,
+            cas_increment_race);
     };
     (@each $harness:expr; $($name:ident),*) => {
         $(

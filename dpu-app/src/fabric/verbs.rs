@@ -344,6 +344,8 @@ pub struct VerbsQp {
     port: u8,
     /// Largest WRITE or SEND posted inline (0: none).
     inline_max: u32,
+    /// The first packet sequence number of this connection; a reset picks another
+    /// (see [`next_psn`]).
     psn: u32,
 }
 
@@ -441,9 +443,18 @@ impl Fabric for VerbsNode {
             lid: self.lid,
             port: self.port,
             inline_max,
-            psn: qpn.wrapping_mul(0x9E37_79B9) & 0x00FF_FFFF,
+            psn: next_psn(qpn, qpn.wrapping_mul(0x9E37_79B9)),
         }))
     }
+}
+
+/// The starting PSN after `previous` for queue pair `qpn`: about half the 24-bit
+/// sequence space on, so that it is far from the old connection's recent PSNs, plus an
+/// odd step of the QPN's, so that a queue pair goes through every PSN before one repeats
+/// and queue pairs differ.
+fn next_psn(qpn: u32, previous: u32) -> u32 {
+    let step = 0x0080_0000 + ((qpn.wrapping_mul(0x85EB_CA6B) & 0xFFFF) | 1);
+    previous.wrapping_add(step) & 0x00FF_FFFF
 }
 
 const ALL_REMOTE: AccessFlags =
@@ -528,6 +539,13 @@ impl RawQp for VerbsQp {
         self.tables.recv.lock().expect("in-flight lock").drain(&mut entries);
         out.extend(entries.into_iter().map(|e| e.buf));
         self.tables.failed.store(false, Ordering::Release);
+        // A new connection starts a new sequence. With the same PSN (and QPN) the
+        // endpoint would be the one the peer already knows: a peer whose queue pair
+        // never failed would take our new offer for a retransmission of the old one
+        // and keep its queue pair, which expects the old connection's next PSN, and
+        // drops or NAKs every packet of the new one (seen on two Soft-RoCE VMs: a
+        // link that never came back, with no error on the peer's side).
+        self.psn = next_psn(self.tables.qpn, self.psn);
         Ok(())
     }
 
