@@ -4,6 +4,8 @@
 # both sites. Data folders go under DATA (each site's own, not shared).
 #   ci/two-site/cluster.sh A B emu|verbs DATA
 # With verbs every node opens rxe0 and takes the port's RoCEv2 GID of its address.
+# The timings (microseconds) are the soak's unless HEARTBEAT_US, LEASE_US, DEAD_AFTER_US
+# or TRANSPORT_TIMEOUT_US say otherwise (ci/softroce-2vm.sh: emulated CPUs are slower).
 set -euo pipefail
 a=$1 b=$2 fabric=$3 data=$4
 cat <<TOML
@@ -19,11 +21,11 @@ value_bytes_max = 4096
 store_bytes = 33554432
 log_slots = 128
 outcome_entries = 65536
-heartbeat_us = 1000
-lease_us = 20000
-dead_after_us = 500000
+heartbeat_us = ${HEARTBEAT_US:-1000}
+lease_us = ${LEASE_US:-20000}
+dead_after_us = ${DEAD_AFTER_US:-500000}
 write_timeout_us = 3000000
-transport_timeout_us = 50000
+transport_timeout_us = ${TRANSPORT_TIMEOUT_US:-50000}
 fabric = "$fabric"
 TOML
 for i in 0 1 2 3 4; do

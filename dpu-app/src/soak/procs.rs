@@ -1,6 +1,8 @@
 //! The soak's cluster: one `prescient-dpu serve --config` process per node, each
 //! serving a host region this process creates and hosts, started, killed with SIGKILL
-//! and restarted from their files.
+//! and restarted from their files. Each node logs warnings to its file in the run's
+//! folder; `PRESCIENT_NODE_LOG` (a `RUST_LOG` filter, e.g.
+//! `info,prescient_dpu::cluster::protocol::peer=debug`) logs more.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -256,7 +258,7 @@ impl ProcessCluster {
             .arg("--config")
             .arg(&self.config)
             .args(["--node", &self.ids[i].to_string()])
-            .env("RUST_LOG", "warn")
+            .env("RUST_LOG", node_log_filter())
             .stdout(file)
             .stderr(err)
             .spawn()
@@ -340,4 +342,9 @@ impl Drop for ProcessCluster {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
+}
+
+/// The log filter the nodes run with: `PRESCIENT_NODE_LOG`, or warnings.
+fn node_log_filter() -> String {
+    std::env::var("PRESCIENT_NODE_LOG").unwrap_or_else(|_| "warn".into())
 }
