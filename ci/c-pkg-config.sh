@@ -14,6 +14,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# Built first: aws-lc-sys's build script reruns whenever PKG_CONFIG_PATH changes, so a
+# build under the export below would rebuild it here and again in the next step.
+cargo build --release -p prescient-dpu
 ci/install-c.sh "$work/prefix"
 export PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig"
 pkg-config --exists prescient
@@ -34,7 +37,6 @@ if grep -q prescient_shim <<<"$static_deps"; then
   exit 1
 fi
 
-cargo build --release -p prescient-dpu
 for client in client client-static; do
   region=/dev/shm/prescient-ci-c-$$-$client
   ready=$work/$client.ready

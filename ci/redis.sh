@@ -4,7 +4,7 @@
 # it, stop it; then a short `prescient-redis bench` so the bench keeps working.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release -p prescient-dpu -p prescient-redis
+cargo build --release -p prescient-dpu && cargo build --release -p prescient-redis
 dir=$(mktemp -d)
 trap 'target/release/prescient-redis cluster stop --dir "$dir/c" >/dev/null 2>&1 || true; rm -rf "$dir"' EXIT
 target/release/prescient-redis cluster start --dir "$dir/c" --port 0

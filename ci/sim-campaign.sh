@@ -4,16 +4,16 @@
 # wraps many times, with crashes, restarts, partitions and losses throughout; and
 # predictive seeds (the predictor's leases on top). Every invariant is checked after
 # every step (see dpu-app/src/sim/mod.rs); a failure prints the command that replays
-# it. Bigger campaigns: the same command with more --seeds or --steps.
+# it. Sized for CI (about 3.5 minutes on 2 cores); a bigger campaign:
+#   SIM_SEEDS=32 SIM_PREDICTIVE_SEEDS=8 SIM_SEQUENCER_SEEDS=16 ci/sim-campaign.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # 200,000 steps of 5 us: one simulated second per seed.
-cargo run --release -p prescient-dpu -- sim --seeds "${SIM_SEEDS:-8}" --from 93000 --steps 400000
-cargo run --release -p prescient-dpu -- sim --seeds "${SIM_PREDICTIVE_SEEDS:-4}" --from 94000 --steps 200000 --predictive
-cargo run --release -p prescient-dpu -- sim --seeds 2 --from 95000 --steps 400000 --no-faults
+cargo run --release -p prescient-dpu -- sim --seeds "${SIM_SEEDS:-4}" --from 93000 --steps 400000
+cargo run --release -p prescient-dpu -- sim --seeds "${SIM_PREDICTIVE_SEEDS:-2}" --from 94000 --steps 200000 --predictive
+cargo run --release -p prescient-dpu -- sim --seeds 1 --from 95000 --steps 400000 --no-faults
 # Sequencer ordering: crashes, isolating partitions and competing claims aimed at the
-# sequencer, with its invariants (dpu-app/src/sim/sequencer.rs): 4 simulated seconds,
-# about 50 s here.
+# sequencer, with its invariants (dpu-app/src/sim/sequencer.rs): 4 simulated seconds.
 cargo run --release -p prescient-dpu -- sim --seeds "${SIM_SEQUENCER_SEEDS:-4}" --from 96000 --steps 200000 --sequencer
-# Switch ports with bounded buffers and Swift on every node (about 36 s here).
+# Switch ports with bounded buffers and Swift on every node.
 cargo run --release -p prescient-dpu -- sim --seeds 2 --from 97000 --steps 200000 --swift

@@ -55,13 +55,16 @@ fi
 if [[ " $tests " == *" cluster "* ]]; then
   # The cluster fault tests spawn the prescient-dpu beside their own folder
   # (deps/..), so the share mirrors target/debug: deps/cluster_faults, prescient-dpu.
-  exe=$(artifact cluster_faults cargo test -p prescient --test cluster_faults --no-run)
+  # Built as the README's test command builds them (--workspace: the same features,
+  # so nothing is built again after it; with -p cargo would resolve the dependencies'
+  # features for one package and rebuild them).
+  exe=$(artifact cluster_faults cargo test --workspace --no-run)
   [ -n "$exe" ] || { echo "softroce: building the cluster_faults test binary failed"; exit 1; }
   mkdir -p "$SHARE/deps"
   cp "$exe" "$SHARE/deps/cluster_faults"
 fi
 if [[ " $tests " == *" sequencer "* ]]; then
-  exe=$(artifact sequencer_failover cargo test -p prescient --test sequencer_failover --no-run)
+  exe=$(artifact sequencer_failover cargo test --workspace --no-run)
   [ -n "$exe" ] || { echo "softroce: building the sequencer_failover test binary failed"; exit 1; }
   mkdir -p "$SHARE/deps"
   cp "$exe" "$SHARE/deps/sequencer_failover"

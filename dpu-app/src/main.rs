@@ -143,6 +143,10 @@ enum Command {
         /// are invalidated, their GETs read the storage nodes).
         #[arg(long, default_value_t = 0)]
         cache_members: u8,
+        /// Seeds run at once, each on a thread of its own (default: one per CPU). A
+        /// seed's run is the same whatever this is.
+        #[arg(long)]
+        jobs: Option<usize>,
     },
     /// Train and evaluate the write-stream predictor (same as `prescient-model`).
     Model {
@@ -459,36 +463,36 @@ fn run(cli: Cli) -> Result<(), Failure> {
             sequencer,
             swift,
             cache_members,
+            jobs,
         } => {
-            let dir = std::env::temp_dir().join("prescient-sim");
             let seeds: Vec<u64> = match seed {
                 Some(s) => vec![s],
                 None => (from..from + seeds).collect(),
             };
+            let base = prescient_dpu::sim::SimOptions {
+                seed: 0,
+                nodes,
+                k,
+                m,
+                quorum,
+                steps,
+                keys,
+                faults: !no_faults,
+                predictive,
+                sequencer,
+                swift,
+                cache_members,
+                dir: std::env::temp_dir().join("prescient-sim"),
+            };
+            let jobs = jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
             let started = std::time::Instant::now();
-            let mut total = prescient_dpu::sim::SimReport::default();
-            for (i, &seed) in seeds.iter().enumerate() {
-                let opts = prescient_dpu::sim::SimOptions {
-                    seed,
-                    nodes,
-                    k,
-                    m,
-                    quorum,
-                    steps,
-                    keys,
-                    faults: !no_faults,
-                    predictive,
-                    sequencer,
-                    swift,
-                    cache_members,
-                    dir: dir.clone(),
-                };
-                let r = prescient_dpu::sim::run(&opts).map_err(|v| format!("invariant broken\n{v}"))?;
-                total.merge(&r);
-                if (i + 1) % 100 == 0 || i + 1 == seeds.len() {
-                    println!("{} seeds ok ({:.1} s): {}", i + 1, started.elapsed().as_secs_f64(), total.line());
+            let progress = |done: usize, total: &prescient_dpu::sim::SimReport| {
+                if done % 100 == 0 || done == seeds.len() {
+                    println!("{done} seeds ok ({:.1} s): {}", started.elapsed().as_secs_f64(), total.line());
                 }
-            }
+            };
+            prescient_dpu::sim::campaign::run_seeds(&base, &seeds, jobs, progress)
+                .map_err(|v| format!("invariant broken\n{v}"))?;
             Ok(())
         }
         Command::Demo { seconds, trace, model, seed } => {
@@ -723,6 +727,9 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| quiet.into()))
         .with_writer(std::io::stderr)
+        // Colours on a terminal only: a node's log file (the soak's, a service's) is
+        // read with less and grep.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,

@@ -27,6 +27,7 @@
 //!
 //! A failing seed reports the command that replays it.
 
+pub mod campaign;
 pub mod client;
 pub mod oracle;
 pub mod rng;
