@@ -9,7 +9,8 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 export DEBIAN_FRONTEND=noninteractive
 command -v ip >/dev/null || apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends iproute2
 cd "$ROOT"
-cargo build -q -p prescient-dpu --bin fabric-node
+# --workspace: the features the test step built with, so nothing is built again.
+cargo build -q --workspace --bin fabric-node
 BIN=$ROOT/target/debug/fabric-node
 A=prescient-fab-a-$$ B=prescient-fab-b-$$
 DIR=$(mktemp -d /tmp/prescient-netns-XXXXXX)
