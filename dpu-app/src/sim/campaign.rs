@@ -63,21 +63,7 @@ mod tests {
     use super::*;
 
     fn base() -> SimOptions {
-        SimOptions {
-            seed: 0,
-            nodes: 5,
-            k: 3,
-            m: 2,
-            quorum: 4,
-            steps: 400,
-            keys: 12,
-            faults: true,
-            predictive: false,
-            sequencer: false,
-            swift: false,
-            cache_members: 0,
-            dir: std::env::temp_dir().join("prescient-sim-campaign-test"),
-        }
+        SimOptions { steps: 400, ..SimOptions::new(0, std::env::temp_dir().join("prescient-sim-campaign-test")) }
     }
 
     #[test]
