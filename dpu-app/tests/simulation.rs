@@ -247,8 +247,10 @@ impl Scripted {
         self.clients[node as usize].stats.cache_hits > hits
     }
 
-    /// Reads `key` at `node` until its cache serves it (a miss fills it).
+    /// Reads `key` at `node` until its cache serves it (a miss fills it), once the
+    /// host's lease lets it use its cache.
     fn cache(&mut self, node: u8, key: u32) {
+        self.until_leased(node);
         assert!(!self.read(node, key) && self.read(node, key), "node {node} caches key {key}");
     }
 

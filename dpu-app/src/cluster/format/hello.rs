@@ -11,7 +11,7 @@
 //! zero, so that a later format can use them without being misread by this one.
 //!
 //! ```text
-//!   0..8   magic "PRHELLO\0"   8 format (1)   9 from   10 to   11 kind (1 Offer, 2 Answer)
+//!   0..8   magic "PRHELLO\0"   8 format (1)   9 from   10 to   11 kind (1 Offer, 2 Answer, 3 Ready)
 //!  12..16  incarnation of `from` (bumped at each restart)
 //!  16..24  cluster_hash (refuses a peer with another cluster configuration)
 //!  24..52  queue pair endpoint (fabric::Endpoint::to_bytes)
@@ -167,13 +167,20 @@ pub enum HelloError {
     },
 }
 
-/// Offer (from the lower node id) or Answer (from the higher).
+/// Offer and Ready (from the lower node id) or Answer (from the higher): the three
+/// steps of InfiniBand's connection manager (REQ, REP, RTU).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum HelloKind {
     /// "Here is my queue pair for you": sent by the lower node id.
     Offer,
     /// "Here is mine, connected to yours": sent by the higher node id.
     Answer,
+    /// "Mine is connected to yours too": sent by the lower node id once the answer
+    /// brought its queue pair up; its endpoint is the answer's, echoed. Until it
+    /// arrives the higher id posts nothing on the link: a request reaching a queue pair
+    /// not yet ready to receive is dropped, and retried only until the retry count runs
+    /// out.
+    Ready,
 }
 
 impl HelloKind {
@@ -182,6 +189,7 @@ impl HelloKind {
         match self {
             Self::Offer => 1,
             Self::Answer => 2,
+            Self::Ready => 3,
         }
     }
 
@@ -190,6 +198,7 @@ impl HelloKind {
         match v {
             1 => Some(Self::Offer),
             2 => Some(Self::Answer),
+            3 => Some(Self::Ready),
             _ => None,
         }
     }
@@ -655,7 +664,7 @@ pub(crate) mod tests {
         reseal(&mut f);
         assert_eq!(Hello::new_checked(&f[..]).unwrap_err(), HelloError::Reserved { offset: 240, value: 1 });
         let mut f = frame;
-        f[field::KIND] = 3;
+        f[field::KIND] = 4;
         reseal(&mut f);
         assert!(matches!(Hello::new_checked(&f[..]), Err(HelloError::Field { field: "kind", .. })));
     }
@@ -691,11 +700,11 @@ pub(crate) mod tests {
         }
 
         #[test]
-        fn hellos_round_trip(from in any::<u8>(), to in any::<u8>(), answer in any::<bool>(), incarnation in any::<u32>(),
+        fn hellos_round_trip(from in any::<u8>(), to in any::<u8>(), kind in 1u8..=3, incarnation in any::<u32>(),
                              cluster_hash in any::<u64>(), qpn in any::<u32>(), psn in any::<u32>(),
                              addr in 0u64..1 << 48, slots in 0u32..1 << 20, ways in 0u32..64) {
             prop_assume!(from != to);
-            let kind = if answer { HelloKind::Answer } else { HelloKind::Offer };
+            let kind = HelloKind::from_u8(kind).unwrap();
             let r = HelloRepr {
                 from, to, kind, incarnation, cluster_hash,
                 endpoint: Endpoint { qpn, psn, ..repr().endpoint },

@@ -1,7 +1,13 @@
 //! Connection setup: the lower node id offers (its queue pair's endpoint and the
-//! regions the peer needs), the higher answers with its own, and both bring their
-//! queue pairs to RTS. A restarted node (a new incarnation) or a broken link starts
-//! over the same way; a link with requests outstanding is drained first.
+//! regions the peer needs), the higher brings its queue pair up and answers with its
+//! own, and the lower brings its own up and says Ready. The higher posts nothing on
+//! the link before Ready (or anything else from the peer) arrives: its requests
+//! would reach a queue pair not yet ready to receive, be dropped and retried, and a
+//! peer slow to take the answer (a restarted node busy with its ring) would see the
+//! link fail. Lost offers and answers are sent again on a timer; a repeated offer is
+//! answered again and a repeated answer gets Ready again. A restarted node (a new
+//! incarnation) or a broken link starts over the same way; a link with requests
+//! outstanding is drained first.
 //!
 //! These are [`Membership`]'s: it owns the mailbox and the offers waiting for a link
 //! to drain; failing a live link (whose lost entries the writer must hear of) is left
@@ -14,7 +20,8 @@ use super::wr::{Kind, WrId};
 use crate::cluster::format::hello::{HelloKind, HelloRepr};
 use crate::fabric::{Fabric, RemoteRegion};
 
-/// How long an offer waits for its answer before it is sent again.
+/// How long an offer waits for its answer, or an answer for Ready, before it is sent
+/// again.
 const OFFER_RETRY_NS: u64 = 20_000_000;
 
 /// What handling a hello leaves to the node.
@@ -59,6 +66,26 @@ impl Membership {
         }
     }
 
+    /// Sends the answer to `j` again when this node is the higher id and Ready has not
+    /// come within [`OFFER_RETRY_NS`] of the last one.
+    pub(super) fn answer_if_due<F: Fabric>(&mut self, cx: &mut MemberCx<'_, F>, j: u8, now: Now) {
+        if cx.me < j {
+            return;
+        }
+        let Some(p) = cx.links.peer(j) else { return };
+        let due = p.link() == Link::Connected && p.awaiting_ready.is_some_and(|at| now.mono_ns >= at + OFFER_RETRY_NS);
+        if !due {
+            return;
+        }
+        let answer = Self::hello_for(cx, j, HelloKind::Answer);
+        if let Err(e) = self.mailbox().send(j, &answer) {
+            tracing::debug!(node = cx.me, peer = j, error = %e, "answer not sent again");
+        }
+        if let Some(p) = cx.links.peer_mut(j) {
+            p.awaiting_ready = Some(now.mono_ns);
+        }
+    }
+
     /// What node `j` needs to know of this node.
     fn hello_for<F: Fabric>(cx: &MemberCx<'_, F>, j: u8, kind: HelloKind) -> HelloRepr {
         let p = cx.links.peer(j).expect("a peer");
@@ -95,7 +122,7 @@ impl Membership {
     }
 
     /// One hello from the mailbox.
-    pub(super) fn on_hello<F: Fabric>(&mut self, cx: &mut MemberCx<'_, F>, hello: HelloRepr) -> HelloNext {
+    pub(super) fn on_hello<F: Fabric>(&mut self, cx: &mut MemberCx<'_, F>, hello: HelloRepr, now: Now) -> HelloNext {
         let me = cx.me;
         let j = hello.from;
         let geometry = cx.advert.store.geometry();
@@ -105,8 +132,8 @@ impl Membership {
             Some("it comes from a node not in this cluster")
         } else if hello.cluster_hash != cx.advert.config.cluster_hash() {
             Some("its cluster configuration differs from ours: give every node the same cluster file")
-        } else if (hello.kind == HelloKind::Offer) != (j < me) {
-            Some("the lower node id offers, the higher answers")
+        } else if (hello.kind == HelloKind::Answer) == (j < me) {
+            Some("the lower node id offers and says ready, the higher answers")
         } else if hello.store_sets != geometry.sets()
             || hello.store_ways != geometry.ways()
             || hello.store_record_bytes != geometry.record_bytes()
@@ -120,14 +147,16 @@ impl Membership {
             return HelloNext::Done;
         }
         let link = cx.links.peer(j).map(|p| p.link()).expect("a peer");
+        // An offer or answer of the connection this link is up on: a retransmission.
+        let same = matches!(link, Link::Connected | Link::Up)
+            && cx
+                .links
+                .peer(j)
+                .and_then(|p| p.remote)
+                .is_some_and(|r| r.incarnation == hello.incarnation && r.endpoint == hello.endpoint);
         match hello.kind {
             HelloKind::Offer => {
-                let same = cx
-                    .links
-                    .peer(j)
-                    .and_then(|p| p.remote)
-                    .is_some_and(|r| r.incarnation == hello.incarnation && r.endpoint == hello.endpoint);
-                if same && matches!(link, Link::Connected | Link::Up) {
+                if same {
                     // A retransmitted offer: our answer was lost.
                     let answer = Self::hello_for(cx, j, HelloKind::Answer);
                     if let Err(e) = self.mailbox().send(j, &answer) {
@@ -142,18 +171,46 @@ impl Membership {
                     return HelloNext::Reconnect;
                 }
                 if self.connect(cx, j, &hello) {
+                    if let Some(p) = cx.links.peer_mut(j) {
+                        p.awaiting_ready = Some(now.mono_ns);
+                    }
                     let answer = Self::hello_for(cx, j, HelloKind::Answer);
                     if let Err(e) = self.mailbox().send(j, &answer) {
-                        tracing::debug!(node = me, peer = j, error = %e, "answer not sent; the peer offers again");
+                        tracing::debug!(node = me, peer = j, error = %e, "answer not sent; it is sent again");
                     }
                 }
             }
             HelloKind::Answer => {
-                if !matches!(link, Link::Offered { .. }) {
-                    tracing::debug!(node = me, peer = j, ?link, "answer without an offer outstanding: ignored");
-                    return HelloNext::Done;
+                // With `same`, this node is up against this answer already: its Ready
+                // was lost, and goes again.
+                if !same {
+                    if !matches!(link, Link::Offered { .. }) {
+                        tracing::debug!(node = me, peer = j, ?link, "answer without an offer outstanding: ignored");
+                        return HelloNext::Done;
+                    }
+                    if !self.connect(cx, j, &hello) {
+                        return HelloNext::Done;
+                    }
                 }
-                self.connect(cx, j, &hello);
+                // Ready names the answer's endpoint, which the answerer's queue pair
+                // keeps until it posts (ours moves with every send on some fabrics).
+                let ready = HelloRepr { endpoint: hello.endpoint, ..Self::hello_for(cx, j, HelloKind::Ready) };
+                if let Err(e) = self.mailbox().send(j, &ready) {
+                    tracing::debug!(node = me, peer = j, error = %e, "ready not sent; the peer answers again");
+                }
+            }
+            HelloKind::Ready => {
+                let mine = cx.links.peer(j).and_then(|p| Some((p.remote?.incarnation, p.conn.ready()?.endpoint())));
+                if link == Link::Connected && mine == Some((hello.incarnation, hello.endpoint)) {
+                    if let Some(p) = cx.links.peer_mut(j) {
+                        p.awaiting_ready = None;
+                    }
+                    // Its first heartbeat now, not at the next round: the link is up
+                    // (and the host's lease may start) one round trip after Ready.
+                    self.post_heartbeat(cx, j, now);
+                } else {
+                    tracing::debug!(node = me, peer = j, ?link, "ready for another connection: ignored");
+                }
             }
         }
         HelloNext::Done
@@ -245,6 +302,7 @@ impl Membership {
         }
         p.recvs = 0;
         p.heartbeat_posted_ns = None;
+        p.awaiting_ready = None;
         p.set_link(me, Link::Down);
     }
 }

@@ -202,10 +202,14 @@ impl Membership {
         true
     }
 
-    /// READs peer `j`'s control block, if its link is connected and no READ is out.
+    /// READs peer `j`'s control block, if its link is connected, the peer has shown it
+    /// is ready and no READ is out.
     pub(super) fn post_heartbeat<F: Fabric>(&mut self, cx: &mut MemberCx<'_, F>, j: u8, now: Now) {
         let Some(p) = cx.links.peer(j) else { return };
-        if !matches!(p.link(), Link::Connected | Link::Up) || p.heartbeat_posted_ns.is_some() {
+        if !matches!(p.link(), Link::Connected | Link::Up)
+            || p.heartbeat_posted_ns.is_some()
+            || p.awaiting_ready.is_some()
+        {
             return;
         }
         let Some(remote) = p.remote else { return };

@@ -736,6 +736,10 @@ impl<F: Fabric> Node<F> {
         match id.kind {
             Kind::Recv => {
                 if ok {
+                    // The peer sent on this connection: its queue pair is up.
+                    if let Some(p) = self.links.peer_mut(id.peer) {
+                        p.awaiting_ready = None;
+                    }
                     self.repost_receive(id.peer);
                     match c.imm {
                         Some(imm) => self.on_immediate(id.peer, imm, now),

@@ -269,6 +269,11 @@ pub struct Peer<Q: RawQp> {
     pub sent: VecDeque<Sent>,
     /// A heartbeat READ is outstanding since this time.
     pub heartbeat_posted_ns: Option<u64>,
+    /// This node answered the peer's offer (last at this time) and the peer has not yet
+    /// shown that its queue pair is up, by a Ready hello or by anything arriving on the
+    /// link: nothing is posted to it until then (a request reaching a queue pair not
+    /// ready to receive is dropped, and the link fails once its retries run out).
+    pub awaiting_ready: Option<u64>,
     /// When the last answered heartbeat READ was posted (0: never).
     pub last_heard_ns: u64,
     /// The control block last READ.
@@ -313,6 +318,7 @@ impl<Q: RawQp> Peer<Q> {
             next_seq: 0,
             sent: VecDeque::new(),
             heartbeat_posted_ns: None,
+            awaiting_ready: None,
             last_heard_ns: 0,
             view: None,
             trust: Trust::Trusted,

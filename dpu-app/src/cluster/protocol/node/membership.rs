@@ -62,6 +62,7 @@ impl<F: Fabric> Node<F> {
             }
             let (m, mut cx) = self.membership_parts();
             m.offer_if_due(&mut cx, j, now);
+            m.answer_if_due(&mut cx, j, now);
             m.post_heartbeat(&mut cx, j, now);
             self.resync(j, now);
             let (m, mut cx) = self.membership_parts();
@@ -160,7 +161,7 @@ impl<F: Fabric> Node<F> {
     pub(in crate::cluster::protocol) fn on_hello(&mut self, hello: HelloRepr, now: Now) {
         let j = hello.from;
         let (m, mut cx) = self.membership_parts();
-        if m.on_hello(&mut cx, hello) == HelloNext::Done {
+        if m.on_hello(&mut cx, hello, now) == HelloNext::Done {
             return;
         }
         if self.links.peer(j).is_some_and(|p| p.link() != Link::Draining) {
