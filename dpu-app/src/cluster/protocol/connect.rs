@@ -20,10 +20,6 @@ use super::wr::{Kind, WrId};
 use crate::cluster::format::hello::{HelloKind, HelloRepr};
 use crate::fabric::{Fabric, RemoteRegion};
 
-/// How long an offer waits for its answer, or an answer for Ready, before it is sent
-/// again.
-const OFFER_RETRY_NS: u64 = 20_000_000;
-
 /// What handling a hello leaves to the node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum HelloNext {
@@ -48,7 +44,7 @@ impl Membership {
         let Some(p) = cx.links.peer(j) else { return };
         let due = match p.link() {
             Link::Down => true,
-            Link::Offered { at_ns } => now.mono_ns >= at_ns + OFFER_RETRY_NS,
+            Link::Offered { at_ns } => now.mono_ns >= at_ns + self.offer_retry_ns(),
             _ => false,
         };
         if !due || !matches!(p.conn, Conn::Reset(_)) {
@@ -67,13 +63,14 @@ impl Membership {
     }
 
     /// Sends the answer to `j` again when this node is the higher id and Ready has not
-    /// come within [`OFFER_RETRY_NS`] of the last one.
+    /// come within [`Membership::offer_retry_ns`] of the last one.
     pub(super) fn answer_if_due<F: Fabric>(&mut self, cx: &mut MemberCx<'_, F>, j: u8, now: Now) {
         if cx.me < j {
             return;
         }
         let Some(p) = cx.links.peer(j) else { return };
-        let due = p.link() == Link::Connected && p.awaiting_ready.is_some_and(|at| now.mono_ns >= at + OFFER_RETRY_NS);
+        let retry_ns = self.offer_retry_ns();
+        let due = p.link() == Link::Connected && p.awaiting_ready.is_some_and(|at| now.mono_ns >= at + retry_ns);
         if !due {
             return;
         }

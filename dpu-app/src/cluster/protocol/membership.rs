@@ -48,6 +48,13 @@ use crate::cluster::format::store::Store;
 use crate::cluster::run::rendezvous::Mailbox;
 use crate::fabric::{Fabric, MemoryRegion, Op, RemoteRegion, WcStatus};
 
+/// The longest an offer waits for its answer, or an answer for Ready, before it is
+/// sent again: a hello lost with the rendezvous's connection (a full inbox, a cut
+/// network) costs a link this much on top of the cut. A cluster that declares a peer
+/// dead sooner than 80 ms retries at a quarter of that bound instead, and never faster
+/// than its heartbeat (see [`Membership::offer_retry_ns`]).
+const OFFER_RETRY_NS: u64 = 20_000_000;
+
 /// Membership and connections: heartbeat timer, the host's directory lease, the
 /// mailbox hellos come and go through, and offers waiting for a link to drain.
 pub(super) struct Membership {
@@ -181,6 +188,14 @@ impl Membership {
     /// The mailbox hellos come and go through.
     pub(super) fn mailbox(&mut self) -> &mut dyn Mailbox {
         &mut *self.mailbox
+    }
+
+    /// How long an offer or an answer waits before it is sent again:
+    /// [`OFFER_RETRY_NS`], or a quarter of `dead_after`
+    /// where that is shorter (but at least a heartbeat), so that a lost hello costs a
+    /// link a small part of the failure-detection bound.
+    pub(super) fn offer_retry_ns(&self) -> u64 {
+        (self.dead_after_ns / 4).max(self.heartbeat_ns).min(OFFER_RETRY_NS)
     }
 
     /// The offer that waited for the link to `j` to drain, if any.

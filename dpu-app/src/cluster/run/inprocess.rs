@@ -182,7 +182,11 @@ impl InProcess {
             hosts.push(host);
             regions.push(path);
         }
-        let mailboxes = LocalBoard::new(n).into_iter().map(|m| Some(Box::new(m) as Box<dyn Mailbox>)).collect();
+        // Hellos cross the emulated network's cuts no more than its packets do.
+        let net = network.clone();
+        let reachable = Arc::new(move |a: u8, b: u8| net.reachable(u32::from(a), u32::from(b)));
+        let mailboxes =
+            LocalBoard::with_links(n, reachable).into_iter().map(|m| Some(Box::new(m) as Box<dyn Mailbox>)).collect();
         let mut cluster = Self {
             config,
             clock,
@@ -293,7 +297,8 @@ impl InProcess {
         Ok(())
     }
 
-    /// Cuts the link between nodes `a` and `b`, through their restarts, until
+    /// Cuts the link between nodes `a` and `b` (their fabric and the hellos between
+    /// them), through their restarts, until
     /// [`InProcess::heal`] (the model cuts places, and node `i` sits at place `i`).
     pub fn partition(&self, a: u8, b: u8) {
         self.network.model().partition(u32::from(a), u32::from(b));

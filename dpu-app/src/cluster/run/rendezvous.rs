@@ -138,14 +138,24 @@ fn outgoing(me: u8, to: u8, hello: &HelloRepr) -> Result<[u8; HELLO_BYTES], Rend
     Ok(hello.to_frame()?)
 }
 
+/// Whether a hello from one node reaches another (false: the network between them is
+/// cut, and the hello is lost as the rendezvous's connection would be).
+pub type Reachable = Arc<dyn Fn(u8, u8) -> bool + Send + Sync>;
+
 /// In-process delivery: one bounded FIFO queue per node, shared by every node's
 /// [`LocalMailbox`]. No threads and no clock: the same sends give the same receives.
-#[derive(Debug)]
 pub struct LocalBoard {
     queues: Vec<Mutex<VecDeque<HelloRepr>>>,
     /// Each queue's length as of its last change: an empty mailbox, which a serving
     /// loop looks at every round, is seen without taking its lock.
     lengths: Vec<AtomicUsize>,
+    reachable: Reachable,
+}
+
+impl std::fmt::Debug for LocalBoard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalBoard").field("queues", &self.queues).finish_non_exhaustive()
+    }
 }
 
 impl LocalBoard {
@@ -155,10 +165,21 @@ impl LocalBoard {
     /// If `nodes` exceeds [`NODES_MAX`] (node ids are one byte): a programmer error.
     #[allow(clippy::new_ret_no_self)] // The board itself is only ever reached through its mailboxes.
     pub fn new(nodes: usize) -> Vec<LocalMailbox> {
+        Self::with_links(nodes, Arc::new(|_, _| true))
+    }
+
+    /// The mailboxes of nodes `0..nodes`, where a hello from `a` to `b` is lost while
+    /// `reachable(a, b)` is false: an emulated network's partitions cut the rendezvous
+    /// too, as a cut cable would.
+    ///
+    /// # Panics
+    /// As [`LocalBoard::new`].
+    pub fn with_links(nodes: usize, reachable: Reachable) -> Vec<LocalMailbox> {
         assert!(nodes <= NODES_MAX, "a cluster has at most {NODES_MAX} nodes, not {nodes}");
         let board = Arc::new(LocalBoard {
             queues: (0..nodes).map(|_| Mutex::new(VecDeque::with_capacity(LOCAL_QUEUE_HELLOS))).collect(),
             lengths: (0..nodes).map(|_| AtomicUsize::new(0)).collect(),
+            reachable,
         });
         (0..nodes).map(|me| LocalMailbox { me: me as u8, board: Arc::clone(&board), dropped: 0 }).collect()
     }
@@ -182,7 +203,8 @@ impl LocalMailbox {
         self.me
     }
 
-    /// Hellos this mailbox sent that were dropped because the destination's queue was full.
+    /// Hellos this mailbox sent that were dropped because the destination's queue was
+    /// full or the network to it was cut.
     pub fn dropped(&self) -> u64 {
         self.dropped
     }
@@ -192,8 +214,9 @@ impl Mailbox for LocalMailbox {
     fn send(&mut self, to: u8, hello: &HelloRepr) -> Result<(), RendezvousError> {
         let mut queue = self.board.queue(to).ok_or(RendezvousError::UnknownPeer { me: self.me, to })?;
         outgoing(self.me, to, hello)?;
-        if queue.len() >= LOCAL_QUEUE_HELLOS {
-            // A full queue is a lost message, as on a network: the sender retries.
+        if queue.len() >= LOCAL_QUEUE_HELLOS || !(self.board.reachable)(self.me, to) {
+            // A full queue or a cut link is a lost message, as on a network: the
+            // sender retries.
             self.dropped += 1;
             return Ok(());
         }
@@ -559,6 +582,24 @@ mod tests {
             assert!(Instant::now() < deadline, "stats never got there: {:?}", mailbox.stats());
             std::thread::sleep(Duration::from_millis(1));
         }
+    }
+
+    #[test]
+    fn a_local_board_loses_hellos_across_a_cut_both_ways_until_it_heals() {
+        let cut = Arc::new(AtomicBool::new(true));
+        let c = Arc::clone(&cut);
+        let reachable: Reachable = Arc::new(move |a, b| !(c.load(Ordering::Relaxed) && a.min(b) == 0 && a.max(b) == 1));
+        let mut boxes = LocalBoard::with_links(3, reachable);
+        boxes[0].send(1, &hello(0, 1, 1)).unwrap();
+        boxes[1].send(0, &hello(1, 0, 1)).unwrap();
+        boxes[0].send(2, &hello(0, 2, 1)).unwrap();
+        assert_eq!((boxes[0].dropped(), boxes[1].dropped()), (1, 1), "lost and counted, as a full queue's");
+        assert_eq!(boxes[1].try_recv(), None);
+        assert_eq!(boxes[0].try_recv(), None);
+        assert_eq!(boxes[2].try_recv(), Some(hello(0, 2, 1)), "an uncut link delivers");
+        cut.store(false, Ordering::Relaxed);
+        boxes[0].send(1, &hello(0, 1, 2)).unwrap();
+        assert_eq!(boxes[1].try_recv(), Some(hello(0, 1, 2)), "healed");
     }
 
     #[test]

@@ -192,7 +192,9 @@ impl Model {
         self.any_cut.store(!cut.is_empty(), Ordering::Release);
     }
 
-    fn partitioned(&self, a: u32, b: u32, at_ns: u64) -> bool {
+    /// Whether the link between `a` and `b` is cut at `at_ns` (by [`Model::partition`]
+    /// or a scheduled window).
+    pub fn partitioned(&self, a: u32, b: u32, at_ns: u64) -> bool {
         let key = (a.min(b), a.max(b));
         if self.any_cut.load(Ordering::Acquire) && self.cut.lock().expect("model lock").contains(&key) {
             return true;

@@ -284,6 +284,11 @@ impl Network {
         &self.inner.model
     }
 
+    /// Whether places `a` and `b` can reach each other now (no partition cuts them).
+    pub fn reachable(&self, a: u32, b: u32) -> bool {
+        !self.inner.model.partitioned(a, b, self.inner.clock.now_ns())
+    }
+
     /// A new node; ids count from 0 in creation order, and its place in the model is
     /// its id.
     pub fn node(&self) -> Result<EmuNode> {
