@@ -15,12 +15,8 @@ const SECOND_NS: u64 = 1_000_000_000;
 fn cluster(name: &str) -> (InProcess, std::path::PathBuf) {
     let dir = std::env::temp_dir().join(format!("prescient-connect-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(dir.join("keys")).unwrap();
-    let key = dir.join("keys/1.key");
-    std::fs::write(&key, [5u8; 32]).unwrap();
-    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let mut config = ClusterConfig::in_process(3, 2, 1, &dir);
-    config.key_dir = dir.join("keys");
+    prescient_dpu::seal::keys::create_key_dir(&config.key_dir).unwrap();
     config.value_bytes_max = 512;
     config.store_bytes = prescient_dpu::cluster::protocol::node::store_bytes_for_keys(&config, 256).unwrap();
     config.log_slots = 64;
