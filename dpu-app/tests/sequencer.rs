@@ -47,7 +47,8 @@ fn cluster_with(
     config.lease_us = 2_000;
     config.dead_after_us = 4_000;
     config.write_timeout_us = 200_000;
-    config.ordering = Ordering::Sequencer(SequencerConfig { sequencer: 0, shadows: vec![1, 2], stamp_block });
+    config.ordering =
+        Ordering::Sequencer(SequencerConfig { sequencer: 0, shadows: vec![1, 2], stamp_block, fence_after_us: 0 });
     change(&mut config);
     config.validate().unwrap();
     let region = region_config_for(&config, 2, 256);
@@ -486,7 +487,8 @@ fn a_node_whose_missing_writes_left_every_peers_feed_marks_them_missing() {
 /// goes on.
 #[test]
 fn a_node_down_holding_a_stamp_is_named_as_what_the_order_waits_for() {
-    let (mut c, dir) = cluster("stall", 4);
+    // No fence within the test (see the next test for one): the order waits.
+    let (mut c, dir) = cluster_with("stall", 4, never_fence);
     claim_epoch_1(&mut c);
     let mut committed = BTreeSet::new();
     committed.insert(put(&mut c, 1, b"a", b"before").version >> 8);
@@ -531,6 +533,71 @@ fn a_node_down_holding_a_stamp_is_named_as_what_the_order_waits_for() {
     feeds_hold(&mut c, &committed);
     let now = c.now().mono_ns;
     assert!(c.nodes().all(|n| n.order_stall(now).is_none()), "no hole once node 4 decided its write");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Holders never fence a silent writer within a test (`cluster.fence_after_us` of an
+/// hour).
+fn never_fence(config: &mut ClusterConfig) {
+    if let Ordering::Sequencer(s) = &mut config.ordering {
+        s.fence_after_us = 3_600 * 1_000_000;
+    }
+}
+
+/// A node that goes down for good holding a stamp (its write taken, not decided) holds
+/// the orders only until its holders fence it (`fence_after`, 20 `dead_after`s here):
+/// then every order decides its stamps from the holders' ledgers and releases every
+/// write committed since. When it comes back long after, its fences are narrowed, its
+/// own order decides the write it left Pending, and its ring records that, so its
+/// ring moves on and every feed holds every committed write.
+#[test]
+fn a_node_gone_for_good_is_fenced_and_every_order_goes_on_without_it() {
+    let (mut c, dir) = cluster("gone", 4);
+    claim_epoch_1(&mut c);
+    let mut committed = BTreeSet::new();
+    committed.insert(put(&mut c, 1, b"a", b"before").version >> 8);
+    let host = Arc::clone(c.host(4));
+    let mut qp = host.queue_pair(0).unwrap();
+    let mut buf = host.take_buffer().unwrap();
+    buf.value_mut()[..4].copy_from_slice(b"held");
+    qp.submit(Request::put(b"h", buf, 4).user_data(3)).map_err(|(e, _)| e).unwrap();
+    run(&mut c, "node 4 stamps its write", SECOND_NS, |c| c.node(4).unwrap().sequencer_stats().unwrap().stamps > 0);
+    let left = pending_fates(&c, 4);
+    assert_eq!(left.len(), 1, "node 4 goes with its write's stamp Pending");
+    c.crash(4);
+    for i in 0..5u8 {
+        let done = put(&mut c, 1 + i % 2, b"a", &[i]);
+        assert_eq!(done.status, Status::Ok, "write {i}: {done:?}");
+        committed.insert(done.version >> 8);
+    }
+    let top = *committed.last().unwrap();
+    // Fenced after 80 ms of silence; a second of cluster time is plenty.
+    run(&mut c, "every order passes the gone node's stamps", SECOND_NS, |c| {
+        c.nodes().all(|n| n.order_cursor().unwrap() > top)
+    });
+    for n in c.nodes() {
+        assert!(n.stats().fences >= 1, "node {} fenced node 4: {}", n.id(), n.summary());
+        assert!(n.apply_stats().unwrap().scans >= 1, "node {} scanned node 4's ledgers", n.id());
+    }
+    // Node 4's write is in the order if a quorum of holders took its fragment (the
+    // holders' rule), and then in every feed; else a no-op in every feed.
+    let mut out = vec![FeedEntry::default(); 1024];
+    let got = c.node(0).unwrap().read_feed(0, &mut out).unwrap();
+    if out[..got].iter().any(|e| e.version == left[0]) {
+        committed.insert(left[0]);
+    }
+    feeds_hold(&mut c, &committed);
+    // Back long after: its Pending stamp is decided by its own order, from the ledgers.
+    c.restart(4).unwrap();
+    run(&mut c, "node 4's ring decides the stamp it left", SECOND_NS, |c| pending_fates(c, 4).is_empty());
+    let ring = c.node(4).unwrap().fate_ring().unwrap();
+    let fate =
+        (1..ring.next()).filter_map(|p| ring.at(p)).find(|e| e.version == left[0] && e.is_write()).map(|e| e.kind);
+    let want = if committed.contains(&left[0]) { FateKind::Committed } else { FateKind::Aborted };
+    assert_eq!(fate, Some(want), "node 4's ring records what every order released");
+    assert!(c.nodes().all(|n| n.id() == 4 || n.stats().fences_narrowed >= 1), "every fence of node 4 narrowed");
+    committed.insert(put(&mut c, 3, b"a", b"after").version >> 8);
+    feeds_hold(&mut c, &committed);
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -596,7 +663,8 @@ fn a_rolled_back_stamp_is_recorded_aborted_only_once_enough_holders_dropped_its_
     // recorded Aborted once fewer than two of the four others can hold it. Node 1
     // reaches only node 0 (the sequencer), so its write cannot commit, and of the
     // others only node 0 can persist the rollback.
-    let (mut c, dir) = cluster("rollback", 4);
+    // No fence within the test: the rollback waits for its holders.
+    let (mut c, dir) = cluster_with("rollback", 4, never_fence);
     claim_epoch_1(&mut c);
     let mut committed = BTreeSet::new();
     committed.insert(put(&mut c, 2, b"a", b"before").version >> 8);

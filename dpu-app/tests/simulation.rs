@@ -109,6 +109,10 @@ fn sequencer_seeds_700_to_740() {
     assert!(total.failover.0 > 40 && total.failover.1.count() > 0, "{}", total.line());
     // Nodes fell a whole (small, odd seeds') fate ring behind and copied from peers' feeds.
     assert!(total.catch_ups.0 > 0 && total.catch_ups.1 > 0, "{}", total.line());
+    // Holders fenced silent writers, the orders decided stamps from their ledgers, and
+    // in the runs with a node gone for good (one seed in five) the hole bound held.
+    assert!(total.fences.0 > 0 && total.fences.2 > 0 && total.fences.3 > 0, "{}", total.line());
+    assert!(total.gone.0 == 8 && total.gone.1 > 0, "{}", total.line());
     eprintln!("sequencer seeds 700..740: {}", total.line());
 }
 

@@ -51,7 +51,7 @@ pub struct SequencerBench {
 
 /// The sequencer settings every part uses: node 0 first, shadows 1 and 2.
 fn sequencer(stamp_block: u32) -> Ordering {
-    Ordering::Sequencer(SequencerConfig { sequencer: 0, shadows: vec![1, 2], stamp_block })
+    Ordering::Sequencer(SequencerConfig { sequencer: 0, shadows: vec![1, 2], stamp_block, fence_after_us: 0 })
 }
 
 /// One PUT cell.

@@ -313,6 +313,7 @@ struct RawCluster {
     sequencer: Option<i64>,
     shadows: Option<Vec<i64>>,
     stamp_block: Option<i64>,
+    fence_after_us: Option<i64>,
 }
 
 #[derive(Deserialize)]
@@ -403,6 +404,7 @@ impl ClusterConfig {
             sequencer: c.sequencer,
             shadows: c.shadows.as_deref(),
             stamp_block: c.stamp_block,
+            fence_after_us: c.fence_after_us,
         })
         .map_err(|(field, value, allowed)| invalid(o, field, value, allowed))?;
         let mut nodes = Vec::with_capacity(raw.node.len());
@@ -602,7 +604,7 @@ impl ClusterConfig {
     fn check_ordering(&self) -> Result<(), ConfigError> {
         match &self.ordering {
             Ordering::Hlc => Ok(()),
-            Ordering::Sequencer(s) => ordering::check(s, self.nodes.len(), self.quorum)
+            Ordering::Sequencer(s) => ordering::check(s, self.nodes.len(), self.quorum, self.dead_after_us)
                 .map_err(|(field, value, allowed)| self.invalid(field, value, allowed)),
         }
     }

@@ -141,6 +141,10 @@ const _: () = assert!(HEADER_PAGE_BYTES as u64 + FATE_ENTRIES_MAX as u64 * FATE_
 pub const FEED_ENTRIES_DEFAULT: u32 = 1 << 16;
 /// Fate ring entries one READ brings (a peer's ring is pulled a chunk at a time).
 pub const FATE_READ_ENTRIES: u32 = 64;
+/// Stamp-ledger entries an applier READs at once when it scans a gone writer's part of
+/// a holder's ledger (`protocol/ledgers.rs`): 32 KiB, so that a part of 65,536 entries
+/// takes 64 READs. Each peer's READ target in the applier's pool is this large.
+pub const LEDGER_SCAN_ENTRIES: u32 = 1024;
 /// Sequencer `dead_after`s the order may stay stuck at a stamp no ring records before
 /// the sequencer claims the next epoch to settle it.
 pub const HOLE_ROLL_DEAD_AFTERS: u64 = 2;

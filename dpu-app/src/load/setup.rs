@@ -615,6 +615,7 @@ mod tests {
             sequencer: 0,
             shadows: vec![1],
             stamp_block: 16,
+            fence_after_us: 0,
         });
         let need = spec.files_bytes_ordered(ordering.clone()).unwrap();
         let dir = RunDir::create("setup-space-seq", need).unwrap();

@@ -100,6 +100,13 @@ impl Client {
         self.restarted_ns = now_ns;
     }
 
+    /// This node's DPU app went away for good at `now_ns`: the writes its host
+    /// submitted before are not held to the liveness bound (as at a restart, which
+    /// comes only at the end of the run).
+    pub fn dpu_gone(&mut self, now_ns: u64) {
+        self.restarted_ns = now_ns + 1;
+    }
+
     /// The liveness bound: a write submitted to a DPU app that has run since must
     /// complete within `bound_ns` (it commits, or fails at its deadline). Returns what
     /// is wrong with the oldest write past it.

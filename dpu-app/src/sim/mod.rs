@@ -174,6 +174,13 @@ pub struct SimReport {
     /// Congestion control, by the nodes' last incarnations: requests held for a
     /// window, decreases on delay; and the switch ports' PFC pauses.
     pub paced: (u64, u64, u64),
+    /// Sequencer mode, by the nodes' last incarnations: silent writers fenced, fences
+    /// narrowed as their writer came back, stamps the orders decided from the holders'
+    /// ledgers, and scans of a gone writer's ledgers.
+    pub fences: (u64, u64, u64, u64),
+    /// Runs with a node gone for good, and the checks of the hole bound made while it
+    /// was away (every steady node's order released every write committed a bound ago).
+    pub gone: (u64, u64),
 }
 
 impl SimReport {
@@ -196,6 +203,12 @@ impl SimReport {
         self.leases.2 += other.leases.2;
         self.store.0 += other.store.0;
         self.store.1 += other.store.1;
+        self.fences.0 += other.fences.0;
+        self.fences.1 += other.fences.1;
+        self.fences.2 += other.fences.2;
+        self.fences.3 += other.fences.3;
+        self.gone.0 += other.gone.0;
+        self.gone.1 += other.gone.1;
         self.failover.0 += other.failover.0;
         self.failover.1.merge(&other.failover.1);
         self.failover.2.merge(&other.failover.2);
@@ -281,6 +294,9 @@ impl SimReport {
             self.catch_ups.2,
             us(&self.order_drained, 0.5),
             us(&self.order_drained, 1.0)
+        ) + &format!(
+            "; {} silent writers fenced ({} fences narrowed as they came back), {} stamps decided from the holders' ledgers, {} scans of a fenced-out writer's ledgers; {} runs with a node gone for good, the hole bound checked {} times while it was away",
+            self.fences.0, self.fences.1, self.fences.2, self.fences.3, self.gone.0, self.gone.1
         )
     }
 }
@@ -315,6 +331,17 @@ const JITTER_NS: u64 = 8_000;
 
 /// One simulated microsecond per step in these units.
 const TICK_NS: u64 = 5_000;
+
+/// Silence after which the simulated holders fence a writer (`cluster.fence_after_us`).
+const SIM_FENCE_AFTER_US: u64 = 6_000;
+
+/// Seeds whose run has a node gone for good (in sequencer mode with faults): one in
+/// five. It goes at [`GONE_AT_STEP`] and comes back only for the final checks; the run
+/// is at least [`GONE_STEPS`] steps, so that the orders are checked for long without it.
+/// No other node crashes or is cut off in those runs; messages are still lost.
+const GONE_SEEDS: u64 = 5;
+const GONE_AT_STEP: u32 = 400;
+const GONE_STEPS: u32 = 12_000;
 /// How long a Fresh reader waits for a Pending slot before asking the DPU app.
 const MAX_WAIT_NS: u64 = 300_000;
 /// Fate ring entries of odd sequencer seeds: a few hundred writes of one writer, which a
@@ -357,7 +384,11 @@ fn config(opts: &SimOptions, dir: &std::path::Path) -> Result<ClusterConfig, Str
     }
     if opts.sequencer {
         let shadows = (1..opts.nodes.min(3)).collect();
-        c.ordering = Ordering::Sequencer(SequencerConfig { sequencer: 0, shadows, stamp_block: 4 });
+        // Holders fence a writer silent for four dead_afters: a third of the crashes
+        // outlast that, so fences, their narrowing when the writer is back, and the
+        // orders deciding its stamps from the ledgers run throughout.
+        let fence_after_us = SIM_FENCE_AFTER_US;
+        c.ordering = Ordering::Sequencer(SequencerConfig { sequencer: 0, shadows, stamp_block: 4, fence_after_us });
         // Odd seeds: fate rings so small that a node down for a while falls a whole
         // ring behind a writer, and catches up from a peer's feed, under every fault.
         if opts.seed % 2 == 1 {
@@ -414,6 +445,9 @@ pub fn run(opts: &SimOptions) -> Result<SimReport, Violation> {
     oracle.track_commits = opts.sequencer;
     let small_rings = opts.sequencer && opts.seed % 2 == 1;
     let mut watch = opts.sequencer.then(|| SequencerWatch::new(n, small_rings));
+    if let Some(w) = watch.as_mut().filter(|_| opts.faults && opts.seed % GONE_SEEDS == 0) {
+        w.track_hole_bound();
+    }
     let mut report = SimReport::default();
     let mut down_since: Vec<Option<u64>> = vec![None; n as usize];
     let mut back_at: Vec<u64> = vec![0; n as usize];
@@ -431,12 +465,48 @@ pub fn run(opts: &SimOptions) -> Result<SimReport, Violation> {
         (0..n).all(|i| (0..n).all(|j| i == j || c.node(i).is_some_and(|x| x.peer_up(j))))
     });
 
-    let steps = opts.steps;
+    // A node gone for good (sequencer mode, one seed in GONE_SEEDS): while it is away
+    // and the rest is steady, every order releases every committed write within
+    // `hole_bound`, fences and the ledgers standing in for its ring.
+    let gone_run = opts.sequencer && opts.faults && opts.seed % GONE_SEEDS == 0;
+    let steps = if gone_run { opts.steps.max(GONE_STEPS) } else { opts.steps };
+    let mut gone: Option<(u8, u64)> = None;
+    // Once the gone node is fenced, a hole closes within a write's bound (a write
+    // decides by then), a roll and an epoch's end (a few dead_afters).
+    let hole_bound = 4 * cfg.dead_after_us * 1_000 + write_bound;
+    let mut disturbed: Vec<u64> = vec![0; n as usize];
     for step in 0..steps + 2_000 {
         let now = cluster.now().mono_ns;
         let workload = step < steps;
+        // A gone run has no other crash or cut (messages are still lost): the hole
+        // bound is checked while the gone node is away. (With another node away too,
+        // a write its writer rolled back when fenced, frozen Held by fewer holders than
+        // the rule needs, can wait for the gone node: README, "Not built".)
+        let quiet = gone_run;
+        if gone_run && step == GONE_AT_STEP && down_since.iter().all(Option::is_none) {
+            let victim = rng.below(u64::from(n)) as u8;
+            if let Some(w) = watch.as_mut() {
+                w.crashing(&cluster, victim);
+            }
+            cluster.crash(victim);
+            clients[victim as usize].dpu_gone(now);
+            down_since[victim as usize] = Some(now);
+            back_at[victim as usize] = u64::MAX;
+            gone = Some((victim, now));
+            report.crashes += 1;
+            report.gone.0 += 1;
+        }
+        for (i, since) in down_since.iter().enumerate() {
+            if since.is_some() {
+                disturbed[i] = now;
+            }
+        }
+        for &(a, b, _) in &cuts {
+            disturbed[a as usize] = now;
+            disturbed[b as usize] = now;
+        }
         // Faults.
-        if opts.faults && workload {
+        if opts.faults && workload && !quiet {
             let down = down_since.iter().filter(|d| d.is_some()).count();
             if down < opts.m as usize && rng.chance(400) {
                 let victim = rng.below(u64::from(n)) as u8;
@@ -459,7 +529,7 @@ pub fn run(opts: &SimOptions) -> Result<SimReport, Violation> {
                 }
             }
         }
-        if let (Some(watch), true) = (watch.as_mut(), opts.faults && workload) {
+        if let (Some(watch), true) = (watch.as_mut(), opts.faults && workload && !quiet) {
             let mut faults =
                 Faults { down_since: &mut down_since, back_at: &mut back_at, cuts: &mut cuts, report: &mut report };
             sequencer_faults(&mut cluster, watch, &mut rng, &mut faults, now, opts.m);
@@ -524,6 +594,15 @@ pub fn run(opts: &SimOptions) -> Result<SimReport, Violation> {
             }
             if let Some(what) = oracle.out_of_order.take() {
                 return Err(fail(step, what));
+            }
+            if let Some((g, since)) = gone.filter(|&(g, _)| workload && !cluster.is_up(g)) {
+                let steady =
+                    (0..n).filter(|&j| j != g).all(|j| cluster.is_up(j) && now >= disturbed[j as usize] + hole_bound);
+                let fenced_by = since + SIM_FENCE_AFTER_US * 1_000 + hole_bound;
+                if steady && now >= fenced_by {
+                    watch.hole_bound(&cluster, now, hole_bound, g).map_err(|e| fail(step, e))?;
+                    report.gone.1 += 1;
+                }
             }
         }
         // Directory invariants, on every host, for every key's slot.
@@ -594,8 +673,11 @@ pub fn run(opts: &SimOptions) -> Result<SimReport, Violation> {
         let released = cluster
             .run_until(TICK_NS, write_bound, |c| c.nodes().all(|x| x.order_cursor().is_none_or(|cursor| cursor > top)));
         if !released {
-            let states: Vec<_> =
-                cluster.nodes().map(|x| (x.id(), x.order_cursor(), x.order_released(), x.apply_stats())).collect();
+            let now = cluster.now().mono_ns;
+            let states: Vec<_> = cluster
+                .nodes()
+                .map(|x| (x.id(), x.order_cursor(), x.order_stall(now), x.order_debug(), x.apply_stats()))
+                .collect();
             return Err(fail(
                 report.steps,
                 format!("a hole stayed open past its bound: {} ms with every node up and nothing in flight, an order is still below the newest committed version {top:#x}: {states:?}", write_bound / 1_000_000),
@@ -668,6 +750,10 @@ pub fn run(opts: &SimOptions) -> Result<SimReport, Violation> {
         for node in cluster.nodes() {
             report.rolls.0 += node.sequencer_stats().map_or(0, |s| s.rolls);
             report.rolls.1 += node.apply_stats().map_or(0, |a| a.unrecorded);
+            report.fences.0 += node.stats().fences;
+            report.fences.1 += node.stats().fences_narrowed;
+            report.fences.2 += node.apply_stats().map_or(0, |a| a.ruled);
+            report.fences.3 += node.apply_stats().map_or(0, |a| a.scans);
         }
     }
     for node in cluster.nodes() {

@@ -28,7 +28,9 @@
 //!   chose small fate rings (odd seeds), and fail the run otherwise;
 //! - the holders' stamp ledgers (`format/ledger.rs`) agree with every fate ring: a
 //!   stamp a ring records Committed is Held (accepted, not rolled back) in the ledgers
-//!   of at least a quorum of the nodes, and one it records Aborted in those of fewer
+//!   of at least a quorum of the nodes, its writer counted whatever its own ledger says
+//!   (a writer that took its write's fate from the order, which the holders' rule
+//!   decided, may have rolled its own record back), and one it records Aborted in those of fewer
 //!   than a quorum (`protocol/rollbacks.rs`: else, with its writer gone, its holders
 //!   would take it for a committed write); a node that is down counts with what its
 //!   ledger held when it crashed (its files do not change while it is down); and the
@@ -37,7 +39,11 @@
 //!   records Committed for a write and each it records Aborted for a no-op;
 //! - no hole stays open past its bound: once the run has settled (every node up,
 //!   every link healed, nothing in flight), every node's order releases every committed
-//!   write within the run's write bound (checked once per seed, in `run`);
+//!   write within the run's write bound (checked once per seed, in `run`); and in the
+//!   runs with a node gone for good, while it is away, whenever every other node has
+//!   been up and uncut for the hole bound, each of their orders has released every
+//!   write committed a hole bound ago ([`SequencerWatch::hole_bound`]: the holders
+//!   fence the gone node and the orders decide its stamps from their ledgers);
 //! - failover is measured: from the step the sequencer crashed or was cut off to the
 //!   first step a live node sequences a newer epoch, and to the first write of that
 //!   epoch completing at a host (the report's percentiles).
@@ -108,6 +114,10 @@ pub struct SequencerWatch {
     /// Per node, while it is down: the stamps its ledger held (not rolled back) when
     /// it crashed, `(writer, stamp)`.
     down_held: Vec<Option<HashSet<(u8, u64)>>>,
+    /// Committed versions and when, not yet checked against the hole bound (kept only
+    /// once [`Self::track_hole_bound`] was called).
+    commits: std::collections::VecDeque<(u64, u64)>,
+    tracking: bool,
 }
 
 impl SequencerWatch {
@@ -121,6 +131,8 @@ impl SequencerWatch {
             marks: vec![0; nodes.into()],
             rings: vec![(1, std::collections::BTreeSet::new()); nodes.into()],
             down_held: vec![None; nodes.into()],
+            commits: std::collections::VecDeque::new(),
+            tracking: false,
             committed: (0, u64::MAX),
             ..Self::default()
         }
@@ -253,7 +265,12 @@ impl SequencerWatch {
                     }
                 } else {
                     self.committed = (self.committed.0 + 1, self.committed.1.min(held));
-                    if held < quorum {
+                    // The writer counted whatever its own ledger says: a write it took
+                    // from the order (the holders' rule decided it, `ledgers.rs`) after
+                    // rolling its own record back is held by the rule's threshold of
+                    // others, which with the writer is a quorum.
+                    let with_writer = u64::from((held_by | 1 << j).count_ones());
+                    if with_writer < quorum {
                         let each: Vec<String> = cluster
                             .nodes()
                             .map(|n| {
@@ -368,6 +385,9 @@ impl SequencerWatch {
         if !self.versions.insert(version) {
             return Err(format!("version {version:#x} committed twice (stamp {stamp:#x})"));
         }
+        if self.tracking {
+            self.commits.push_back((version, now));
+        }
         for (j, (_, has, cursor)) in self.feeds.iter().enumerate() {
             if *cursor > version && !has.contains(&version) && version > self.marks[j] {
                 return Err(format!(
@@ -386,6 +406,38 @@ impl SequencerWatch {
                 self.lost = None;
                 self.claimed = None;
             }
+        }
+        Ok(())
+    }
+
+    /// Keeps every committed version from now on for [`Self::hole_bound`].
+    pub fn track_hole_bound(&mut self) {
+        self.tracking = true;
+    }
+
+    /// The hole bound while node `gone` is away and the others are steady: every other
+    /// node's order has released every version committed `bound_ns` before `now`.
+    pub fn hole_bound(&mut self, cluster: &InProcess, now: u64, bound_ns: u64, gone: u8) -> Result<(), String> {
+        while let Some(&(version, at)) = self.commits.front().filter(|&&(_, at)| at + bound_ns <= now) {
+            for node in cluster.nodes().filter(|x| x.id() != gone) {
+                let cursor = node.order_cursor().unwrap_or(0);
+                if cursor <= version {
+                    return Err(format!(
+                        "node {}'s order has not released version {version:#x}, committed {} us ago, past the hole bound of {} us while node {gone} is gone (the others steady): cursor {cursor:#x}, stall {:?}, {:?}, {}",
+                        node.id(),
+                        (now - at) / 1_000,
+                        bound_ns / 1_000,
+                        node.order_stall(now),
+                        node.apply_stats(),
+                        cluster
+                            .nodes()
+                            .map(|n| format!("node {}: cursor {:#x}, {}", n.id(), n.order_cursor().unwrap_or(0), n.order_debug().unwrap_or_default()))
+                            .collect::<Vec<_>>()
+                            .join("; ")
+                    ));
+                }
+            }
+            self.commits.pop_front();
         }
         Ok(())
     }

@@ -109,7 +109,11 @@ fn check_write(out: &mut LedgerCheck, files: &[Files], w: u8, e: &FateEntry, ent
     if e.kind == FateKind::Committed {
         out.committed += 1;
         out.committed_fewest = Some(out.committed_fewest.map_or(held, |f| f.min(held)));
-        if held < quorum {
+        // The writer counted whatever its own ledger says: a write it took from the
+        // order (the holders' rule decided it, `protocol/ledgers.rs`) after rolling its
+        // own record back is held by the rule's threshold of others.
+        let with_writer = u64::from((held_by | 1 << w).count_ones());
+        if with_writer < quorum {
             out.problem(format!(
                 "node {w} recorded stamp {:#x} Committed, but only {held} ledgers hold it (quorum {quorum})",
                 e.version

@@ -8,6 +8,11 @@ use crate::limits::STAMP_BLOCK_MAX;
 
 /// Stamps a writer fetches at once when the file does not say (`cluster.stamp_block`).
 pub const DEFAULT_STAMP_BLOCK: u32 = 16;
+/// `dead_after`s of silence after which a holder fences a writer when the file does not
+/// say (`cluster.fence_after_us`): long enough that a restart or a short partition
+/// comes back first, short enough that the orders do not wait long for a node gone for
+/// good.
+pub const DEFAULT_FENCE_AFTER_DEAD_AFTERS: u64 = 20;
 
 /// How every write of the cluster gets its version.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
@@ -42,9 +47,22 @@ pub struct SequencerConfig {
     /// (`cluster.stamp_block`, 1 to [`STAMP_BLOCK_MAX`]); stamps a writer does not use
     /// become holes.
     pub stamp_block: u32,
+    /// Silence after which a holder fences a writer (`cluster.fence_after_us`; 0:
+    /// `DEFAULT_FENCE_AFTER_DEAD_AFTERS` `dead_after`s): its stamps are then decided
+    /// by the holders' rule, and the orders stop waiting for it (`protocol/fence.rs`).
+    pub fence_after_us: u64,
 }
 
 impl SequencerConfig {
+    /// The silence after which a holder fences a writer, with `dead_after_us` the
+    /// cluster's failure-detection bound.
+    pub fn fence_after_ns(&self, dead_after_us: u64) -> u64 {
+        match self.fence_after_us {
+            0 => DEFAULT_FENCE_AFTER_DEAD_AFTERS * dead_after_us * 1_000,
+            us => us * 1_000,
+        }
+    }
+
     /// The rank of `node` among the claimants (the first sequencer is rank 0, shadows
     /// follow in their order), or `None` if it never claims.
     pub fn rank(&self, node: u8) -> Option<usize> {
@@ -61,6 +79,7 @@ pub(super) struct RawOrdering<'a> {
     pub sequencer: Option<i64>,
     pub shadows: Option<&'a [i64]>,
     pub stamp_block: Option<i64>,
+    pub fence_after_us: Option<i64>,
 }
 
 /// The ordering the raw fields ask for, or `(field, value, what is allowed)`.
@@ -74,6 +93,7 @@ pub(super) fn parse(raw: &RawOrdering<'_>) -> Result<Ordering, (&'static str, St
                 ("cluster.sequencer", raw.sequencer.is_some()),
                 ("cluster.shadows", raw.shadows.is_some()),
                 ("cluster.stamp_block", raw.stamp_block.is_some()),
+                ("cluster.fence_after_us", raw.fence_after_us.is_some()),
             ];
             if let Some((field, _)) = stray.iter().find(|(_, set)| *set) {
                 return Err((field, "set".to_owned(), "only applies with cluster.ordering = \"sequencer\"".to_owned()));
@@ -99,7 +119,13 @@ pub(super) fn parse(raw: &RawOrdering<'_>) -> Result<Ordering, (&'static str, St
                     ("cluster.stamp_block", v.to_string(), format!("must be 1 to {STAMP_BLOCK_MAX} stamps"))
                 })?,
             };
-            Ok(Ordering::Sequencer(SequencerConfig { sequencer, shadows, stamp_block }))
+            let fence_after_us = match raw.fence_after_us {
+                None => 0,
+                Some(v) => u64::try_from(v).map_err(|_| {
+                    ("cluster.fence_after_us", v.to_string(), "must be 0 (the default) or more microseconds".to_owned())
+                })?,
+            };
+            Ok(Ordering::Sequencer(SequencerConfig { sequencer, shadows, stamp_block, fence_after_us }))
         }
         Some(other) => Err((
             "cluster.ordering",
@@ -110,7 +136,19 @@ pub(super) fn parse(raw: &RawOrdering<'_>) -> Result<Ordering, (&'static str, St
 }
 
 /// Checks sequencer settings against the cluster: `(field, value, what is allowed)`.
-pub(super) fn check(s: &SequencerConfig, nodes: usize, quorum: usize) -> Result<(), (&'static str, String, String)> {
+pub(super) fn check(
+    s: &SequencerConfig,
+    nodes: usize,
+    quorum: usize,
+    dead_after_us: u64,
+) -> Result<(), (&'static str, String, String)> {
+    if s.fence_after_us != 0 && s.fence_after_us < 2 * dead_after_us {
+        return Err((
+            "cluster.fence_after_us",
+            s.fence_after_us.to_string(),
+            format!("must be 0 (the default, {DEFAULT_FENCE_AFTER_DEAD_AFTERS} dead_after_us) or at least twice dead_after_us = {dead_after_us}: a writer is fenced only well after it is declared dead"),
+        ));
+    }
     if usize::from(s.sequencer) >= nodes {
         return Err(("cluster.sequencer", s.sequencer.to_string(), format!("must be a node id, 0 to {}", nodes - 1)));
     }
@@ -155,7 +193,7 @@ mod tests {
     use super::*;
 
     fn raw<'a>(ordering: Option<&'a str>, sequencer: Option<i64>, shadows: Option<&'a [i64]>) -> RawOrdering<'a> {
-        RawOrdering { ordering, sequencer, shadows, stamp_block: None }
+        RawOrdering { ordering, sequencer, shadows, stamp_block: None, fence_after_us: None }
     }
 
     #[test]
@@ -170,10 +208,17 @@ mod tests {
         assert_eq!(parse(&raw(Some("paxos"), None, None)).unwrap_err().0, "cluster.ordering");
         let block = RawOrdering { stamp_block: Some(0), ..raw(Some("sequencer"), Some(0), None) };
         assert_eq!(parse(&block).unwrap_err().0, "cluster.stamp_block");
-        assert_eq!(check(&s, 5, 3), Ok(()));
-        assert_eq!(check(&s, 5, 2).unwrap_err().0, "cluster.quorum");
-        assert_eq!(check(&s, 3, 3).unwrap_err().0, "cluster.shadows");
+        assert_eq!(check(&s, 5, 3, 1_000), Ok(()));
+        assert_eq!(check(&s, 5, 2, 1_000).unwrap_err().0, "cluster.quorum");
+        assert_eq!(check(&s, 3, 3, 1_000).unwrap_err().0, "cluster.shadows");
         let twice = SequencerConfig { shadows: vec![1, 1], ..s.clone() };
-        assert_eq!(check(&twice, 5, 4).unwrap_err().0, "cluster.shadows");
+        assert_eq!(check(&twice, 5, 4, 1_000).unwrap_err().0, "cluster.shadows");
+        assert_eq!(s.fence_after_ns(1_000), DEFAULT_FENCE_AFTER_DEAD_AFTERS * 1_000_000);
+        let soon = SequencerConfig { fence_after_us: 1_500, ..s.clone() };
+        assert_eq!(check(&soon, 5, 4, 1_000).unwrap_err().0, "cluster.fence_after_us");
+        let fence = RawOrdering { fence_after_us: Some(-1), ..raw(Some("sequencer"), Some(0), None) };
+        assert_eq!(parse(&fence).unwrap_err().0, "cluster.fence_after_us");
+        let fence = RawOrdering { fence_after_us: Some(5_000), ..raw(Some("sequencer"), Some(0), None) };
+        assert_eq!(parse(&fence).unwrap().sequencer().unwrap().fence_after_ns(1), 5_000_000);
     }
 }

@@ -499,6 +499,11 @@ impl FateRing {
         self.pending.iter().map(|&(_, v)| v)
     }
 
+    /// The entries still Pending (a write undecided), oldest first.
+    pub fn pending_entries(&self) -> impl Iterator<Item = FateEntry> + '_ {
+        self.pending.iter().filter_map(|&(position, _)| self.at(position).filter(|e| e.kind == FateKind::Pending))
+    }
+
     /// The end of the stamps of every entry overwritten so far (0: none).
     pub fn dropped(&self) -> u64 {
         self.mr.memory().load_u64(DROPPED_AT).expect("aligned word in the header page")

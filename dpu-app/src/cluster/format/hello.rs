@@ -11,7 +11,8 @@
 //! zero, so that a later format can use them without being misread by this one.
 //!
 //! ```text
-//!   0..8   magic "PRHELLO\0"   8 format (1)   9 from   10 to   11 kind (1 Offer, 2 Answer, 3 Ready)
+//!   0..8   magic "PRHELLO\0"   8 format (1)   9 from   10 to
+//!  11      kind (1 Offer, 2 Answer, 3 Ready)
 //!  12..16  incarnation of `from` (bumped at each restart)
 //!  16..24  cluster_hash (refuses a peer with another cluster configuration)
 //!  24..52  queue pair endpoint (fabric::Endpoint::to_bytes)
@@ -26,7 +27,11 @@
 //! 184..204 fates: `from`'s fate ring (sequencer mode; zero otherwise)
 //! 204..224 feed: `from`'s change feed (sequencer mode; zero otherwise: a node that
 //!          fell behind copies the writes it missed from it)
-//! 224..252 reserved (0)    252..256 crc32c of 0..252
+//! 224..244 ledger: `from`'s stamp ledger (sequencer mode; zero otherwise: appliers READ
+//!          its fences and entries to decide a fenced writer's stamps)
+//! 244..252 next write: the first write number `from` may still take (a holder's fence
+//!          of `from` is narrowed to the writes below it, `protocol/fence.rs`)
+//! 252..256 crc32c of 0..252
 //! ```
 //!
 //! [`Hello::new_checked`] also refuses a Hello whose geometry does not fit the region it
@@ -55,7 +60,7 @@ pub mod field {
     pub const FROM: usize = 9;
     /// Receiving node id.
     pub const TO: usize = 10;
-    /// 1 Offer, 2 Answer.
+    /// 1 Offer, 2 Answer, 3 Ready.
     pub const KIND: usize = 11;
     /// Incarnation of the sender.
     pub const INCARNATION: Range<usize> = 12..16;
@@ -92,8 +97,12 @@ pub mod field {
     pub const FATES: Range<usize> = 184..204;
     /// The sender's change feed (sequencer mode; zero otherwise).
     pub const FEED: Range<usize> = 204..224;
-    /// Reserved, zero.
-    pub const RESERVED: Range<usize> = 224..252;
+    /// The sender's stamp ledger (sequencer mode; zero otherwise).
+    pub const LEDGER: Range<usize> = 224..244;
+    /// The first write number the sender may still take.
+    pub const NEXT_WRITE: Range<usize> = 244..252;
+    /// Reserved, zero (none left in format 1).
+    pub const RESERVED: Range<usize> = 252..252;
     /// CRC32C of bytes 0..252.
     pub const CRC: Range<usize> = 252..256;
 }
@@ -107,7 +116,10 @@ const _: () = assert!(
         && field::FATES.end - field::FATES.start == RemoteRegion::WIRE_BYTES
         && field::FATES.end == field::FEED.start
         && field::FEED.end - field::FEED.start == RemoteRegion::WIRE_BYTES
-        && field::FEED.end == field::RESERVED.start
+        && field::FEED.end == field::LEDGER.start
+        && field::LEDGER.end - field::LEDGER.start == RemoteRegion::WIRE_BYTES
+        && field::LEDGER.end == field::NEXT_WRITE.start
+        && field::NEXT_WRITE.end == field::RESERVED.start
         && field::RESERVED.end == field::CRC.start
 );
 
@@ -261,7 +273,7 @@ impl<T: AsRef<[u8]>> Hello<T> {
             return Err(HelloError::Field {
                 field: "kind",
                 value: b[field::KIND].into(),
-                reason: "not 1 (Offer) or 2 (Answer)",
+                reason: "not 1 (Offer), 2 (Answer) or 3 (Ready)",
             });
         }
         if self.from() == self.to() {
@@ -279,6 +291,7 @@ impl<T: AsRef<[u8]>> Hello<T> {
             ("directory", self.directory()),
             ("fates", self.fates()),
             ("feed", self.feed()),
+            ("ledger", self.ledger()),
         ];
         for (name, r) in regions {
             if r.addr.checked_add(r.len).is_none() {
@@ -413,6 +426,16 @@ impl<T: AsRef<[u8]>> Hello<T> {
         region(&self.buffer.as_ref()[field::FEED])
     }
 
+    /// The sender's stamp ledger (sequencer mode; zero otherwise).
+    pub fn ledger(&self) -> RemoteRegion {
+        region(&self.buffer.as_ref()[field::LEDGER])
+    }
+
+    /// The first write number the sender may still take.
+    pub fn next_write(&self) -> u64 {
+        le64(&self.buffer.as_ref()[field::NEXT_WRITE])
+    }
+
     /// The sender's applied sequence of its log for the receiver.
     pub fn log_applied(&self) -> u64 {
         u64::from_le_bytes(self.buffer.as_ref()[field::LOG_APPLIED].try_into().expect("8 bytes"))
@@ -468,6 +491,10 @@ pub struct HelloRepr {
     pub fates: RemoteRegion,
     /// `from`'s change feed (a peer that fell behind READs it; zero otherwise).
     pub feed: RemoteRegion,
+    /// `from`'s stamp ledger (appliers READ it; zero otherwise).
+    pub ledger: RemoteRegion,
+    /// The first write number `from` may still take.
+    pub next_write: u64,
 }
 
 impl HelloRepr {
@@ -495,6 +522,8 @@ impl HelloRepr {
             applied: hello.log_applied(),
             fates: hello.fates(),
             feed: hello.feed(),
+            ledger: hello.ledger(),
+            next_write: hello.next_write(),
         })
     }
 
@@ -525,6 +554,8 @@ impl HelloRepr {
         b[field::LOG_APPLIED].copy_from_slice(&self.applied.to_le_bytes());
         b[field::FATES].copy_from_slice(&self.fates.to_bytes());
         b[field::FEED].copy_from_slice(&self.feed.to_bytes());
+        b[field::LEDGER].copy_from_slice(&self.ledger.to_bytes());
+        b[field::NEXT_WRITE].copy_from_slice(&self.next_write.to_le_bytes());
         b[field::RESERVED].fill(0);
         let crc = crc32c::crc32c(&b[..field::CRC.start]);
         b[field::CRC].copy_from_slice(&crc.to_le_bytes());
@@ -576,6 +607,8 @@ pub(crate) mod tests {
             applied: 0,
             fates: region(0x6000_0000, 0x2000, 0x0006_0006),
             feed: region(0x7000_0000, 0x3000, 0x0007_0007),
+            ledger: region(0x8000_0000, 0x4000, 0x0008_0008),
+            next_write: 0x1234,
         }
     }
 
@@ -606,9 +639,12 @@ pub(crate) mod tests {
     const GOLDEN_FATES: [u8; 20] = [0, 0, 0, 0x60, 0, 0, 0, 0, 0, 0x20, 0, 0, 0, 0, 0, 0, 0x06, 0, 0x06, 0];
     /// The change feed's region (addr, len, rkey).
     const GOLDEN_FEED: [u8; 20] = [0, 0, 0, 0x70, 0, 0, 0, 0, 0, 0x30, 0, 0, 0, 0, 0, 0, 0x07, 0, 0x07, 0];
-    /// CRC32C of GOLDEN, 8 zero bytes, GOLDEN_FATES, GOLDEN_FEED and 28 zero bytes,
+    /// The stamp ledger's region (addr, len, rkey) and the next write number.
+    const GOLDEN_LEDGER: [u8; 28] =
+        [0, 0, 0, 0x80, 0, 0, 0, 0, 0, 0x40, 0, 0, 0, 0, 0, 0, 0x08, 0, 0x08, 0, 0x34, 0x12, 0, 0, 0, 0, 0, 0];
+    /// CRC32C of GOLDEN, 8 zero bytes, GOLDEN_FATES, GOLDEN_FEED and GOLDEN_LEDGER,
     /// computed independently (a bitwise CRC32C in Python).
-    const GOLDEN_CRC: u32 = 0x796b_e84c;
+    const GOLDEN_CRC: u32 = 0xc895_1e4c;
 
     /// Re-seals `frame` after a test edits it, so that a later check is what refuses it.
     fn reseal(frame: &mut [u8; HELLO_BYTES]) {
@@ -623,7 +659,7 @@ pub(crate) mod tests {
         assert_eq!(frame[176..184], [0u8; 8]);
         assert_eq!(frame[184..204], GOLDEN_FATES);
         assert_eq!(frame[204..224], GOLDEN_FEED);
-        assert_eq!(frame[224..252], [0u8; 28]);
+        assert_eq!(frame[224..252], GOLDEN_LEDGER);
         assert_eq!(frame[252..], GOLDEN_CRC.to_le_bytes());
         let view = Hello::new_checked(&frame[..]).unwrap();
         assert_eq!(HelloRepr::parse(&view).unwrap(), repr());
@@ -659,10 +695,6 @@ pub(crate) mod tests {
         f[field::FORMAT] = 2;
         reseal(&mut f);
         assert_eq!(Hello::new_checked(&f[..]).unwrap_err(), HelloError::Format { found: 2, supported: FORMAT });
-        let mut f = frame;
-        f[240] = 1;
-        reseal(&mut f);
-        assert_eq!(Hello::new_checked(&f[..]).unwrap_err(), HelloError::Reserved { offset: 240, value: 1 });
         let mut f = frame;
         f[field::KIND] = 4;
         reseal(&mut f);

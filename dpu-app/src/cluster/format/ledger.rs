@@ -27,8 +27,25 @@
 //! An entry only moves forward in write number: a late fragment or rollback of an
 //! older write never overwrites a newer write's entry.
 //!
+//! **Fences.** Once writer `w` has been silent for the cluster's `fence_after`, this
+//! node fences it (`protocol/fence.rs`): from then on its part of the ledger is frozen
+//! for every write the fence covers. Fragments of those writes are refused, and the
+//! rollback of one held here is not taken (it stays Held); a rollback of one never held
+//! may still land (to the holders' rule, never held and rolled back are the same). A
+//! reader that READs the fence and then the entries has what they will always say, so
+//! the holders' rule can decide the writer's stamps from them
+//! (`cluster/holders_rule.rs`). A fence covers every write of `w` until `w` connects
+//! again (back from a partition, or restarted): its Hello says the first write number
+//! `n` it may still take, and the fence is narrowed to the writes below `n` (they stay
+//! frozen for good; the later ones are taken as usual).
+//!
 //! File layout: a 4096-byte header page (magic "PRSCLEDG", format 1, node, nodes,
-//! entries, CRC32C in the common layout of [`super::file`]), then, for each writer
+//! entries, CRC32C in the common layout of [`super::file`]; from byte 1024, a 24-byte
+//! fence slot per writer: 0..8 the first write number not frozen (0: no fence,
+//! `u64::MAX`: every write), 8..12 the writer's incarnation when fenced, 12..16 how many
+//! times the slot changed (a reader that finds it the same before and after READing
+//! entries knows they were frozen meanwhile), 16..20 zero, 20..24 CRC32C of 0..20),
+//! then, for each writer
 //! `w` in `0..nodes`, `entries` (a power of two, at most 2^24) 32-byte entries; write
 //! `s` of writer `w` uses entry `w * entries + s % entries`. An entry, all integers
 //! little-endian:
@@ -50,6 +67,83 @@ use std::sync::Arc;
 use super::file::{self, le32, le64, FileHeader, HeaderError, Opened};
 use crate::fabric::{Access, Fabric, FabricError, Memory, MemoryRegion, RemoteRegion};
 use crate::limits::{FATE_ENTRIES_MAX, FATE_ENTRIES_MIN, HEADER_PAGE_BYTES, LEDGER_ENTRY_BYTES, NODES_MAX};
+
+/// Where the fence slots start in the header page.
+pub const FENCES_AT: usize = 1024;
+/// Bytes of one writer's fence slot.
+pub const FENCE_LEN: usize = 24;
+/// Bytes of every writer's fence slot: one READ gets them all.
+pub const FENCES_LEN: usize = NODES_MAX * FENCE_LEN;
+const _: () = assert!(FENCES_AT + FENCES_LEN <= HEADER_PAGE_BYTES);
+
+/// A holder's fence of one writer (see the module doc).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fence {
+    /// The first write number not frozen: `u64::MAX` while the fence covers every write
+    /// of the writer (it has not connected since).
+    pub frozen_below: u64,
+    /// The writer's incarnation when it was fenced (for messages).
+    pub incarnation: u32,
+    /// Times the slot changed: a fence read twice with the same count did not change
+    /// in between.
+    pub changes: u32,
+}
+
+impl Fence {
+    /// Every write of the writer is frozen (it has not connected since).
+    pub fn is_whole(&self) -> bool {
+        self.frozen_below == u64::MAX
+    }
+
+    /// Write `write_seq` of the writer is frozen here.
+    pub fn freezes(&self, write_seq: u64) -> bool {
+        write_seq < self.frozen_below
+    }
+
+    /// The write a fate ring records with number `write_seq` mod 2^24
+    /// (`FateEntry::write_seq`) is frozen here. Exact for writes within 2^23 of the
+    /// fence's bound (a fate ring holds at most 2^24 entries, so the writes an applier
+    /// asks about are that close).
+    pub fn freezes_recorded(&self, write_seq: u32) -> bool {
+        if self.is_whole() {
+            return true;
+        }
+        let below = (self.frozen_below as u32).wrapping_sub(write_seq) & WRITE_SEQ_MASK;
+        below != 0 && below <= WRITE_SEQ_MASK / 2 + 1
+    }
+
+    fn emit(&self) -> [u8; FENCE_LEN] {
+        let mut b = [0u8; FENCE_LEN];
+        b[0..8].copy_from_slice(&self.frozen_below.to_le_bytes());
+        b[8..12].copy_from_slice(&self.incarnation.to_le_bytes());
+        b[12..16].copy_from_slice(&self.changes.to_le_bytes());
+        let crc = crc32c::crc32c(&b[..20]);
+        b[20..24].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// A fence slot as read: `Ok(None)` if the writer is not fenced, `Err(())` if the
+    /// slot is torn (being written: read it again).
+    #[allow(clippy::result_unit_err)]
+    pub fn parse(b: &[u8]) -> Result<Option<Self>, ()> {
+        let b: &[u8; FENCE_LEN] = b.get(..FENCE_LEN).and_then(|b| b.try_into().ok()).ok_or(())?;
+        if b.iter().all(|&v| v == 0) {
+            return Ok(None);
+        }
+        if crc32c::crc32c(&b[..20]) != le32(&b[20..24]) || b[16..20] != [0; 4] {
+            return Err(());
+        }
+        let fence = Self { frozen_below: le64(&b[0..8]), incarnation: le32(&b[8..12]), changes: le32(&b[12..16]) };
+        Ok((fence.frozen_below != 0).then_some(fence))
+    }
+
+    /// Writer `w`'s fence in a READ of every slot (`FENCES_LEN` bytes from
+    /// [`FENCES_AT`]).
+    #[allow(clippy::result_unit_err)]
+    pub fn of(slots: &[u8], w: u8) -> Result<Option<Self>, ()> {
+        slots.get(w as usize * FENCE_LEN..).map_or(Err(()), Self::parse)
+    }
+}
 
 /// Magic of a stamp ledger file.
 pub const MAGIC: &[u8; 8] = b"PRSCLEDG";
@@ -343,6 +437,63 @@ impl Ledger {
         self.put(w, LedgerEntry { write_seq, stamp, key_hash, state: LedgerState::RolledBack, tombstone })
     }
 
+    /// This node's fence of writer `w`, if any.
+    pub fn fence_of(&self, w: u8) -> Option<Fence> {
+        if w as usize >= self.nodes {
+            return None;
+        }
+        let mut b = [0u8; FENCE_LEN];
+        self.mr.memory().read(FENCES_AT + w as usize * FENCE_LEN, &mut b).ok()?;
+        // Only this thread writes the slots: a torn one cannot be read here.
+        Fence::parse(&b).ok().flatten()
+    }
+
+    fn put_fence(&self, w: u8, fence: Fence) -> Result<(), LedgerError> {
+        let at = FENCES_AT + w as usize * FENCE_LEN;
+        let fab = |source| LedgerError::Fabric { path: self.path.clone(), source };
+        self.mr.memory().write(at, &fence.emit()).map_err(fab)?;
+        // A fence that a crash forgot could let a fragment it refused in later: always
+        // on disk before anything relies on it.
+        self.mr.memory().flush_range(at, FENCE_LEN).map_err(fab)
+    }
+
+    /// Fences writer `w` (last known as incarnation `incarnation`), every write of it
+    /// (see the module doc): whether the slot changed. A writer out of range is
+    /// ignored.
+    pub fn fence(&self, w: u8, incarnation: u32) -> Result<bool, LedgerError> {
+        if w as usize >= self.nodes {
+            return Ok(false);
+        }
+        let old = self.fence_of(w);
+        if old.is_some_and(|f| f.is_whole()) {
+            return Ok(false);
+        }
+        let changes = old.map_or(1, |f| f.changes.wrapping_add(1));
+        self.put_fence(w, Fence { frozen_below: u64::MAX, incarnation, changes })?;
+        Ok(true)
+    }
+
+    /// Writer `w` connected again, its next write number `below`: the fence keeps the
+    /// writes below it frozen and lets the rest be taken. Whether the slot changed
+    /// (false if `w` is not fenced, or the fence is narrower already).
+    pub fn narrow(&self, w: u8, below: u64) -> Result<bool, LedgerError> {
+        let Some(old) = self.fence_of(w) else { return Ok(false) };
+        if !old.is_whole() || below == u64::MAX || below == 0 {
+            return Ok(false);
+        }
+        self.put_fence(w, Fence { frozen_below: below, changes: old.changes.wrapping_add(1), ..old })?;
+        Ok(true)
+    }
+
+    /// `len` bytes of the registered file from `at`, as a peer's READ would bring them
+    /// (tests of the readers).
+    #[cfg(test)]
+    pub(crate) fn bytes_at(&self, at: usize, len: usize) -> Vec<u8> {
+        let mut b = vec![0u8; len];
+        self.mr.memory().read(at, &mut b).expect("inside the ledger");
+        b
+    }
+
     /// Flushes writer `w`'s entry for `write_seq` to the disk (`durability = "sync"`).
     pub fn sync(&self, w: u8, write_seq: u64) -> Result<(), LedgerError> {
         self.mr
@@ -430,6 +581,50 @@ mod tests {
         assert!(err.to_string().contains("give this node its own folder"), "{err}");
         let err = Ledger::open(&fabric, &path, 1, 3, 12).unwrap_err();
         assert!(matches!(err, LedgerError::Geometry { .. }), "{err}");
+    }
+
+    #[test]
+    fn a_fence_survives_a_reopen_and_is_narrowed_only_once() {
+        let dir = TempDir::new("ledger-fence");
+        {
+            let l = open(&dir, 8);
+            assert_eq!(l.fence_of(2), None);
+            assert!(l.fence(2, 7).unwrap());
+            assert!(!l.fence(2, 8).unwrap(), "fenced already");
+        }
+        let l = open(&dir, 8);
+        let f = l.fence_of(2).unwrap();
+        assert_eq!(f, Fence { frozen_below: u64::MAX, incarnation: 7, changes: 1 });
+        assert!(f.freezes(u64::MAX - 1) && f.freezes_recorded(5));
+        assert_eq!(l.fence_of(0), None, "each writer has its own slot");
+        assert!(l.narrow(2, 40).unwrap());
+        assert!(!l.narrow(2, 50).unwrap(), "narrowed once, when the writer first connects again");
+        let f = l.fence_of(2).unwrap();
+        assert!(f.freezes(39) && !f.freezes(40));
+        assert!(f.freezes_recorded(39) && !f.freezes_recorded(40) && !f.freezes_recorded(41));
+        // A fence again (that incarnation went silent too) freezes everything, the writes
+        // below 40 still included.
+        assert!(l.fence(2, 8).unwrap());
+        assert!(l.fence_of(2).unwrap().freezes(39));
+        assert_eq!(l.fence_of(2).unwrap().changes, 3, "every change counted");
+        assert!(!l.narrow(0, 3).unwrap(), "not fenced: nothing to narrow");
+    }
+
+    #[test]
+    fn fence_slots_read_remotely_tell_none_torn_and_fenced_apart() {
+        let dir = TempDir::new("ledger-fence-remote");
+        let l = open(&dir, 8);
+        l.fence(1, 3).unwrap();
+        let mut slots = vec![0u8; FENCES_LEN];
+        l.mr.memory().read(FENCES_AT, &mut slots).unwrap();
+        assert_eq!(Fence::of(&slots, 0), Ok(None));
+        assert_eq!(Fence::of(&slots, 1), Ok(Some(Fence { frozen_below: u64::MAX, incarnation: 3, changes: 1 })));
+        slots[FENCE_LEN + 9] ^= 1;
+        assert_eq!(Fence::of(&slots, 1), Err(()), "torn");
+        assert_eq!(Fence::of(&slots, NODES_MAX as u8), Err(()), "out of range");
+        // Recorded write numbers are compared mod 2^24 near the bound.
+        let f = Fence { frozen_below: (1 << 24) + 3, incarnation: 1, changes: 1 };
+        assert!(f.freezes_recorded(2) && f.freezes_recorded(WRITE_SEQ_MASK) && !f.freezes_recorded(3));
     }
 
     #[test]

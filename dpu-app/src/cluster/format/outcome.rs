@@ -419,6 +419,8 @@ pub struct OutcomeTable {
     next_write_seq: u64,
     /// With `ordering = "sequencer"`, the write quorum: see [`OutcomeTable::keep_rollbacks`].
     rollback_quorum: Option<u32>,
+    /// Holders a committed write's entry does not wait for: see [`OutcomeTable::excuse`].
+    excused: u32,
 }
 
 impl fmt::Debug for OutcomeTable {
@@ -464,7 +466,8 @@ impl OutcomeTable {
         };
         let memory = Memory::map_file(&file, 0, file_bytes as usize)
             .map_err(|source| OutcomeError::Memory { path: path.to_owned(), source })?;
-        let mut table = Self { path: path.to_owned(), node, entries, memory, next_write_seq: 1, rollback_quorum: None };
+        let mut table =
+            Self { path: path.to_owned(), node, entries, memory, next_write_seq: 1, rollback_quorum: None, excused: 0 };
         let mut highest = 0;
         table.scan(|view| highest = highest.max(view.write_seq()))?;
         table.next_write_seq = highest.saturating_add(1);
@@ -534,9 +537,23 @@ impl OutcomeTable {
         self.rollback_quorum = Some(quorum);
     }
 
+    /// With `ordering = "sequencer"`: the holders this node has fenced, silent past
+    /// `fence_after` (`protocol/fence.rs`), and those back from a fence whose resync
+    /// has not gone over the table yet. A committed write's entry no longer waits for
+    /// them to persist its decision, so a holder gone for good does not fill the table
+    /// and stop every write. One that comes back gets the decisions whose entries are
+    /// still here; a write whose entry was reused leaves its record undecided on that
+    /// holder (a GET counts it only with a committed record elsewhere, and the key's
+    /// next committed write drops it).
+    pub fn excuse(&mut self, holders: u32) {
+        self.excused = holders;
+    }
+
     /// Whether `view`'s slot may be reused, and a restart has nothing left to finish.
     fn is_settled(&self, view: &OutcomeView) -> bool {
-        if !view.is_settled() {
+        let committed_excused =
+            view.state() == WriteState::Committed && view.acked() & !view.decided() & !self.excused == 0;
+        if !view.is_settled() && !committed_excused {
             return false;
         }
         let Some(quorum) = self.rollback_quorum.filter(|_| view.state() == WriteState::Aborted) else {
@@ -677,6 +694,23 @@ impl OutcomeTable {
         }
         let word = u64::from(state as u8) | u64::from(view.holders()) << 32;
         self.memory.store_u64(self.offset(write_seq) + field::STATE_WORD, word).map_err(self.memory_err())
+    }
+
+    /// The order decided rolled-back write `write_seq` by the holders' rule (its holders
+    /// fenced this writer; `protocol/ledgers.rs`). Not a write: every holder counts as
+    /// decided (those that keep it frozen learn the fate from their own order). A write:
+    /// the entry becomes Committed (from Aborted, only here), acknowledged by `holding`
+    /// (the holders read holding the fragment) and decided by none, so the resync sends
+    /// each the decision and first repairs the fragment of those without it.
+    pub fn take_ordered(&mut self, write_seq: u64, write: bool, holding: u32) -> Result<(), OutcomeError> {
+        let view = self.entry(write_seq)?;
+        let holders = view.holders();
+        if !write {
+            return self.store_masks(write_seq, view.acked(), holders);
+        }
+        let word = u64::from(WriteState::Committed as u8) | u64::from(holders) << 32;
+        self.memory.store_u64(self.offset(write_seq) + field::STATE_WORD, word).map_err(self.memory_err())?;
+        self.store_masks(write_seq, holding & holders, 0)
     }
 
     /// At restart: visits the writes still to finish, the InProgress ones (to abort) and

@@ -11,3 +11,9 @@ pub const ACK_OK: u32 = 0;
 pub const ACK_REFUSED: u32 = 1;
 /// Acknowledgement status: the store has no room for the fragment.
 pub const ACK_FULL: u32 = 2;
+/// Acknowledgement status: the holder has fenced the writer (`fence.rs`) and the
+/// entry touched a write it keeps frozen: a fragment of it was refused, or (an outcome
+/// entry) the rollback of one it holds was not taken (the rest of the entry was). The
+/// writer must not count this holder as lacking any fragment the entry rolled back:
+/// the order decides those writes (`holders_rule.rs`).
+pub const ACK_FENCED: u32 = 3;

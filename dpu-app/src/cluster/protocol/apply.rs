@@ -43,6 +43,7 @@
 
 use std::collections::HashMap;
 
+use super::ledgers::{Ledgers, Question, Ruled, Step};
 use super::links::Links;
 use super::pool::Pool;
 use super::stall::{Stall, StallWarnings};
@@ -52,10 +53,15 @@ use crate::cluster::format::fates::{
     FateEntry, FateKind, FateRing, CURSOR_AT, DROPPED_AT, ENTRIES_AT, ENTRY_LEN, NEXT_AT,
 };
 use crate::cluster::format::feed::{FeedEntry, FeedError, FeedLog, ENTRY_LEN as FEED_ENTRY_LEN};
+use crate::cluster::format::ledger::Ledger;
+use crate::cluster::holders_rule::Verdict;
 use crate::cluster::order::{Applied, Fate, OrderError, OrderStats, OrderedApply};
 use crate::cluster::sequence::{epoch_of, first_of, sequence_of};
 use crate::fabric::{Op, RawQp};
-use crate::limits::{FATE_READ_ENTRIES, HEADER_PAGE_BYTES, ORDER_CLOSES_MAX, ORDER_WINDOW, WR_INDEX_MAX};
+use crate::limits::{
+    FATE_READ_ENTRIES, HEADER_PAGE_BYTES, LEDGER_ENTRY_BYTES, LEDGER_SCAN_ENTRIES, ORDER_CLOSES_MAX, ORDER_WINDOW,
+    WR_INDEX_MAX,
+};
 
 /// What the applier may use of its node for one call.
 pub struct ApplyCx<'a, Q: RawQp> {
@@ -64,6 +70,8 @@ pub struct ApplyCx<'a, Q: RawQp> {
     pub(super) pool: &'a Pool,
     /// This node's own ring, read in place.
     pub(super) own: &'a FateRing,
+    /// This node's stamp ledger, read in place (its fences, its entries).
+    pub(super) ledger: Option<&'a Ledger>,
 }
 
 /// Where the applier is with one node's ring.
@@ -84,6 +92,9 @@ enum Reading {
     Probe(u64),
     /// Catching up: entries (how many) of the peer's change feed from this position.
     Feed(u64, u64),
+    /// The peer's stamp ledger (`ledgers.rs`): a step of the question under way, or
+    /// (`false`) its fence slots alone.
+    Ledger(Step, bool),
 }
 
 /// Catching up from a peer's change feed (see the module doc).
@@ -117,6 +128,9 @@ struct CatchUp {
     past: u64,
     /// The copy is done: the order starts again at `upto`.
     done: bool,
+    /// Started for a gone writer's ring, not a lost one: with no peer ahead it is
+    /// given up, nothing is marked missing.
+    for_gone: bool,
 }
 
 impl CatchUp {
@@ -135,6 +149,7 @@ impl CatchUp {
             rounds: 0,
             past: 0,
             done: false,
+            for_gone: false,
         }
     }
 }
@@ -181,6 +196,8 @@ struct Source {
     lost: bool,
     /// It has taken an entry of the ring since it (re)started reading it.
     started: bool,
+    /// The next READ of this peer is the ledgers' if they want one.
+    ledger_turn: bool,
 }
 
 /// What the applier counts.
@@ -211,6 +228,15 @@ pub struct ApplyStats {
     pub conflicts: u64,
     /// Feed appends that failed.
     pub feed_errors: u64,
+    /// Questions asked of the holders' ledgers (`ledgers.rs`).
+    pub ledger_questions: u64,
+    /// Stamps decided by the holders' rule from the ledgers.
+    pub ruled: u64,
+    /// Scans of a gone writer's part of the ledgers that fence it.
+    pub scans: u64,
+    /// Catch-ups from a peer's feed started past a gone writer's ring (see
+    /// `ask_ledgers`).
+    pub gone_catch_ups: u64,
 }
 
 /// The node's ordered apply.
@@ -219,8 +245,9 @@ pub struct Applier {
     order: OrderedApply,
     feed: FeedLog,
     sources: Vec<Source>,
-    /// Stamps some ring shows Pending, and that ring's node.
-    pending: HashMap<u64, u8>,
+    /// Stamps some ring shows Pending, and that ring's node and entry, and when it was
+    /// first seen so.
+    pending: HashMap<u64, (u8, FateEntry, u64)>,
     /// Blocks the rings record that reach past the cursor, and their nodes: their
     /// writers account for every stamp in them (used, or unused when dropped), so no
     /// roll is needed there.
@@ -238,6 +265,24 @@ pub struct Applier {
     catch: Option<CatchUp>,
     /// Warnings about a hole that stays open.
     warnings: StallWarnings,
+    /// The holders' ledgers, for stamps the rings do not decide in time (`ledgers.rs`),
+    /// and where a READ of one is copied out of the pool.
+    ledgers: Ledgers,
+    ledger_buf: Box<[u8]>,
+    /// The order has stood this long before the ledgers are asked.
+    rule_after_ns: u64,
+    /// When the fences were last read, and the stamp last asked of the ledgers and when.
+    fences_read_ns: u64,
+    /// The epoch every ring but gone writers' was first seen past, and when.
+    past_at: Option<(u32, u64)>,
+    /// When a catch-up past a gone writer's ring last started or gave up.
+    gone_catch_ns: u64,
+    /// The rings the complete epoch was taken past without (their writers gone).
+    complete_gone: u32,
+    asked: (u64, u64),
+    /// Stamps the ledgers decided, and decided fates of writers this node fences: for
+    /// the node (its store, and its own ring's stamps).
+    decided: Vec<Ruled>,
     /// Counters.
     pub stats: ApplyStats,
 }
@@ -250,12 +295,22 @@ impl std::fmt::Debug for Applier {
 
 impl Applier {
     /// The applier of node `me` of `n`, resuming at the cursor `own` keeps, with its
-    /// feed `feed`; rings are read again every `reread_ns` while nothing moves.
-    pub fn new(me: u8, n: usize, own: &FateRing, feed: FeedLog, reread_ns: u64, now: Now) -> Result<Self, OrderError> {
+    /// feed `feed`; rings are read again every `reread_ns` while nothing moves, and the
+    /// holders' ledgers `ledgers` are asked once the order stood `rule_after_ns`.
+    pub fn new(
+        me: u8,
+        n: usize,
+        own: &FateRing,
+        feed: FeedLog,
+        reread_ns: u64,
+        ledgers: Ledgers,
+        now: Now,
+    ) -> Result<Self, OrderError> {
         let cursor = match own.cursor() {
             0 => first_of(1),
             c => c,
         };
+        let rule_after_ns = ledgers.rule_after_ns();
         Ok(Self {
             me,
             order: OrderedApply::new(cursor)?,
@@ -270,6 +325,15 @@ impl Applier {
             reread_ns,
             catch: None,
             warnings: StallWarnings::default(),
+            ledgers,
+            ledger_buf: vec![0u8; LEDGER_SCAN_ENTRIES as usize * LEDGER_ENTRY_BYTES].into_boxed_slice(),
+            rule_after_ns,
+            fences_read_ns: 0,
+            past_at: None,
+            gone_catch_ns: 0,
+            complete_gone: 0,
+            asked: (0, 0),
+            decided: Vec::new(),
             stats: ApplyStats::default(),
         })
     }
@@ -304,12 +368,20 @@ impl Applier {
     /// past `after_ns`, every ring was read since, and no roll was asked for it yet.
     pub fn wants_roll(&mut self, leading: u32, after_ns: u64, now: Now) -> bool {
         let c = self.order.cursor();
+        // A gone writer's block or ring holds nothing up once its epoch is past: the
+        // ledgers decide its stamps (`ledgers.rs`).
+        let gone = |j: u8| self.ledgers.gone(j);
+        // A stamp of a block its writer recorded is the writer's to account for (used,
+        // or its rest dropped); one still unaccounted for twice as long is rolled over
+        // all the same (a rest the writer could not record: its ring was full).
+        let in_block = self.blocks.iter().any(|&(ref b, j)| b.contains(&c) && !gone(j));
         let ready = epoch_of(c) == leading
             && !self.pending.contains_key(&c)
-            && !self.blocks.iter().any(|(b, _)| b.contains(&c))
+            && (!in_block || self.stuck_ns(now) >= 2 * after_ns)
             && self.rolled_at != c
             && self.stuck_ns(now) >= after_ns
-            && self.sources.iter().all(|s| s.next != 0 && !s.lost && s.read_ns > self.stuck.1);
+            && (self.sources.iter().enumerate())
+                .all(|(j, s)| (s.next != 0 && !s.lost && s.read_ns > self.stuck.1) || gone(j as u8));
         if ready {
             self.rolled_at = c;
         }
@@ -328,6 +400,7 @@ impl Applier {
                 busy |= self.post_read(cx, j, now);
             }
         }
+        busy |= self.ask_ledgers(cx.ledger, cx.own, now);
         busy |= self.settle_epochs(now);
         busy |= self.release(cx.own, now);
         // The whole stall (who holds the stamp, which rings went unread) only when a
@@ -352,13 +425,34 @@ impl Applier {
         let held_by = self
             .pending
             .get(&version)
-            .copied()
+            .map(|&(j, _, _)| j)
             .or_else(|| self.blocks.iter().find(|(b, _)| b.contains(&version)).map(|&(_, j)| j));
         let silent_ns = READ_GIVEN_UP_REREADS * self.reread_ns;
         let unread = (self.sources.iter().enumerate())
             .filter(|&(j, s)| j != self.me as usize && now_ns.saturating_sub(s.read_ns) >= silent_ns)
             .fold(0u64, |bits, (j, _)| bits | 1 << j);
         Some(Stall { version, open_ns, held_by, unread })
+    }
+
+    /// Where this applier stands with each ring and epoch (for a failure's message):
+    /// per ring its newest epoch, next position, whether it lost entries, whether its
+    /// writer is gone; the epoch known complete.
+    pub fn debug_state(&self) -> String {
+        let rings: Vec<String> = (self.sources.iter().enumerate())
+            .map(|(j, s)| {
+                format!("{j}: epoch {} next {} lost {} gone {}", s.epoch, s.next, s.lost, self.ledgers.gone(j as u8))
+            })
+            .collect();
+        let c = self.order.cursor();
+        let at = self.pending.get(&c).map(|&(j, e, _)| (j, e.write_seq, self.ledgers.gone_verdict(j, c)));
+        let blocks: Vec<_> = self.blocks.iter().filter(|(b, _)| b.contains(&c)).collect();
+        format!(
+            "rings [{}], complete {:?}, catching up {}, pending at the cursor {at:?}, blocks {blocks:?}, {}",
+            rings.join("; "),
+            self.complete,
+            self.catch.is_some(),
+            self.ledgers.debug_state()
+        )
     }
 
     /// Warnings logged about holes that stayed open (see `protocol/stall.rs`).
@@ -397,12 +491,24 @@ impl Applier {
             self.give_up_stale(j, now);
             return false;
         }
-        if s.lost || (!s.moved && now.mono_ns < s.read_ns + self.reread_ns) {
-            return false;
-        }
-        let Some(remote) = cx.links.peer(j).filter(|p| p.is_up()).and_then(|p| p.remote).map(|r| r.fates) else {
+        let Some(peer) = cx.links.peer(j).filter(|p| p.is_up()).and_then(|p| p.remote) else {
             return false;
         };
+        // The ledgers' READs (only while the order stands) take turns with the ring's,
+        // so that neither starves the other.
+        let ring_due = !s.lost && (s.moved || now.mono_ns >= s.read_ns + self.reread_ns);
+        if !ring_due || self.sources[j as usize].ledger_turn {
+            self.sources[j as usize].ledger_turn = false;
+            if let Some((step, for_ask, at, len)) = self.ledgers.next_read(j, peer.ledger) {
+                self.post(cx, j, Reading::Ledger(step, for_ask), peer.ledger.at(at), len, now);
+                return true;
+            }
+        }
+        if !ring_due {
+            return false;
+        }
+        self.sources[j as usize].ledger_turn = true;
+        let remote = peer.fates;
         if remote.len <= ENTRIES_AT as u64 {
             return false;
         }
@@ -439,13 +545,187 @@ impl Applier {
     fn settle_bound(&mut self) -> u64 {
         let cursor = self.order.cursor();
         let mut lowest = u64::MAX;
-        for s in &mut self.sources {
+        for (j, s) in self.sources.iter_mut().enumerate() {
             if s.deferred <= cursor {
                 (s.sweep_to, s.ahead, s.deferred) = (s.ahead.max(s.sweep_to), s.next, u64::MAX);
             }
-            lowest = lowest.min(if s.ahead < s.sweep_to { 0 } else { s.deferred });
+            // A gone writer's ring may never be read again: its ledgers stand for it.
+            if !self.ledgers.gone(j as u8) {
+                lowest = lowest.min(if s.ahead < s.sweep_to { 0 } else { s.deferred });
+            }
         }
         lowest
+    }
+
+    /// While the order stands past `rule_after_ns`: reads the fences (this node's in
+    /// place, the peers' once a re-read period), asks the ledgers about the stamp at
+    /// the cursor when its writer is fenced somewhere (its Pending write, or every
+    /// write of a writer fenced out), and takes what they decided. True if anything
+    /// was released into the order.
+    fn ask_ledgers(&mut self, own: Option<&Ledger>, ring: &FateRing, now: Now) -> bool {
+        let give_up_ns = READ_GIVEN_UP_REREADS * self.reread_ns;
+        self.ledgers.finish(now.mono_ns, give_up_ns);
+        self.stats.scans = self.ledgers.scans_done;
+        let mut moved = false;
+        let ruled: Vec<Ruled> = self.ledgers.take_ruled().collect();
+        for r in ruled {
+            moved |= self.rule(r, now);
+        }
+        let c = self.order.cursor();
+        if self.stuck_ns(now) < self.rule_after_ns || self.catch.is_some() {
+            return moved;
+        }
+        if now.mono_ns >= self.fences_read_ns + self.reread_ns {
+            self.fences_read_ns = now.mono_ns;
+            self.ledgers.refresh(own, now.mono_ns);
+        }
+        // A stamp no ring this node read records, while a gone writer's ring stopped
+        // answering before this node read it all: peers that read further may have
+        // released past it. Their feeds hold the order; copy it (`catch_up`). The
+        // live epoch ends only by a roll, which the sequencer asks for only when its
+        // own order stands.
+        let unrecorded = !self.pending.contains_key(&c) && !self.blocks.iter().any(|(b, _)| b.contains(&c));
+        let silent_gone = (0..self.sources.len())
+            .any(|j| self.ledgers.gone(j as u8) && now.mono_ns >= self.sources[j].read_ns + self.rule_after_ns);
+        let long =
+            self.stuck_ns(now) >= 4 * self.rule_after_ns && now.mono_ns >= self.gone_catch_ns + 4 * self.rule_after_ns;
+        if unrecorded && silent_gone && long && self.sources.len() > 1 {
+            self.gone_catch_ns = now.mono_ns;
+            self.stats.gone_catch_ups += 1;
+            let peer = ((usize::from(self.me) + 1) % self.sources.len()) as u8;
+            self.catch = Some(CatchUp { for_gone: true, ..CatchUp::new(peer) });
+            return moved;
+        }
+        // A Pending write of a gone writer: its scan decides, once its fences were seen
+        // whole after the write was (it may have been taken after the writer came back).
+        if let Some(&(w, e, seen_ns)) = self.pending.get(&c) {
+            let ruling = self.ledgers.gone_since(w, seen_ns).then(|| self.ledgers.gone_ruling(w, c)).flatten();
+            if let Some((verdict, key, held)) = ruling {
+                if verdict != Verdict::Undecided {
+                    let key = key.or(Some((e.key_hash, e.tombstone)));
+                    let r = Ruled { version: c, w, key, write: verdict == Verdict::Write, held };
+                    return self.rule(r, now) || moved;
+                }
+            }
+        }
+        if self.ledgers.asking() {
+            return moved;
+        }
+        // A scan of a writer fenced out first: once taken, it decides every stamp of
+        // that writer without another question. Then the Pending writes of fenced
+        // writers in turn, by stamp (the one at the cursor, those behind it whose rings
+        // cannot take another stamp until they decide: a full ring cannot mark the next
+        // epoch, so the cursor's epoch would never end), and this node's own Pending
+        // writes the order went past (marked missing; its ring cannot wrap past them).
+        // A round over them all waits a give-up period before the next.
+        let me = self.me;
+        let (last, at) = self.asked;
+        let entry = |v: u64, w: u8, e: &FateEntry| Question::Entry {
+            w,
+            write_seq: e.write_seq,
+            stamp: v << 8 | u64::from(w),
+            key_hash: e.key_hash,
+            tombstone: e.tombstone,
+        };
+        let others = (self.pending.iter())
+            .filter(|&(&v, &(w, _, _))| v >= c && self.ledgers.fenced_anywhere(w) && !self.ledgers.gone(w))
+            .map(|(&v, &(w, e, _))| (v, entry(v, w, &e)));
+        let own_ring = (self.ledgers.fenced_anywhere(me).then(|| ring.pending_entries()).into_iter().flatten())
+            .filter(|e| e.version < c)
+            .map(|e| (e.version, entry(e.version, me, &e)));
+        let mut next = None;
+        let mut first = None;
+        for (v, q) in others.chain(own_ring) {
+            if v > last && next.is_none_or(|(n, _)| v < n) {
+                next = Some((v, q));
+            }
+            if first.is_none_or(|(f, _)| v < f) {
+                first = Some((v, q));
+            }
+        }
+        let round_over = next.is_none() && now.mono_ns < at + give_up_ns;
+        let scan = (0..self.sources.len() as u8).find(|&j| j != me && self.ledgers.wants_scan(j));
+        let question = match (scan, next, round_over) {
+            (Some(w), _, _) => Some((c, Question::Scan { w })),
+            (None, Some(n), _) => Some(n),
+            (None, None, false) => first,
+            (None, None, true) => None,
+        };
+        if let Some((v, q)) = question {
+            // A new round starts its give-up period when its first question goes.
+            let at = if v > last && matches!(q, Question::Entry { .. }) { at } else { now.mono_ns };
+            self.asked = (v, at);
+            self.stats.ledger_questions += 1;
+            self.ledgers.ask(q, own, now.mono_ns);
+        }
+        moved
+    }
+
+    /// Resolves what the ledgers decided of a stamp, and keeps it for the node.
+    fn rule(&mut self, r: Ruled, now: Now) -> bool {
+        let fate = match (r.write, r.key) {
+            (true, Some((key_hash, tombstone))) => Fate::Write { key_hash, tombstone },
+            (true, None) => return false,
+            (false, _) => Fate::NoOp,
+        };
+        if r.version < self.order.cursor() {
+            // Released already (or marked missing): only its writer's ring takes it.
+            if r.w == self.me {
+                self.stats.ruled += 1;
+                self.decided.push(r);
+            }
+            return false;
+        }
+        match self.order.resolve(r.version, fate, now.mono_ns) {
+            Ok(()) => {
+                self.stats.ruled += 1;
+                self.pending.remove(&r.version);
+                self.decided.push(r);
+                true
+            }
+            Err(OrderError::Ahead { .. }) => false,
+            Err(err) => {
+                self.stats.conflicts += 1;
+                if self.stats.conflicts.is_power_of_two() {
+                    tracing::error!(node = self.me, writer = r.w, error = %err, times = self.stats.conflicts, "the holders' ledgers contradict the order");
+                }
+                false
+            }
+        }
+    }
+
+    /// The fate of unrecorded stamp `c` of an epoch every ring but gone writers' moved
+    /// past: what a gone writer's ledgers say of it, a no-op if none names it; `None`
+    /// while one cannot tell yet.
+    fn gone_fate(&mut self, c: u64) -> Option<Fate> {
+        // A writer the epoch's end was taken without (gone then) that came back: its
+        // stamps are its ring's again, read anew; wait until it is past the epoch.
+        let epoch = epoch_of(c);
+        let back = (0..self.sources.len()).any(|j| {
+            let s = &self.sources[j];
+            self.complete_gone & (1 << j) != 0 && !self.ledgers.gone(j as u8) && (s.epoch <= epoch || s.lost)
+        });
+        if back {
+            return None;
+        }
+        for w in 0..self.sources.len() as u8 {
+            match self.ledgers.gone_ruling(w, c) {
+                None | Some((Verdict::NoOp, _, _)) => {}
+                Some((Verdict::Undecided, _, _)) | Some((Verdict::Write, None, _)) => return None,
+                Some((Verdict::Write, Some((key_hash, tombstone)), held)) => {
+                    self.stats.ruled += 1;
+                    self.decided.push(Ruled { version: c, w, key: Some((key_hash, tombstone)), write: true, held });
+                    return Some(Fate::Write { key_hash, tombstone });
+                }
+            }
+        }
+        Some(Fate::NoOp)
+    }
+
+    /// Stamps the ledgers decided, and decided fates of writers this node fences, since
+    /// the last call (see `node/apply.rs`).
+    pub fn take_decided(&mut self) -> impl Iterator<Item = Ruled> + '_ {
+        self.decided.drain(..)
     }
 
     /// Posts a READ of `len` bytes at `remote` of node `j` into its pool buffer, as
@@ -473,6 +753,9 @@ impl Applier {
     fn give_up_stale(&mut self, j: u8, now: Now) {
         let s = &mut self.sources[j as usize];
         if s.reading != Reading::Idle && now.mono_ns >= s.posted_ns + READ_GIVEN_UP_REREADS * self.reread_ns {
+            if let Reading::Ledger(step, for_ask) = s.reading {
+                self.ledgers.on_read(j, step, for_ask, None, now.mono_ns);
+            }
             s.reading = Reading::Idle;
             self.stats.reads_given_up += 1;
         }
@@ -487,11 +770,23 @@ impl Applier {
             return;
         }
         self.sources[j as usize].reading = Reading::Idle;
+        if let Reading::Ledger(step, for_ask) = s.reading {
+            let len = match step {
+                Step::Slots | Step::After => crate::cluster::format::ledger::FENCES_LEN,
+                Step::Entries { k, .. } => k as usize * crate::cluster::format::ledger::ENTRY_LEN,
+            }
+            .min(self.ledger_buf.len());
+            if ok {
+                pool.read(u32::from(j), &mut self.ledger_buf[..len]);
+            }
+            self.ledgers.on_read(j, step, for_ask, ok.then_some(&self.ledger_buf[..len]), now.mono_ns);
+            return;
+        }
         if !ok {
             return;
         }
         match s.reading {
-            Reading::Idle => {}
+            Reading::Idle | Reading::Ledger(..) => {}
             Reading::Header(entries) => {
                 let (_, next, dropped) = header_words(pool, j);
                 if dropped > self.order.cursor() {
@@ -703,7 +998,14 @@ impl Applier {
         let round = peer <= usize::from(c.peer);
         let wait_until_ns = if round { now.mono_ns + self.reread_ns } else { 0 };
         let rounds = if round { c.rounds.saturating_add(1) } else { c.rounds };
-        *c = CatchUp { refused: c.refused, wait_until_ns, rounds, past: c.past, ..CatchUp::new(peer as u8) };
+        *c = CatchUp {
+            refused: c.refused,
+            wait_until_ns,
+            rounds,
+            past: c.past,
+            for_gone: c.for_gone,
+            ..CatchUp::new(peer as u8)
+        };
     }
 
     /// Catching up: peer `j`'s ring header came back: its cursor, and the highest stamp
@@ -718,8 +1020,15 @@ impl Applier {
         }
         // Not ahead of this node: try another.
         self.next_peer(now);
-        if self.catch.is_some_and(|c| c.rounds >= CATCH_UP_ROUNDS) {
-            self.skip_past_loss(own);
+        if let Some(c) = self.catch.filter(|c| c.rounds >= CATCH_UP_ROUNDS) {
+            if c.for_gone {
+                // Nobody knows more of the gone writer's ring: the order waits (its
+                // epoch ends, or a peer gets ahead).
+                self.catch = None;
+                self.gone_catch_ns = now.mono_ns;
+            } else {
+                self.skip_past_loss(own);
+            }
         }
     }
 
@@ -970,17 +1279,22 @@ impl Applier {
             }
             FateKind::Pending => {
                 if e.version >= cursor {
-                    self.pending.insert(e.version, j);
+                    self.pending.entry(e.version).or_insert((j, *e, now.mono_ns));
                 }
                 return Took::Open;
             }
-            FateKind::Committed => {
+            FateKind::Committed | FateKind::Aborted => {
                 self.pending.remove(&e.version);
-                self.order.resolve(e.version, Fate::Write { key_hash: e.key_hash, tombstone: e.tombstone }, now.mono_ns)
-            }
-            FateKind::Aborted => {
-                self.pending.remove(&e.version);
-                self.order.resolve(e.version, Fate::NoOp, now.mono_ns)
+                let write = e.kind == FateKind::Committed;
+                if self.ledgers.fenced_here(j) && e.version >= cursor {
+                    // This node may hold the write frozen, its rollback not taken: its
+                    // store learns the fate here (`node/apply.rs`).
+                    let key = Some((e.key_hash, e.tombstone));
+                    self.decided.push(Ruled { version: e.version, w: j, key, write, held: 0 });
+                }
+                let fate =
+                    if write { Fate::Write { key_hash: e.key_hash, tombstone: e.tombstone } } else { Fate::NoOp };
+                self.order.resolve(e.version, fate, now.mono_ns)
             }
             FateKind::Unused => {
                 let from = if epoch_of(cursor) == epoch { stamps.start.max(cursor) } else { stamps.start };
@@ -1005,15 +1319,55 @@ impl Applier {
     fn settle_epochs(&mut self, now: Now) -> bool {
         let mut busy = false;
         let epoch = epoch_of(self.order.cursor());
-        if self.complete.is_none_or(|(e, _)| e < epoch) && self.sources.iter().all(|s| s.epoch > epoch && !s.lost) {
-            let end = self.ends.iter().find(|e| e.0 == epoch).map_or(0, |e| e.1).max(self.order.cursor());
+        if self.complete.is_some_and(|(e, _)| e >= epoch) {
+            return false;
+        }
+        // A gone writer's ring counts as past the epoch only once its fences were seen
+        // whole after every other ring was: the epoch was deposed by then, so nothing
+        // of it the writer did after coming back can commit, and a fence read later
+        // shows whether it came back before.
+        let past = |(j, s): (usize, &Source)| (s.epoch > epoch && !s.lost) || self.ledgers.gone(j as u8);
+        if !self.sources.iter().enumerate().all(past) {
+            self.past_at = None;
+            return false;
+        }
+        let since = match self.past_at {
+            Some((e, ns)) if e == epoch => ns,
+            _ => {
+                self.past_at = Some((epoch, now.mono_ns));
+                now.mono_ns
+            }
+        };
+        let confirmed = (self.sources.iter().enumerate())
+            .all(|(j, s)| (s.epoch > epoch && !s.lost) || self.ledgers.gone_since(j as u8, since));
+        if confirmed {
+            // A gone writer's stamps of the epoch are the ones its holders' ledgers
+            // name (`ledgers.rs`): the close is past them too.
+            let scanned = (0..self.sources.len() as u8)
+                .filter(|&j| self.ledgers.gone(j))
+                .flat_map(|j| self.ledgers.scanned(j))
+                .filter(|&v| epoch_of(v) == epoch)
+                .map(|v| v + 1)
+                .max()
+                .unwrap_or(0);
+            let end = self.ends.iter().find(|e| e.0 == epoch).map_or(0, |e| e.1).max(self.order.cursor()).max(scanned);
             // The first sequence never recorded: an end at the epoch's last sequence
             // wraps into the next epoch's number.
             let end_seq =
                 if epoch_of(end) > epoch { 1 << crate::limits::SEQUENCE_BITS } else { sequence_of(end).max(1) };
             match self.order.close_epoch(epoch, end_seq, now.mono_ns) {
                 Ok(()) => {
+                    tracing::debug!(
+                        node = self.me,
+                        epoch,
+                        end,
+                        gone = ?(0..self.sources.len() as u8).filter(|&j| self.ledgers.gone(j)).collect::<Vec<_>>(),
+                        "every ring is past the epoch: it is complete"
+                    );
                     self.complete = Some((epoch, end));
+                    self.complete_gone = (self.sources.iter().enumerate())
+                        .filter(|&(_, s)| s.epoch <= epoch || s.lost)
+                        .fold(0, |m, (j, _)| m | 1 << j);
                     busy = true;
                 }
                 Err(err) => {
@@ -1038,9 +1392,20 @@ impl Applier {
             let c = self.order.cursor();
             match self.complete {
                 Some((e, end)) if epoch_of(c) == e && c < end && !self.pending.contains_key(&c) && c < bound => {
-                    // Every ring moved past this epoch without recording the stamp.
-                    self.stats.unrecorded += 1;
-                    if let Err(err) = self.order.resolve(c, Fate::NoOp, now.mono_ns) {
+                    tracing::trace!(
+                        node = self.me,
+                        stamp = c,
+                        epoch = e,
+                        end,
+                        "an unrecorded stamp of a complete epoch"
+                    );
+                    // Every ring moved past this epoch without recording the stamp; a
+                    // gone writer's holders may name it.
+                    let Some(fate) = self.gone_fate(c) else { break };
+                    if fate == Fate::NoOp {
+                        self.stats.unrecorded += 1;
+                    }
+                    if let Err(err) = self.order.resolve(c, fate, now.mono_ns) {
                         self.stats.conflicts += 1;
                         tracing::error!(node = self.me, error = %err, "settling an unrecorded stamp");
                         break;
@@ -1115,6 +1480,7 @@ const FRESH: Source = Source {
     moved: true,
     lost: false,
     started: false,
+    ledger_turn: false,
 };
 
 /// Feed entries per catch-up READ: what a ring chunk's pool buffer holds.
@@ -1162,7 +1528,9 @@ mod tests {
         let fabric = net.node().unwrap();
         let ring = FateRing::open(&fabric, &dir.file("fates.prfate"), 0, ring_entries).unwrap();
         let feed = FeedLog::open(&dir.file("feed.prfeed"), 0, 1 << 14).unwrap();
-        let applier = Applier::new(0, 1, &ring, feed, 1_000_000, Now { mono_ns: 0, wall_us: 0 }).unwrap();
+        let ledgers = Ledgers::new(0, 1, 1, 1, crate::cluster::placement::Placement::all_storage(1), 1_000_000);
+        let now = Now { mono_ns: 0, wall_us: 0 };
+        let applier = Applier::new(0, 1, &ring, feed, 1_000_000, ledgers, now).unwrap();
         let links = Links::new(0, vec![None], QpOptions::default(), 0, 0);
         let pool = Pool::new(&fabric, 1, FATE_READ_ENTRIES as usize * ENTRY_LEN, Access::LOCAL_WRITE).unwrap();
         (fabric, ring, applier, links, pool)
@@ -1171,7 +1539,7 @@ mod tests {
     /// Polls until the cursor passes `past` or `rounds` polls went by (1 ms apart).
     fn poll_until(a: &mut Applier, ring: &FateRing, links: &mut Links<Qp>, pool: &Pool, past: u64, rounds: u64) -> u64 {
         for t in 1..=rounds {
-            let mut cx = ApplyCx { links: &mut *links, pool, own: ring };
+            let mut cx = ApplyCx { links: &mut *links, pool, own: ring, ledger: None };
             a.poll(&mut cx, Now { mono_ns: t * 1_000_000, wall_us: 0 });
             if a.cursor() > past {
                 break;

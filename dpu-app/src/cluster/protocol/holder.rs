@@ -16,7 +16,7 @@
 
 use std::sync::Arc;
 
-use super::ack::{ACK_FLAG, ACK_FULL, ACK_OK, ACK_REFUSED};
+use super::ack::{ACK_FENCED, ACK_FLAG, ACK_FULL, ACK_OK, ACK_REFUSED};
 use super::links::Links;
 use super::noisy::Noisy;
 use super::pool::Pools;
@@ -24,7 +24,7 @@ use super::stats::NodeStats;
 use super::wr::{Kind, WrId};
 use crate::cluster::format::control::ControlBlock;
 use crate::cluster::format::entry::{EntryKind, Outcome as Decision, HEADER_LEN as ENTRY_HEADER_LEN};
-use crate::cluster::format::ledger::Ledger;
+use crate::cluster::format::ledger::{Ledger, LedgerState};
 use crate::cluster::format::log::{EntryBuf, FragmentLog};
 use crate::cluster::format::record::RecordRepr;
 use crate::cluster::format::store::{Inserted, Store, StoreError};
@@ -189,6 +189,12 @@ impl Holder {
                     cx.stats.entries_refused += 1;
                     return ACK_REFUSED;
                 }
+                // A fenced writer's frozen writes take no fragment (`fence.rs`); a
+                // repair's is of a committed write, and stays out of the ledger.
+                if !header.repair && frozen(self.ledger.as_ref(), w, header.write_seq) {
+                    cx.stats.fenced_refused += 1;
+                    return ACK_FENCED;
+                }
                 // A repair's fragment is of a write its writer decided Committed, which
                 // a deposed epoch may have done before the claim: only the writes' own
                 // fragments are refused.
@@ -245,11 +251,20 @@ impl Holder {
                         return ACK_REFUSED;
                     }
                 };
+                let mut status = ACK_OK;
                 for r in records {
                     let Ok(r) = r else {
                         cx.stats.entries_refused += 1;
                         return ACK_REFUSED;
                     };
+                    // The rollback of a frozen write held here is not taken: the order
+                    // decides it by the holders' rule, and this node's store learns
+                    // the fate from its own order (`node/apply.rs`).
+                    if r.outcome == Decision::Aborted && frozen_held(self.ledger.as_ref(), w, r.write_seq, r.stamp) {
+                        cx.stats.fenced_refused += 1;
+                        status = ACK_FENCED;
+                        continue;
+                    }
                     let res = cx.store.resolve(r.key_hash, r.stamp, r.outcome);
                     tracing::trace!(node = me, writer = w, stamp = r.stamp, write_seq = r.write_seq, outcome = ?r.outcome, ?res, "outcome applied");
                     let Some(ledger) = self.ledger.as_ref().filter(|_| r.outcome == Decision::Aborted) else {
@@ -260,7 +275,7 @@ impl Holder {
                         return ACK_FULL;
                     }
                 }
-                ACK_OK
+                status
             }
         }
     }
@@ -352,4 +367,17 @@ impl Holder {
             }
         }
     }
+}
+
+/// Writer `w`'s write `write_seq` is frozen in `ledger`: this node fenced `w` and the
+/// fence covers it (`fence.rs`).
+fn frozen(ledger: Option<&Ledger>, w: u8, write_seq: u64) -> bool {
+    ledger.and_then(|l| l.fence_of(w)).is_some_and(|f| f.freezes(write_seq))
+}
+
+/// Writer `w`'s write `write_seq` (stamp `stamp`) is frozen in `ledger` and its fragment
+/// held there (accepted, not rolled back).
+fn frozen_held(ledger: Option<&Ledger>, w: u8, write_seq: u64, stamp: u64) -> bool {
+    frozen(ledger, w, write_seq)
+        && ledger.and_then(|l| l.at(w, write_seq)).is_some_and(|e| e.stamp == stamp && e.state == LedgerState::Held)
 }

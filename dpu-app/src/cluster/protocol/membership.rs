@@ -43,6 +43,7 @@ use crate::cluster::format::control::{
     first_epoch, ControlBlock, ControlView, CONTROL_BYTES, SUSPICIONS_PER_INCARNATION_MAX,
 };
 use crate::cluster::format::hello::HelloRepr;
+use crate::cluster::format::ledger::Ledger;
 use crate::cluster::format::log::LogGeometry;
 use crate::cluster::format::store::Store;
 use crate::cluster::run::rendezvous::Mailbox;
@@ -72,6 +73,8 @@ pub(super) struct Membership {
     mailbox: Box<dyn Mailbox>,
     /// Per peer, an offer that waits for the link to drain before it is answered.
     pending_offers: Vec<Option<HelloRepr>>,
+    /// Silence after which a writer is fenced (sequencer mode).
+    fence_after_ns: Option<u64>,
 }
 
 impl std::fmt::Debug for Membership {
@@ -120,6 +123,8 @@ pub(super) struct Advert<'a> {
     pub fates: Option<RemoteRegion>,
     /// The change feed's registration (sequencer mode).
     pub feed: Option<RemoteRegion>,
+    /// The stamp ledger (sequencer mode): advertised, and where fences are kept.
+    pub ledger: Option<&'a Ledger>,
 }
 
 /// What membership and connection setup may touch of the node.
@@ -177,7 +182,13 @@ impl Membership {
             lease_until_ns: 0,
             mailbox,
             pending_offers: (0..config.nodes.len()).map(|_| None).collect(),
+            fence_after_ns: config.ordering.sequencer().map(|s| s.fence_after_ns(config.dead_after_us)),
         }
+    }
+
+    /// Silence after which a writer is fenced (sequencer mode).
+    pub(super) fn fence_after_ns(&self) -> Option<u64> {
+        self.fence_after_ns
     }
 
     /// The mailbox, for the node that takes over this one's network endpoint.

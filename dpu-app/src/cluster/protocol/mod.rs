@@ -13,7 +13,8 @@
 //!   writers' fragments (`holder.rs`), the writer (`replicate.rs`, one write's state
 //!   machine in [`mod@write`]), the repairer ([`repair`]), predictor leases ([`lease`]),
 //!   directory jobs (`jobs.rs`, one job's rounds in [`slotjob`]), membership with
-//!   connection setup (`membership.rs`, `connect.rs`), and in sequencer mode the
+//!   connection setup (`membership.rs`, `connect.rs`, the fences of silent writers in
+//!   `fence.rs`), and in sequencer mode the
 //!   sequencer ([`sequencer`]) and the ordered apply ([`apply`]). No role file imports
 //!   another role's file or `node.rs`.
 //! - The shared lower modules the roles and the node both use: [`slots`] (generation
@@ -27,12 +28,14 @@
 mod ack;
 pub mod apply;
 mod connect;
+mod fence;
 pub mod get;
 mod holder;
 mod host_directory;
 mod host_memory;
 mod jobs;
 pub mod lease;
+pub mod ledgers;
 pub mod links;
 mod membership;
 pub mod node;

@@ -52,6 +52,7 @@ use crate::cluster::format::log::{EntryBuf, FragmentLog};
 use crate::cluster::format::outcome::OutcomeTable;
 use crate::cluster::format::store::{Store, StoreGeometry};
 use crate::cluster::hlc::{Hlc, HlcFloor};
+use crate::cluster::protocol::ledgers::Ledgers;
 use crate::cluster::run::rendezvous::Mailbox;
 use crate::fabric::swift::SwiftConfig;
 use crate::fabric::{
@@ -406,7 +407,13 @@ impl<F: Fabric> Node<F> {
                     .map_err(Error::Feed)?;
                 // Peers that fell behind copy from it.
                 feed.register(&*fabric).map_err(Error::Feed)?;
-                Some(Applier::new(me, n, s.fates(), feed, config.heartbeat_us * 1_000, now).map_err(Error::Order)?)
+                // The ledgers are asked once an order has stood a failure-detection bound.
+                let rule_after_ns = config.dead_after_us * 1_000;
+                let ledgers =
+                    Ledgers::new(me, n, config.quorum as u32, config.k + config.m, config.placement(), rule_after_ns);
+                let reread_ns = config.heartbeat_us * 1_000;
+                let applier = Applier::new(me, n, s.fates(), feed, reread_ns, ledgers, now);
+                Some(applier.map_err(Error::Order)?)
             }
         };
 
@@ -430,11 +437,12 @@ impl<F: Fabric> Node<F> {
                 .map_err(fab)?,
             // The stamp FETCH_ADD's and the claim CASes' results.
             seq: Pool::new(&*fabric, super::sequencer::POOL_WORDS, 8, Access::LOCAL_WRITE).map_err(fab)?,
-            // A chunk of a peer's fate ring per peer (sequencer mode; one slot otherwise).
+            // A chunk of a peer's fate ring, or of its stamp ledger, per peer (sequencer
+            // mode; one slot otherwise).
             fates: Pool::new(
                 &*fabric,
                 if sequencer.is_some() { n as u32 } else { 1 },
-                FATE_READ_ENTRIES as usize * FATE_ENTRY_BYTES,
+                (FATE_READ_ENTRIES as usize * FATE_ENTRY_BYTES).max(LEDGER_SCAN_ENTRIES as usize * LEDGER_ENTRY_BYTES),
                 Access::LOCAL_WRITE,
             )
             .map_err(fab)?,

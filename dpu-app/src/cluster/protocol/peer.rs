@@ -140,6 +140,8 @@ pub struct Remote {
     pub fates: RemoteRegion,
     /// Its change feed (sequencer mode; zero length otherwise).
     pub feed: RemoteRegion,
+    /// Its stamp ledger (sequencer mode; zero otherwise).
+    pub ledger: RemoteRegion,
 }
 
 /// An entry this node wrote into the peer's log, awaiting its acknowledgement.

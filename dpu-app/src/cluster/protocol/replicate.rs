@@ -246,6 +246,18 @@ pub(super) fn post_fragment_entry<Q: RawQp>(
     links.post(h, ids.1, Op::Write { remote: remote.log.at(log_at), imm: Some((seq & 0x7fff_ffff) as u32) }, buf);
 }
 
+/// What a holder answered to an outcome notice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NoticeAnswer {
+    /// Every record taken (`ACK_OK`).
+    Taken,
+    /// Taken but for the rollbacks of writes the holder keeps frozen, unknown which
+    /// (`ACK_FENCED`, `fence.rs`).
+    Fenced,
+    /// Lost with its link, or refused.
+    Lost,
+}
+
 /// The writer: the writes in flight and everything only they use.
 #[derive(Debug)]
 pub struct Writer {
@@ -1125,11 +1137,16 @@ impl Writer {
                 }
             }
         }
-        self.rollback_marks(cx, id);
+        // A rollback not settled yet may still turn out a write (the holders' rule, once
+        // holders fence this node: `fence.rs`): its marks go Invalid, right whatever
+        // the order decides, instead of back to what they replaced.
+        let open = self.writes.get(id).is_some_and(|w| w.rollback_open);
+        self.rollback_marks(cx, id, open);
     }
 
-    /// Rolls the write's placed marks back to what they replaced.
-    fn rollback_marks<Q: RawQp>(&mut self, cx: &mut WriteCx<'_, Q>, id: WriteId) {
+    /// Rolls the write's placed marks back to what they replaced, or (`invalidate`)
+    /// turns them Invalid.
+    fn rollback_marks<Q: RawQp>(&mut self, cx: &mut WriteCx<'_, Q>, id: WriteId, invalidate: bool) {
         for j in 0..cx.n as u8 {
             let Some(w) = self.writes.get_mut(id) else { return };
             let Mark::Placed { placed, prior } = w.mark(j) else { continue };
@@ -1138,11 +1155,12 @@ impl Writer {
                 continue;
             }
             let slot = slot_for(cx.links, cx.me, cx.directory_slots, j, w.key_id);
+            let intent = if invalidate { Intent::Commit { placed } } else { Intent::Rollback { placed, prior } };
             self.effects.push_back(WriteEffect::StartJob {
                 owner: Owner::Detached,
                 host: j,
                 slot,
-                intent: Intent::Rollback { placed, prior },
+                intent,
                 guess: Some(placed.pack()),
             });
         }
@@ -1275,6 +1293,34 @@ impl Writer {
         }
     }
 
+    /// The order decided this node's write of stamp `stamp` by the holders' ledgers
+    /// (`ledgers.rs`), a write or not (`holding`: the holders read holding its fragment),
+    /// and the fate ring took it. A write still waiting for its rollback to settle is
+    /// answered: `NotDurable` if not a write; a write keeps waiting for its bound and is
+    /// answered `Unavailable` (its holders commit it as their orders release it, so a
+    /// GET right after an OK might not see it yet). Its outcome entry takes the decision
+    /// ([`OutcomeTable::take_ordered`]); for a write, returns its number: the resyncs
+    /// must go over it again (repairs, then the decision).
+    pub fn adopted(&mut self, outcomes: &mut OutcomeTable, stamp: u64, write: bool, holding: u32) -> Option<u64> {
+        if let Some((_, w)) = self.writes.iter_mut().find(|(_, w)| w.stamp == stamp) {
+            if !write {
+                w.rollback_open = false;
+            }
+        }
+        let mut found = None;
+        let _ = outcomes.unsettled(|e| {
+            if e.stamp() == stamp {
+                found = Some(e.write_seq());
+            }
+        });
+        let write_seq = found?;
+        if let Err(e) = outcomes.take_ordered(write_seq, write, holding) {
+            tracing::error!(error = %e, write_seq, "cannot record the order's decision of a rolled-back write");
+            return None;
+        }
+        write.then_some(write_seq)
+    }
+
     /// Notice slots free, and records waiting per peer (for diagnostics).
     pub fn notices_debug(&self) -> String {
         format!(
@@ -1354,13 +1400,20 @@ impl Writer {
         busy
     }
 
-    /// Notice `notice` to `peer` was acknowledged (`ok`) or lost.
-    pub fn notice_done<Q: RawQp>(&mut self, cx: &mut WriteCx<'_, Q>, notice: NoticeId, peer: u8, ok: bool) {
+    /// Notice `notice` to `peer` was taken, taken but for the rollbacks of writes the
+    /// peer keeps frozen, or lost.
+    pub fn notice_done<Q: RawQp>(&mut self, cx: &mut WriteCx<'_, Q>, notice: NoticeId, peer: u8, answer: NoticeAnswer) {
+        let ok = answer == NoticeAnswer::Taken;
+        let fenced = answer == NoticeAnswer::Fenced;
         let me = cx.me;
         let Some(mut batch) = self.notices.in_flight.remove(notice) else {
             unreachable!("node {me}: notice {notice:?} to node {peer} settled twice")
         };
         for p in batch.drain(..) {
+            // A fenced peer took every record but the rollbacks of writes it keeps
+            // frozen, and does not say which: its rollbacks count for nothing (the
+            // order decides those writes), its commits as taken.
+            let ok = ok || (fenced && p.record.outcome == Decision::Committed);
             if ok {
                 // Settles the outcome table entry (also for resynced, long-gone writes).
                 match cx.outcomes.set_decided(p.record.write_seq, peer) {
@@ -1380,6 +1433,9 @@ impl Writer {
                         }
                     }
                 }
+            }
+            if fenced && !ok {
+                cx.stats.rollbacks_fenced += 1;
             }
             let Some(id) = p.owner else { continue };
             let Some(w) = self.writes.get_mut(id) else { continue };

@@ -103,6 +103,14 @@ impl Rollbacks {
         true
     }
 
+    /// Stamp `version` was decided otherwise (by the order, from the holders' ledgers):
+    /// it waits no more.
+    pub fn forget(&mut self, version: u64) {
+        if let Some(i) = self.waiting.iter().position(|r| r.version == version) {
+            self.waiting.swap_remove(i);
+        }
+    }
+
     /// Rollbacks waiting.
     pub fn len(&self) -> usize {
         self.waiting.len()

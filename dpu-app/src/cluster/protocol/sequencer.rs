@@ -153,6 +153,8 @@ pub struct SeqStats {
     pub fates_full: u64,
     /// Times this node found itself deposed while it sequenced.
     pub deposed: u64,
+    /// Pending stamps of this node the order decided by the holders' ledgers.
+    pub adopted: u64,
     /// Rollbacks the table of those waiting for enough holders had no room for: their
     /// stamps stay Pending until the next restart (`rollbacks.rs`).
     pub rollbacks_full: u64,
@@ -404,6 +406,22 @@ impl Sequencer {
                 false
             }
         }
+    }
+
+    /// The order decided this node's stamp `version` by the holders' ledgers
+    /// (`ledgers.rs`): a write, or not. Its fate is recorded so if the ring still has it
+    /// Pending (true then), and a rollback waiting for its holders is forgotten.
+    pub fn take_ordered_fate(&mut self, version: u64, write: bool) -> bool {
+        self.rollbacks.forget(version);
+        if self.last_taken == Some(version) {
+            self.last_taken = None;
+        }
+        let kind = if write { FateKind::Committed } else { FateKind::Aborted };
+        let settled = self.fates.settle(version, kind);
+        if settled {
+            self.stats.adopted += 1;
+        }
+        settled
     }
 
     /// Holder `h` persisted the rollback of the write that took stamp `version`: its

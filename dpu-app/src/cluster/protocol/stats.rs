@@ -104,6 +104,16 @@ pub struct NodeStats {
     pub revocations: u64,
     /// Peers declared dead.
     pub dead_declared: u64,
+    /// Queue pair bring-ups that failed (a stale hello's endpoint, mostly).
+    pub connects_failed: u64,
+    /// Silent peers this node fenced (sequencer mode, `protocol/fence.rs`).
+    pub fences: u64,
+    /// Fences narrowed when their peer connected again.
+    pub fences_narrowed: u64,
+    /// Fragments and rollbacks of fenced writers' frozen writes not taken.
+    pub fenced_refused: u64,
+    /// Rollbacks this writer sent that a holder that fenced it may not have taken.
+    pub rollbacks_fenced: u64,
     /// Pending marks of dead writers cleared.
     pub marks_cleared: u64,
     /// Links lost.
@@ -169,6 +179,11 @@ impl NodeStats {
             suspicions: 0,
             revocations: 0,
             dead_declared: 0,
+            connects_failed: 0,
+            fences: 0,
+            fences_narrowed: 0,
+            fenced_refused: 0,
+            rollbacks_fenced: 0,
             marks_cleared: 0,
             links_lost: 0,
             fragments_held: 0,
@@ -313,10 +328,15 @@ impl NodeStats {
         s.push('\n');
         let faults = [
             ("links lost", self.links_lost),
+            ("connection set-ups failed (stale hellos)", self.connects_failed),
             ("suspicions", self.suspicions),
             ("directory revocations", self.revocations),
             ("peers declared dead", self.dead_declared),
             ("dead writers' marks cleared", self.marks_cleared),
+            ("silent writers fenced", self.fences),
+            ("fences narrowed (writer back)", self.fences_narrowed),
+            ("frozen writes' fragments and rollbacks not taken", self.fenced_refused),
+            ("rollbacks a fencing holder may not have taken", self.rollbacks_fenced),
             ("entries refused", self.entries_refused),
             ("entries replayed after restart", self.entries_replayed),
             ("store full", self.store_full),

@@ -3,8 +3,10 @@
 //! the epoch over a hole no ring records.
 
 use super::Node;
+use crate::cluster::format::entry::Outcome as Decision;
 use crate::cluster::format::feed::{FeedEntry, FeedError};
 use crate::cluster::protocol::apply::{ApplyCx, ApplyStats};
+use crate::cluster::protocol::peer::rewind;
 use crate::cluster::protocol::sequencer::SeqCx;
 use crate::cluster::protocol::stall::Stall;
 use crate::cluster::protocol::time::Now;
@@ -16,8 +18,29 @@ impl<F: Fabric> Node<F> {
     /// One round of the ordered apply (sequencer mode).
     pub(in crate::cluster::protocol) fn poll_apply(&mut self, now: Now) -> bool {
         let (Some(applier), Some(sequencer)) = (self.applier.as_mut(), self.sequencer.as_mut()) else { return false };
-        let mut cx = ApplyCx { links: &mut self.links, pool: &self.pools.fates, own: sequencer.fates() };
+        let ledger = self.holder.ledger();
+        let mut cx = ApplyCx { links: &mut self.links, pool: &self.pools.fates, own: sequencer.fates(), ledger };
         let busy = applier.poll(&mut cx, now);
+        // What the order decided from the holders' ledgers, and fates of writers this
+        // node fences: this node's store takes each (a frozen fragment's rollback was
+        // not taken), and its own ring and writes take their own stamps' fates.
+        for r in applier.take_decided() {
+            let stamp = r.version << 8 | u64::from(r.w);
+            if let Some((key_hash, _)) = r.key {
+                let decision = if r.write { Decision::Committed } else { Decision::Aborted };
+                let _ = self.store.resolve(key_hash, stamp, decision);
+            }
+            if r.w == self.me && sequencer.take_ordered_fate(r.version, r.write) {
+                if let Some(seq) = self.writer.adopted(&mut self.outcomes, stamp, r.write, r.held) {
+                    // A write after all: every holder without its fragment gets it
+                    // repaired, then the decision (this node's own too).
+                    for p in self.links.iter_mut() {
+                        rewind(&mut p.resync, seq);
+                    }
+                    rewind(&mut self.own_resync, seq);
+                }
+            }
+        }
         if let Some(leading) = sequencer.leading() {
             let after_ns = HOLE_ROLL_DEAD_AFTERS * self.config.dead_after_us * 1_000;
             if applier.wants_roll(leading, after_ns, now) {
@@ -76,6 +99,12 @@ impl<F: Fabric> Node<F> {
     /// (see `protocol/stall.rs`); `None` also in HLC mode.
     pub fn order_stall(&self, now_ns: u64) -> Option<Stall> {
         self.applier.as_ref().and_then(|a| a.stall(now_ns))
+    }
+
+    /// The ordered apply's state with each ring (for a failure's message; `None` in HLC
+    /// mode).
+    pub fn order_debug(&self) -> Option<String> {
+        self.applier.as_ref().map(|a| a.debug_state())
     }
 
     /// Warnings this node logged about holes that stayed open (0 in HLC mode).

@@ -41,6 +41,7 @@ impl<F: Fabric> Node<F> {
                 next_write_seq: self.writer.next_write_seq(),
                 fates: self.sequencer.as_ref().map(|s| s.fates().remote()),
                 feed: self.applier.as_ref().and_then(|a| a.feed().remote()),
+                ledger: self.holder.ledger(),
             },
         };
         (&mut self.membership, cx)
@@ -74,6 +75,18 @@ impl<F: Fabric> Node<F> {
                 // Writes waiting on the dead peer's fragment stop waiting.
                 self.writer.holder_dead(j);
             }
+            let (m, mut cx) = self.membership_parts();
+            m.check_fence(&mut cx, j, now);
+        }
+        // Committed writes' entries stop waiting for holders fenced whole, and for one
+        // back from a fence until its resync has gone over the table (else the entries
+        // it missed would stop this node's writes until then).
+        if let Some(ledger) = self.holder.ledger() {
+            let resyncing = |j: u8| self.links.peer(j).is_some_and(|p| p.resync.is_some());
+            let excused = (0..self.n as u8)
+                .filter(|&j| ledger.fence_of(j).is_some_and(|f| f.is_whole() || resyncing(j)))
+                .fold(0, |m, j| m | 1 << j);
+            self.outcomes.excuse(excused);
         }
         self.resync_own(now);
         let (m, mut cx) = self.membership_parts();

@@ -17,12 +17,12 @@ use super::Node;
 use crate::cluster::config::Invalidation;
 use crate::cluster::format::entry::{EntryRepr, Outcome as Decision, OutcomeRecordRepr};
 use crate::cluster::format::outcome::WriteState;
-use crate::cluster::protocol::ack::ACK_OK;
+use crate::cluster::protocol::ack::{ACK_FENCED, ACK_OK};
 use crate::cluster::protocol::lease::LeaseMark;
 use crate::cluster::protocol::noisy::Noisy;
 use crate::cluster::protocol::peer::Sent;
 use crate::cluster::protocol::replicate::{
-    post_fragment_entry, slot_for, Held, HeldNext, WriteCx, WriteEffect, Writer,
+    post_fragment_entry, slot_for, Held, HeldNext, NoticeAnswer, WriteCx, WriteEffect, Writer,
 };
 use crate::cluster::protocol::sequencer::Recovered;
 use crate::cluster::protocol::slotjob::{Finished, Intent, Owner};
@@ -342,7 +342,16 @@ impl<F: Fabric> Node<F> {
             Sent::Fragment { write, .. } => {
                 self.with_writer(now, |w, cx| w.fragment_acked(cx, write, peer, ok, status))
             }
-            Sent::Notice { notice } => self.with_writer(now, |w, cx| w.notice_done(cx, notice, peer, ok)),
+            Sent::Notice { notice } => {
+                let answer = if ok {
+                    NoticeAnswer::Taken
+                } else if status == ACK_FENCED {
+                    NoticeAnswer::Fenced
+                } else {
+                    NoticeAnswer::Lost
+                };
+                self.with_writer(now, |w, cx| w.notice_done(cx, notice, peer, answer))
+            }
             Sent::Repair { repair } => self.repair_acked(repair, peer, ok),
         }
     }
@@ -354,7 +363,7 @@ impl<F: Fabric> Node<F> {
             Sent::Notice { notice } => {
                 // Settling a notice leaves nothing for other roles.
                 let (writer, mut cx) = self.write_cx();
-                writer.notice_done(&mut cx, notice, peer, false);
+                writer.notice_done(&mut cx, notice, peer, NoticeAnswer::Lost);
             }
             Sent::Repair { repair } => self.repair_acked(repair, peer, false),
         }
