@@ -683,7 +683,16 @@ impl Applier {
                 self.decided.push(r);
                 true
             }
-            Err(OrderError::Ahead { .. }) => false,
+            Err(OrderError::Ahead { .. }) => {
+                // Too far ahead for the order to hold yet; the decision stands all the
+                // same (the ledgers it came from are frozen): this node's own ring takes
+                // it now, and the order learns it from there.
+                if r.w == self.me {
+                    self.stats.ruled += 1;
+                    self.decided.push(r);
+                }
+                false
+            }
             Err(err) => {
                 self.stats.conflicts += 1;
                 if self.stats.conflicts.is_power_of_two() {

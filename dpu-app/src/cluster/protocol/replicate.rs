@@ -1313,6 +1313,7 @@ impl Writer {
                 found = Some(e.write_seq());
             }
         });
+        tracing::debug!(stamp, write, holding, found = ?found, "the order's decision of a rolled-back write");
         let write_seq = found?;
         if let Err(e) = outcomes.take_ordered(write_seq, write, holding) {
             tracing::error!(error = %e, write_seq, "cannot record the order's decision of a rolled-back write");
@@ -1400,6 +1401,17 @@ impl Writer {
         busy
     }
 
+    /// Records in the outcome table that the holders of `mask` have write `write_seq`'s
+    /// decision (or need nothing more of it).
+    fn decided_by<Q: RawQp>(cx: &mut WriteCx<'_, Q>, write_seq: u64, mask: u32) {
+        for h in (0..NODES_MAX as u8).filter(|h| mask & (1 << h) != 0) {
+            match cx.outcomes.set_decided(write_seq, h) {
+                Ok(()) | Err(OutcomeError::NotFound { .. }) => {}
+                Err(e) => tracing::error!(node = cx.me, write_seq, error = %e, "cannot record a holder's decision"),
+            }
+        }
+    }
+
     /// Notice `notice` to `peer` was taken, taken but for the rollbacks of writes the
     /// peer keeps frozen, or lost.
     pub fn notice_done<Q: RawQp>(&mut self, cx: &mut WriteCx<'_, Q>, notice: NoticeId, peer: u8, answer: NoticeAnswer) {
@@ -1424,18 +1436,27 @@ impl Writer {
                 }
                 if p.record.outcome == Decision::Aborted {
                     let settled =
-                        cx.sequencer.as_deref_mut().is_some_and(|s| s.rollback_reached(p.record.stamp >> 8, peer));
-                    if settled {
+                        cx.sequencer.as_deref_mut().and_then(|s| s.rollback_reached(p.record.stamp >> 8, peer));
+                    if let Some(fenced_by) = settled {
                         // Its host may be answered `NotDurable` now (if it still waits).
                         let stamp = p.record.stamp;
                         if let Some((_, w)) = self.writes.iter_mut().find(|(_, w)| w.stamp == stamp) {
                             w.rollback_open = false;
                         }
+                        // Those that keep it frozen need nothing more: their own order
+                        // tells their stores.
+                        Self::decided_by(cx, p.record.write_seq, fenced_by);
                     }
                 }
             }
             if fenced && !ok {
                 cx.stats.rollbacks_fenced += 1;
+                // Decided already (by others' rollbacks, or the order): it needs nothing
+                // more; else it is remembered for when the stamp settles.
+                let waiting = cx.sequencer.as_deref_mut().is_some_and(|s| s.rollback_fenced(p.record.stamp >> 8, peer));
+                if !waiting {
+                    Self::decided_by(cx, p.record.write_seq, 1 << peer);
+                }
             }
             let Some(id) = p.owner else { continue };
             let Some(w) = self.writes.get_mut(id) else { continue };

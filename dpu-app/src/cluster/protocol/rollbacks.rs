@@ -46,6 +46,10 @@ struct Rollback {
     lacking: u32,
     /// The write quorum.
     quorum: u32,
+    /// Holders that answered the rollback `ACK_FENCED` (they fenced this writer and
+    /// may keep the write frozen): not lacking, but needing nothing more of the writer
+    /// once the stamp is decided (their own order tells their store).
+    fenced: u32,
 }
 
 /// What became of a rollback handed to [`Rollbacks::begin`].
@@ -86,20 +90,29 @@ impl Rollbacks {
         if self.waiting.len() == ROLLBACKS_MAX {
             return Begun::Full;
         }
-        self.waiting.push(Rollback { version, holders, lacking, quorum });
+        self.waiting.push(Rollback { version, holders, lacking, quorum, fenced: 0 });
         Begun::Waiting
     }
 
-    /// Holder `h` persisted the rollback of stamp `version`: true when the stamp may be
-    /// recorded Aborted now (it is forgotten here). False for a stamp not waiting here.
-    pub fn reached(&mut self, version: u64, h: u8) -> bool {
-        let Some(i) = self.waiting.iter().position(|r| r.version == version) else { return false };
+    /// Holder `h` persisted the rollback of stamp `version`: once the stamp may be
+    /// recorded Aborted (it is forgotten here), the holders that answered it
+    /// `ACK_FENCED` ([`Self::fenced`]); `None` while it waits, or for a stamp not
+    /// waiting here.
+    pub fn reached(&mut self, version: u64, h: u8) -> Option<u32> {
+        let i = self.waiting.iter().position(|r| r.version == version)?;
         let r = &mut self.waiting[i];
         r.lacking |= 1 << h;
         if !holders_rule::rollback_settled(r.quorum, r.holders, self.me, r.lacking) {
-            return false;
+            return None;
         }
-        self.waiting.swap_remove(i);
+        Some(self.waiting.swap_remove(i).fenced)
+    }
+
+    /// Holder `h` answered the rollback of stamp `version` `ACK_FENCED`: true if the
+    /// stamp still waits (`h` is remembered); false if it does not wait here (decided).
+    pub fn fenced(&mut self, version: u64, h: u8) -> bool {
+        let Some(r) = self.waiting.iter_mut().find(|r| r.version == version) else { return false };
+        r.fenced |= 1 << h;
         true
     }
 
@@ -131,12 +144,14 @@ mod tests {
         // Writer 7 holds no fragment: five holders, quorum three.
         let mut r = Rollbacks::new(7);
         assert_eq!(r.begin(7, 0b11111, 0, 3), Begun::Waiting);
-        assert!(!r.reached(7, 1), "four may still hold it");
-        assert!(!r.reached(7, 1), "the same holder twice counts once");
-        assert!(!r.reached(7, 2), "three may still hold it");
-        assert!(r.reached(7, 4), "two may: too few");
+        assert_eq!(r.reached(7, 1), None, "four may still hold it");
+        assert_eq!(r.reached(7, 1), None, "the same holder twice counts once");
+        assert!(r.fenced(7, 3), "node 3 keeps it frozen: remembered, not lacking");
+        assert_eq!(r.reached(7, 2), None, "three may still hold it");
+        assert_eq!(r.reached(7, 4), Some(1 << 3), "two may: too few; node 3 answered fenced");
         assert!(r.is_empty());
-        assert!(!r.reached(7, 3), "forgotten once settled");
+        assert_eq!(r.reached(7, 3), None, "forgotten once settled");
+        assert!(!r.fenced(7, 3), "not waiting: decided");
     }
 
     #[test]
@@ -146,7 +161,7 @@ mod tests {
         assert_eq!(r.begin(9, 0b00111, 0b00100, 2), Begun::Waiting);
         assert_eq!(r.begin(10, 0b00111, 0b00110, 2), Begun::Settled);
         assert_eq!(r.len(), 1);
-        assert!(!r.reached(11, 0), "not waiting here");
+        assert_eq!(r.reached(11, 0), None, "not waiting here");
     }
 
     #[test]
@@ -157,7 +172,7 @@ mod tests {
         }
         assert_eq!(r.begin(u64::MAX, 0b111, 0, 2), Begun::Full);
         assert_eq!(r.begin(0, 0b111, 0b001, 2), Begun::Waiting, "one already waiting is updated");
-        assert!(r.reached(0, 1));
+        assert_eq!(r.reached(0, 1), Some(0));
         assert_eq!(r.begin(u64::MAX, 0b111, 0, 2), Begun::Waiting, "room again");
     }
 }

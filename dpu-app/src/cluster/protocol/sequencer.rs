@@ -425,13 +425,21 @@ impl Sequencer {
     }
 
     /// Holder `h` persisted the rollback of the write that took stamp `version`: its
-    /// fate is recorded Aborted if too few holders can hold it now (true then).
-    pub fn rollback_reached(&mut self, version: u64, h: u8) -> bool {
+    /// fate is recorded Aborted if too few holders can hold it now (then the holders
+    /// that answered it `ACK_FENCED`).
+    pub fn rollback_reached(&mut self, version: u64, h: u8) -> Option<u32> {
         let settled = self.rollbacks.reached(version, h);
-        if settled {
+        if settled.is_some() {
             self.fates.settle(version, FateKind::Aborted);
         }
         settled
+    }
+
+    /// Holder `h` answered the rollback of stamp `version` `ACK_FENCED`: true while the
+    /// stamp waits for its holders (`h` then needs nothing more once it settles), false
+    /// if it is decided already.
+    pub fn rollback_fenced(&mut self, version: u64, h: u8) -> bool {
+        self.rollbacks.fenced(version, h)
     }
 
     /// Rolled-back writes whose stamps wait for enough holders.

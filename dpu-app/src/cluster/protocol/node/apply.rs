@@ -30,6 +30,15 @@ impl<F: Fabric> Node<F> {
                 let decision = if r.write { Decision::Committed } else { Decision::Aborted };
                 let _ = self.store.resolve(key_hash, stamp, decision);
             }
+            if r.w == self.me {
+                tracing::debug!(
+                    node = self.me,
+                    version = r.version,
+                    write = r.write,
+                    held = r.held,
+                    "the order decided a stamp of this node's from the holders' ledgers"
+                );
+            }
             if r.w == self.me && sequencer.take_ordered_fate(r.version, r.write) {
                 if let Some(seq) = self.writer.adopted(&mut self.outcomes, stamp, r.write, r.held) {
                     // A write after all: every holder without its fragment gets it
