@@ -13,7 +13,7 @@ use prescient_dpu::cluster::format::ledger::LedgerState;
 use prescient_dpu::cluster::run::inprocess::{region_config_for, ClusterClock, InProcess};
 use prescient_dpu::cluster::sequence::{epoch_of, LeaderWord};
 use prescient_dpu::fabric::emu::ModelConfig;
-use prescient_shim::{Completion, Request, Status};
+use prescient_shim::{Completion, QueuePair, Request, Status};
 
 const TICK_NS: u64 = 20_000;
 const SECOND_NS: u64 = 1_000_000_000;
@@ -493,12 +493,7 @@ fn a_node_down_holding_a_stamp_is_named_as_what_the_order_waits_for() {
     let mut committed = BTreeSet::new();
     committed.insert(put(&mut c, 1, b"a", b"before").version >> 8);
     // Node 4 takes a stamp for a write and goes down before it decides.
-    let host = Arc::clone(c.host(4));
-    let mut qp = host.queue_pair(0).unwrap();
-    let mut buf = host.take_buffer().unwrap();
-    buf.value_mut()[..4].copy_from_slice(b"held");
-    qp.submit(Request::put(b"h", buf, 4).user_data(3)).map_err(|(e, _)| e).unwrap();
-    run(&mut c, "node 4 stamps its write", SECOND_NS, |c| c.node(4).unwrap().sequencer_stats().unwrap().stamps > 0);
+    let _qp = node_4_stamps_a_write(&mut c);
     // Stalled first, its ring still answers READs: the others see whose stamp it is.
     c.pause(4, true);
     for i in 0..5u8 {
@@ -536,6 +531,18 @@ fn a_node_down_holding_a_stamp_is_named_as_what_the_order_waits_for() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// Node 4's host submits a PUT of key "h" and node 4 takes a stamp for it; the queue
+/// pair is handed back so the request stays outstanding (its completion is never read).
+fn node_4_stamps_a_write(c: &mut InProcess) -> QueuePair {
+    let host = Arc::clone(c.host(4));
+    let mut qp = host.queue_pair(0).unwrap();
+    let mut buf = host.take_buffer().unwrap();
+    buf.value_mut()[..4].copy_from_slice(b"held");
+    qp.submit(Request::put(b"h", buf, 4).user_data(3)).map_err(|(e, _)| e).unwrap();
+    run(c, "node 4 stamps its write", SECOND_NS, |c| c.node(4).unwrap().sequencer_stats().unwrap().stamps > 0);
+    qp
+}
+
 /// Holders never fence a silent writer within a test (`cluster.fence_after_us` of an
 /// hour).
 fn never_fence(config: &mut ClusterConfig) {
@@ -556,12 +563,7 @@ fn a_node_gone_for_good_is_fenced_and_every_order_goes_on_without_it() {
     claim_epoch_1(&mut c);
     let mut committed = BTreeSet::new();
     committed.insert(put(&mut c, 1, b"a", b"before").version >> 8);
-    let host = Arc::clone(c.host(4));
-    let mut qp = host.queue_pair(0).unwrap();
-    let mut buf = host.take_buffer().unwrap();
-    buf.value_mut()[..4].copy_from_slice(b"held");
-    qp.submit(Request::put(b"h", buf, 4).user_data(3)).map_err(|(e, _)| e).unwrap();
-    run(&mut c, "node 4 stamps its write", SECOND_NS, |c| c.node(4).unwrap().sequencer_stats().unwrap().stamps > 0);
+    let _qp = node_4_stamps_a_write(&mut c);
     let left = pending_fates(&c, 4);
     assert_eq!(left.len(), 1, "node 4 goes with its write's stamp Pending");
     c.crash(4);
