@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The predictor's evaluation table (issue 5) and its benchmark, on the shared traces.
-# Needs shared/traces beside the repository or PRESCIENT_TRACES; no Debian packages.
+# The predictor's evaluation table (issue 5) and its benchmark, on the traces shipped in
+# models/traces (PRESCIENT_TRACES overrides); no Debian packages.
 # About 3 minutes on 2 loaded cores (release build of one crate, eval ~25 s CPU,
 # bench ~30 s CPU).
 set -euo pipefail

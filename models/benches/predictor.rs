@@ -1,7 +1,7 @@
 //! Cost per write of the predictor, next to a plain `HashMap` lookup over the same
 //! keys measured in the same run (issue 5: observe + predict <= 100 ns per write).
 //!
-//! Keys: the OLTP trace from the shared traces (`$PRESCIENT_TRACES` overrides where),
+//! Keys: the OLTP trace shipped in models/traces (`$PRESCIENT_TRACES` overrides where),
 //! replayed whole. Passes interleave the operations so that load from other
 //! processes falls on all of them alike; each operation keeps its best pass.
 
@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::hint::black_box;
 use std::time::Instant;
 
-use prescient_models::trace::{read_trace, shared_traces_dir, TraceFormat};
+use prescient_models::trace::{read_trace, traces_dir, TraceFormat};
 use prescient_models::{Model, ModelConfig, Predictor};
 
 const PASSES: usize = 7;
@@ -39,11 +39,11 @@ fn keep_best(best: &mut (f64, f64), (wall, cpu): (f64, f64)) {
 }
 
 fn main() {
-    let path = shared_traces_dir().join("OLTP.lis.zst");
+    let path = traces_dir().join("OLTP.lis.zst");
     let keys = match read_trace(&path, TraceFormat::Lis) {
         Ok(keys) => keys,
         Err(e) => {
-            eprintln!("predictor bench: {e}; set PRESCIENT_TRACES to the shared traces folder");
+            eprintln!("predictor bench: {e}; the traces ship in models/traces; PRESCIENT_TRACES overrides where");
             std::process::exit(1);
         }
     };

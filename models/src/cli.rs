@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::{Args, Subcommand};
 
 use crate::eval::{evaluate, evaluate_tuned, format_table, format_tuned, reference_recall, Mode};
-use crate::trace::{read_trace, shared_traces_dir, TraceFormat};
+use crate::trace::{read_trace, traces_dir, TraceFormat};
 use crate::{Model, ModelConfig, ModelError, Predictor, TuningConfig};
 
 /// The trainer's and evaluator's subcommands (`prescient-model ...`, and
@@ -117,7 +117,7 @@ pub fn run(command: Command) -> Result<(), ModelError> {
             let config = model.config();
             config.validate()?;
             let traces = if trace.is_empty() {
-                let dir = shared_traces_dir();
+                let dir = traces_dir();
                 ["cloudPhysicsIO.csv", "OLTP.lis.zst", "P3.lis.zst"].iter().map(|n| dir.join(n)).collect()
             } else {
                 trace

@@ -4,7 +4,7 @@
 //!   are writes of key `lbn`; reads (`28`) and other ops are skipped.
 //! - ARC `.lis` lines (`start_block block_count ignored request_id`), zstd-compressed
 //!   when the name ends in `.zst`: each line is one write of key `start_block` (a
-//!   request stands for one key-value write; see `shared/traces/README.md`).
+//!   request stands for one key-value write; see `models/traces/README.md`).
 //! - Plain: one decimal key per line.
 
 use std::io::Read;
@@ -40,12 +40,12 @@ impl TraceFormat {
     }
 }
 
-/// Where the shared traces are: `$PRESCIENT_TRACES`, else `shared/traces` beside the
-/// repository (the crate's `../../shared/traces`).
-pub fn shared_traces_dir() -> PathBuf {
+/// Where the traces are: `$PRESCIENT_TRACES`, else the ones shipped in the repository
+/// (`models/traces/`, with their sources and citation condition in its README).
+pub fn traces_dir() -> PathBuf {
     match std::env::var_os("PRESCIENT_TRACES") {
         Some(dir) => PathBuf::from(dir),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/traces"),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("traces"),
     }
 }
 

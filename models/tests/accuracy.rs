@@ -1,21 +1,21 @@
-//! Accuracy regression on small slices of the shared traces: the model at its
+//! Accuracy regression on small slices of the shipped traces: the model at its
 //! default operating point must stay precise and must keep its recall lead over the
 //! plain order-1 reference at theta 0.9, measured in the same run. Also checks that
 //! the shipped models load and predict.
 //!
-//! The traces are found at `$PRESCIENT_TRACES` or `../../shared/traces` from this
+//! The traces are found at `$PRESCIENT_TRACES` or `traces/` in this
 //! crate; if they are missing the tests fail and say where they looked.
 
 use std::path::{Path, PathBuf};
 
 use prescient_models::eval::{replay, Mode, ModelForecaster, PlainOrder1};
-use prescient_models::trace::{read_trace, shared_traces_dir, TraceFormat};
+use prescient_models::trace::{read_trace, traces_dir, TraceFormat};
 use prescient_models::{LeaseStats, Model, ModelConfig, Predictor};
 
 fn trace(name: &str, writes: usize) -> Vec<u64> {
-    let path = shared_traces_dir().join(name);
+    let path = traces_dir().join(name);
     let keys = read_trace(&path, TraceFormat::from_path(&path)).unwrap_or_else(|e| {
-        panic!("the accuracy tests need the shared traces: {e}. Put shared/traces beside the repository or set PRESCIENT_TRACES")
+        panic!("the accuracy tests need the shared traces: {e}. The repository ships them in models/traces/; PRESCIENT_TRACES overrides where")
     });
     assert!(keys.len() >= writes, "{name}: {} writes, the test needs {writes}", keys.len());
     keys[..writes].to_vec()
