@@ -11,7 +11,7 @@ use prescient_dpu::cluster::run::one_node::{ServeRegions, STORE_BYTES_DEFAULT};
 use prescient_dpu::cluster::run::process::{self, ServeCluster};
 use prescient_dpu::load::setup::{Network, Policy};
 use prescient_dpu::{bench, demo, signal};
-use prescient_models::trace::shared_traces_dir;
+use prescient_models::trace::traces_dir;
 use prescient_shim::config::HOST_TIMEOUT_MS_DEFAULT;
 
 /// Prescient's DPU offload engine.
@@ -147,6 +147,10 @@ enum Command {
         /// seed's run is the same whatever this is.
         #[arg(long)]
         jobs: Option<usize>,
+        /// Run every seed even after one fails, print each failure as it is found, and
+        /// end with the list of failing seeds (a hunt; the default stops at the first).
+        #[arg(long)]
+        keep_going: bool,
     },
     /// Train and evaluate the write-stream predictor (same as `prescient-model`).
     Model {
@@ -161,7 +165,7 @@ enum Command {
         #[arg(long, default_value_t = 5.0)]
         seconds: f64,
         /// The trace whose write stream the hosts replay (default: OLTP.lis.zst in the
-        /// shared traces folder, `$PRESCIENT_TRACES` or ../shared/traces; absent: a
+        /// traces folder, `$PRESCIENT_TRACES` or models/traces; absent: a
         /// synthetic YCSB-like stream).
         #[arg(long)]
         trace: Option<PathBuf>,
@@ -307,7 +311,8 @@ enum BenchWhat {
         #[arg(long, default_value_t = 30)]
         process_failovers: u32,
         /// The trace whose key order the writers replay (default: OLTP.lis.zst in the
-        /// shared traces folder; absent: a synthetic YCSB-like stream).
+        /// traces folder, `$PRESCIENT_TRACES` or models/traces; absent: a synthetic
+        /// YCSB-like stream).
         #[arg(long)]
         trace: Option<PathBuf>,
         /// Seed of the network models.
@@ -351,7 +356,8 @@ enum BenchWhat {
         #[arg(long, default_value = "none,after-commit,speculative,speculative+predictive")]
         policies: String,
         /// The trace whose key order the writers replay (default: OLTP.lis.zst in the
-        /// shared traces folder; absent: a synthetic YCSB-like stream).
+        /// traces folder, `$PRESCIENT_TRACES` or models/traces; absent: a synthetic
+        /// YCSB-like stream).
         #[arg(long)]
         trace: Option<PathBuf>,
         /// Predictor model for speculative+predictive (default: the shipped OLTP model).
@@ -464,6 +470,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             swift,
             cache_members,
             jobs,
+            keep_going,
         } => {
             let seeds: Vec<u64> = match seed {
                 Some(s) => vec![s],
@@ -491,14 +498,34 @@ fn run(cli: Cli) -> Result<(), Failure> {
                     println!("{done} seeds ok ({:.1} s): {}", started.elapsed().as_secs_f64(), total.line());
                 }
             };
-            prescient_dpu::sim::campaign::run_seeds(&base, &seeds, jobs, progress)
+            let steps_each = u64::from(steps);
+            let covered = |report: &prescient_dpu::sim::SimReport, passed: usize| {
+                format!(
+                    "{}: {passed} seeds x {steps_each} steps passed, {:.2} simulated seconds in all",
+                    base.mode_name(),
+                    report.sim_ns as f64 / 1e9
+                )
+            };
+            if keep_going {
+                let failed = |v: &prescient_dpu::sim::Violation| eprintln!("invariant broken\n{v}");
+                let (report, violations) =
+                    prescient_dpu::sim::campaign::run_all_seeds(&base, &seeds, jobs, progress, failed);
+                println!("{}", covered(&report, seeds.len() - violations.len()));
+                if !violations.is_empty() {
+                    let list: Vec<String> = violations.iter().map(|v| v.options.seed.to_string()).collect();
+                    return Err(format!("{} of {} seeds failed: {}", violations.len(), seeds.len(), list.join(" ")).into());
+                }
+                return Ok(());
+            }
+            let report = prescient_dpu::sim::campaign::run_seeds(&base, &seeds, jobs, progress)
                 .map_err(|v| format!("invariant broken\n{v}"))?;
+            println!("{}", covered(&report, seeds.len()));
             Ok(())
         }
         Command::Demo { seconds, trace, model, seed } => {
             let shipped = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../models/shipped/OLTP.model"));
             let model = model.or_else(|| shipped.exists().then_some(shipped));
-            let trace = trace.unwrap_or_else(|| shared_traces_dir().join("OLTP.lis.zst"));
+            let trace = trace.unwrap_or_else(|| traces_dir().join("OLTP.lis.zst"));
             let demo = demo::ClusterDemo { seconds, trace, model, seed };
             print!("{}", demo::run(&demo)?);
             Ok(())
@@ -654,7 +681,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 },
                 seconds,
                 quick,
-                trace: trace.unwrap_or_else(|| shared_traces_dir().join("OLTP.lis.zst")),
+                trace: trace.unwrap_or_else(|| traces_dir().join("OLTP.lis.zst")),
                 model: model.or_else(|| shipped.exists().then_some(shipped)),
                 seed,
             };
@@ -672,7 +699,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 seconds,
                 sim_failovers,
                 process_failovers,
-                trace: trace.unwrap_or_else(|| shared_traces_dir().join("OLTP.lis.zst")),
+                trace: trace.unwrap_or_else(|| traces_dir().join("OLTP.lis.zst")),
                 seed,
                 dpu_binary: self_binary()?,
             };

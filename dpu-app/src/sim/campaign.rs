@@ -18,6 +18,34 @@ pub fn run_seeds(
     jobs: usize,
     progress: impl Fn(usize, &SimReport) + Sync,
 ) -> Result<SimReport, Violation> {
+    let (report, violations) = campaign(base, seeds, jobs, false, progress, |_| {});
+    match violations.into_iter().next() {
+        Some(v) => Err(v),
+        None => Ok(report),
+    }
+}
+
+/// Runs every seed of `seeds`, failing or not (a hunt for failures): `failed` is
+/// called, under a lock, with each violation as it is found. Returns the merged report
+/// of the seeds that passed and every violation, in `seeds` order.
+pub fn run_all_seeds(
+    base: &SimOptions,
+    seeds: &[u64],
+    jobs: usize,
+    progress: impl Fn(usize, &SimReport) + Sync,
+    failed: impl Fn(&Violation) + Sync,
+) -> (SimReport, Vec<Violation>) {
+    campaign(base, seeds, jobs, true, progress, failed)
+}
+
+fn campaign(
+    base: &SimOptions,
+    seeds: &[u64],
+    jobs: usize,
+    keep_going: bool,
+    progress: impl Fn(usize, &SimReport) + Sync,
+    failed: impl Fn(&Violation) + Sync,
+) -> (SimReport, Vec<Violation>) {
     let next = AtomicUsize::new(0);
     // The index in `seeds` of the first seed known to fail.
     let first_failed = AtomicUsize::new(usize::MAX);
@@ -25,7 +53,7 @@ pub fn run_seeds(
     let violations = Mutex::new(Vec::<(usize, Violation)>::new());
     let worker = || loop {
         let i = next.fetch_add(1, Ordering::Relaxed);
-        if i > first_failed.load(Ordering::Acquire) {
+        if !keep_going && i > first_failed.load(Ordering::Acquire) {
             return;
         }
         let Some(&seed) = seeds.get(i) else { return };
@@ -39,7 +67,9 @@ pub fn run_seeds(
             }
             Err(v) => {
                 first_failed.fetch_min(i, Ordering::AcqRel);
-                violations.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push((i, v));
+                let mut violations = violations.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                failed(&v);
+                violations.push((i, v));
             }
         }
     };
@@ -52,10 +82,8 @@ pub fn run_seeds(
     });
     let mut violations = violations.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
     violations.sort_by_key(|(i, _)| *i);
-    match violations.into_iter().next() {
-        Some((_, v)) => Err(v),
-        None => Ok(done.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner).1),
-    }
+    let report = done.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner).1;
+    (report, violations.into_iter().map(|(_, v)| v).collect())
 }
 
 #[cfg(test)]
@@ -73,6 +101,15 @@ mod tests {
         let three = run_seeds(&base(), &seeds, 3, |_, _| {}).expect("seeds pass");
         assert_eq!(one.line(), three.line());
         assert_eq!(one.writes, three.writes);
+    }
+
+    #[test]
+    fn keep_going_runs_and_reports_every_seed() {
+        let bad = SimOptions { nodes: 3, ..base() };
+        let (report, violations) = run_all_seeds(&bad, &[9, 4, 7, 2], 2, |_, _| {}, |_| {});
+        let failed: Vec<u64> = violations.iter().map(|v| v.options.seed).collect();
+        assert_eq!(failed, vec![9, 4, 7, 2]);
+        assert_eq!(report.writes, 0);
     }
 
     #[test]

@@ -103,6 +103,23 @@ impl SimOptions {
         }
     }
 
+    /// The mode the run exercises, for a campaign's closing line: the ordering, then
+    /// what rides on it.
+    pub fn mode_name(&self) -> String {
+        let mut mode = String::from(if self.sequencer { "sequencer" } else { "HLC" });
+        for (on, what) in [
+            (self.predictive, " predictive"),
+            (self.swift, " swift"),
+            (self.cache_members > 0, " cache-members"),
+            (!self.faults, " no-faults"),
+        ] {
+            if on {
+                mode.push_str(what);
+            }
+        }
+        mode
+    }
+
     /// The command that replays this run.
     pub fn replay_command(&self) -> String {
         format!(
