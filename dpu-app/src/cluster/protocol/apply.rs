@@ -59,7 +59,8 @@ use crate::cluster::order::{Applied, Fate, OrderError, OrderStats, OrderedApply}
 use crate::cluster::sequence::{epoch_of, first_of, sequence_of};
 use crate::fabric::{Op, RawQp};
 use crate::limits::{
-    FATE_READ_ENTRIES, HEADER_PAGE_BYTES, LEDGER_ENTRY_BYTES, LEDGER_SCAN_ENTRIES, ORDER_CLOSES_MAX, ORDER_WINDOW,
+    FATE_READ_ENTRIES, HEADER_PAGE_BYTES, LEDGER_ENTRY_BYTES, LEDGER_ROUND_QUESTIONS, LEDGER_SCAN_ENTRIES, ORDER_CLOSES_MAX,
+    ORDER_WINDOW,
     WR_INDEX_MAX,
 };
 
@@ -239,6 +240,33 @@ pub struct ApplyStats {
     pub gone_catch_ups: u64,
 }
 
+/// Which turn a question to the holders' ledgers takes in its round.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Turn {
+    /// The stamp the order stands at, due again: outside the round.
+    Cursor,
+    /// The round's next stamp above its last.
+    Next,
+    /// The first of a new round (or a scan, which restarts it).
+    Starts,
+}
+
+/// A round of questions to the holders' ledgers over the Pending stamps of fenced
+/// writers, by stamp (see `Applier::ask_ledgers`).
+#[derive(Clone, Copy, Debug, Default)]
+struct Round {
+    /// The stamp last asked in the round.
+    last: u64,
+    /// When the round's first question went.
+    at: u64,
+    /// Questions the round asked: at [`LEDGER_ROUND_QUESTIONS`] the next starts from
+    /// the lowest stamp.
+    questions: u32,
+    /// When the stamp the order stands at was last asked (it goes first once a
+    /// give-up period, whatever the round).
+    cursor_ns: u64,
+}
+
 /// The node's ordered apply.
 pub struct Applier {
     me: u8,
@@ -271,7 +299,7 @@ pub struct Applier {
     ledger_buf: Box<[u8]>,
     /// The order has stood this long before the ledgers are asked.
     rule_after_ns: u64,
-    /// When the fences were last read, and the stamp last asked of the ledgers and when.
+    /// When the fences were last read.
     fences_read_ns: u64,
     /// The epoch every ring but gone writers' was first seen past, and when.
     past_at: Option<(u32, u64)>,
@@ -279,7 +307,8 @@ pub struct Applier {
     gone_catch_ns: u64,
     /// The rings the complete epoch was taken past without (their writers gone).
     complete_gone: u32,
-    asked: (u64, u64),
+    /// The round of questions over fenced writers' Pending stamps under way.
+    round: Round,
     /// Stamps the ledgers decided, and decided fates of writers this node fences: for
     /// the node (its store, and its own ring's stamps).
     decided: Vec<Ruled>,
@@ -332,7 +361,7 @@ impl Applier {
             past_at: None,
             gone_catch_ns: 0,
             complete_gone: 0,
-            asked: (0, 0),
+            round: Round::default(),
             decided: Vec::new(),
             stats: ApplyStats::default(),
         })
@@ -619,7 +648,7 @@ impl Applier {
         // writes the order went past (marked missing; its ring cannot wrap past them).
         // A round over them all waits a give-up period before the next.
         let me = self.me;
-        let (last, at) = self.asked;
+        let Round { last, at, questions, cursor_ns } = self.round;
         let entry = |v: u64, w: u8, e: &FateEntry| Question::Entry {
             w,
             write_seq: e.write_seq,
@@ -635,7 +664,11 @@ impl Applier {
             .map(|e| (e.version, entry(e.version, me, &e)));
         let mut next = None;
         let mut first = None;
+        let mut at_cursor = None;
         for (v, q) in others.chain(own_ring) {
+            if v == c {
+                at_cursor = Some((v, q));
+            }
             if v > last && next.is_none_or(|(n, _)| v < n) {
                 next = Some((v, q));
             }
@@ -643,18 +676,34 @@ impl Applier {
                 first = Some((v, q));
             }
         }
-        let round_over = next.is_none() && now.mono_ns < at + give_up_ns;
+        // A round is bounded: stamps that keep arriving above its last would starve
+        // the ones below. The stamp the order stands at goes first, once a give-up
+        // period.
+        let round_full = questions >= LEDGER_ROUND_QUESTIONS;
+        if round_full {
+            next = None;
+        }
+        let round_over = next.is_none() && !round_full && now.mono_ns < at + give_up_ns;
+        let cursor_due = at_cursor.filter(|_| now.mono_ns >= cursor_ns.saturating_add(give_up_ns));
         let scan = (0..self.sources.len() as u8).find(|&j| j != me && self.ledgers.wants_scan(j));
-        let question = match (scan, next, round_over) {
-            (Some(w), _, _) => Some((c, Question::Scan { w })),
-            (None, Some(n), _) => Some(n),
-            (None, None, false) => first,
-            (None, None, true) => None,
+        let question = match (scan, cursor_due, next, round_over) {
+            (Some(w), ..) => Some((c, Question::Scan { w }, Turn::Starts)),
+            (None, Some((v, q)), ..) => Some((v, q, Turn::Cursor)),
+            (None, None, Some((v, q)), _) => Some((v, q, Turn::Next)),
+            (None, None, None, false) => first.map(|(v, q)| (v, q, Turn::Starts)),
+            (None, None, None, true) => None,
         };
-        if let Some((v, q)) = question {
-            // A new round starts its give-up period when its first question goes.
-            let at = if v > last && matches!(q, Question::Entry { .. }) { at } else { now.mono_ns };
-            self.asked = (v, at);
+        if let Some((v, q, turn)) = question {
+            if v == c && matches!(q, Question::Entry { .. }) {
+                self.round.cursor_ns = now.mono_ns;
+            }
+            match turn {
+                // The cursor's own turn neither starts nor moves the round.
+                Turn::Cursor => {}
+                Turn::Next => self.round = Round { last: v, questions: questions + 1, ..self.round },
+                // A new round starts its give-up period when its first question goes.
+                Turn::Starts => self.round = Round { last: v, at: now.mono_ns, questions: 1, ..self.round },
+            }
             self.stats.ledger_questions += 1;
             self.ledgers.ask(q, own, now.mono_ns);
         }
