@@ -309,6 +309,9 @@ pub struct Applier {
     complete_gone: u32,
     /// The round of questions over fenced writers' Pending stamps under way.
     round: Round,
+    /// The stamp at the cursor last found in a gone writer's block its ring does not
+    /// record, and when the order first stood at it.
+    gone_block_at: Option<(u64, u64)>,
     /// Stamps the ledgers decided, and decided fates of writers this node fences: for
     /// the node (its store, and its own ring's stamps).
     decided: Vec<Ruled>,
@@ -362,6 +365,7 @@ impl Applier {
             gone_catch_ns: 0,
             complete_gone: 0,
             round: Round::default(),
+            gone_block_at: None,
             decided: Vec::new(),
             stats: ApplyStats::default(),
         })
@@ -632,6 +636,29 @@ impl Applier {
             if let Some((verdict, key, held)) = ruling {
                 if verdict != Verdict::Undecided {
                     let key = key.or(Some((e.key_hash, e.tombstone)));
+                    let r = Ruled { version: c, w, key, write: verdict == Verdict::Write, held };
+                    return self.rule(r, now) || moved;
+                }
+            }
+        }
+        // A stamp of a gone writer's block that its ring, as far as this node read it
+        // before the writer stopped answering, does not record: its scan decides it as
+        // it decides a Pending one (a stamp no ledger names is a no-op), once its fences
+        // were seen whole after the order first stood at it. Peers that read the ring
+        // further may be past it; nothing else would move this order, since the live
+        // epoch ends only by a roll.
+        if !self.pending.contains_key(&c) {
+            let gone_block = self.blocks.iter().find(|(b, j)| b.contains(&c) && self.ledgers.gone(*j)).map(|&(_, j)| j);
+            if let Some(w) = gone_block {
+                let since = match self.gone_block_at {
+                    Some((v, ns)) if v == c => ns,
+                    _ => {
+                        self.gone_block_at = Some((c, now.mono_ns));
+                        now.mono_ns
+                    }
+                };
+                let ruling = self.ledgers.gone_since(w, since).then(|| self.ledgers.gone_ruling(w, c)).flatten();
+                if let Some((verdict, key, held)) = ruling.filter(|r| r.0 != Verdict::Undecided) {
                     let r = Ruled { version: c, w, key, write: verdict == Verdict::Write, held };
                     return self.rule(r, now) || moved;
                 }
