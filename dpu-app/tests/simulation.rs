@@ -116,6 +116,37 @@ fn sequencer_seeds_700_to_740() {
     eprintln!("sequencer seeds 700..740: {}", total.line());
 }
 
+/// Sequencer seeds that once failed at medium length (`sim --seeds 40 --from N --steps
+/// 50000 --sequencer --keep-going`), each run just past the step it failed at.
+#[test]
+fn sequencer_seeds_that_once_failed() {
+    // 100018 (failed at step 28,578): node 1 restarted with its own rolled-back write at
+    // its order's cursor, frozen Held on every other holder; the round of ledger
+    // questions kept climbing through node 1's newer Pending writes and never came back
+    // to the cursor, so the write's outcome entry never settled and filled the table
+    // (Overloaded).
+    // 200050 (step 5,580, node 2 gone for good): nodes 1 and 4 stood at a stamp of node
+    // 2's block that node 2's ring, as far as they read it, did not record; only a
+    // Pending stamp or an unrecorded one (outside every block) was decided from the
+    // gone writer's scan, and the live epoch does not close without a roll: past the
+    // hole bound.
+    // 200101 (step 27,506): node 1's question about node 2's write 1944 took a READ
+    // posted for an earlier question, which had given up while it was in flight, as its
+    // own; it skipped the READ that learns the ledger's geometry, read the entry of
+    // write 1792 instead, and counted two holders of the fragment as lacking it: node 1
+    // released the stamp as a no-op, the others as a write.
+    const ONCE_FAILED: &[(u64, u32)] = &[(100_018, 30_000), (200_050, 12_000), (200_101, 28_000)];
+    for &(seed, steps) in ONCE_FAILED {
+        let dir = std::env::temp_dir().join("prescient-sim-regressions");
+        let mut opts = SimOptions::new(seed, dir);
+        opts.sequencer = true;
+        opts.steps = steps;
+        if let Err(v) = run(&opts) {
+            panic!("{v}");
+        }
+    }
+}
+
 #[test]
 fn a_seed_replays_exactly() {
     let dir = std::env::temp_dir().join("prescient-sim-replay");

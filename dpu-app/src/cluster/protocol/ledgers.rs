@@ -97,8 +97,9 @@ pub struct Ruled {
 struct Job {
     /// The next READ to post (`None`: nothing more).
     next: Option<Step>,
-    /// A READ is in flight.
-    in_flight: bool,
+    /// The READ in flight for this job, if any: a completion of any other (a READ
+    /// posted for an earlier question, which finished without it) is not this job's.
+    in_flight: Option<Step>,
     /// The writer's fence slot as read before the entries.
     before: Option<Result<Option<Fence>, ()>>,
     /// The entries read (of the question's writer).
@@ -373,9 +374,9 @@ impl Ledgers {
         let entries_per = entries_per(ledger, self.n)?;
         if let Some(ask) = self.ask.as_mut() {
             let job = &mut ask.jobs[h as usize];
-            if let (Some(step), false) = (job.next, job.in_flight) {
+            if let (Some(step), None) = (job.next, job.in_flight) {
                 job.entries_per = entries_per;
-                job.in_flight = true;
+                job.in_flight = Some(step);
                 return Some(match step {
                     Step::Slots | Step::After => (step, true, FENCES_AT as u64, FENCES_LEN),
                     Step::Entries { from, k } => {
@@ -410,9 +411,16 @@ impl Ledgers {
         let w = match ask.q {
             Question::Entry { w, .. } | Question::Scan { w } => w,
         };
-        ask.progress_ns = now_ns;
         let job = &mut ask.jobs[h as usize];
-        job.in_flight = false;
+        if job.in_flight != Some(step) {
+            // Posted for an earlier question, which finished (given up) while it was
+            // in flight: its bytes answer that question, not this one (seed 200101: an
+            // earlier question's READ of another write's slot, taken for this write's,
+            // counted a holder of the fragment as lacking it).
+            return;
+        }
+        ask.progress_ns = now_ns;
+        job.in_flight = None;
         let Some(b) = bytes else {
             job.next = None;
             return;
@@ -478,7 +486,7 @@ impl Ledgers {
     /// unread). The decisions made are for the applier to take ([`Self::take_ruled`]).
     pub fn finish(&mut self, now_ns: u64, give_up_ns: u64) {
         let Some(ask) = self.ask.as_ref() else { return };
-        let pending = ask.jobs.iter().any(|j| j.next.is_some() || j.in_flight);
+        let pending = ask.jobs.iter().any(|j| j.next.is_some() || j.in_flight.is_some());
         if pending && now_ns < ask.progress_ns + give_up_ns {
             return;
         }
@@ -640,6 +648,31 @@ mod tests {
         answer(&mut l, &files, 50);
         let ruled: Vec<Ruled> = l.take_ruled().collect();
         assert!(ruled.len() == 1 && !ruled[0].write, "two rolled back, two frozen without it: a no-op; {ruled:?}");
+    }
+
+    #[test]
+    fn a_read_posted_for_a_question_that_gave_up_does_not_answer_the_next() {
+        let dir = TempDir::new("ledgers-stale");
+        let (mut l, files) = setup(&dir);
+        // Writer 3's write 5 is held, frozen, by every other node: a write.
+        let stamp = 0x100_0000_0009 << 8 | 3;
+        for h in [0, 1, 2, 4] {
+            files[h].accept(3, 5, stamp, 7, false);
+            files[h].fence(3, 1).unwrap();
+        }
+        // A first question posts its slots READ of node 1 and gives up on it.
+        l.ask(entry_question(stamp), Some(&files[0]), 0);
+        let (step, for_ask, at, len) = l.next_read(1, files[1].remote()).expect("the question's first READ");
+        let stale = files[1].bytes_at(at as usize, len);
+        l.finish(5_000, 1_000);
+        // The next question's job for node 1 has posted nothing when the stale READ
+        // lands: it is not this question's (taken, it would skip the READ that learns
+        // the ledger's geometry and read the wrong entry).
+        l.ask(entry_question(stamp), Some(&files[0]), 6_000);
+        l.on_read(1, step, for_ask, Some(&stale), 6_001);
+        answer(&mut l, &files, 6_002);
+        let ruled: Vec<Ruled> = l.take_ruled().collect();
+        assert!(ruled.len() == 1 && ruled[0].write && ruled[0].held == 0b10111, "{ruled:?}");
     }
 
     #[test]
