@@ -109,7 +109,7 @@ mod tests {
         let (report, violations) = run_all_seeds(&bad, &[9, 4, 7, 2], 2, |_, _| {}, |_| {});
         let failed: Vec<u64> = violations.iter().map(|v| v.options.seed).collect();
         assert_eq!(failed, vec![9, 4, 7, 2]);
-        assert_eq!(report.writes, 0);
+        assert_eq!(report.writes.0, 0, "no seed ran a write");
     }
 
     #[test]

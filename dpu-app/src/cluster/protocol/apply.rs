@@ -427,6 +427,7 @@ impl Applier {
         if self.catch.is_some() {
             return self.catch_up(cx, now);
         }
+        self.ledgers.watch_own_fences(cx.ledger, now.mono_ns);
         let mut busy = self.read_own(cx.own, now);
         for j in 0..self.sources.len() as u8 {
             if j != self.me {
@@ -575,7 +576,7 @@ impl Applier {
     /// (`u64::MAX`: none; 0 while a ring is read again from `next`, see [`Source`]).
     /// Not only a query: a ring whose bound the cursor passed starts being read again
     /// from `next` here, to learn its next bound.
-    fn settle_bound(&mut self) -> u64 {
+    fn settle_bound(&mut self, now: Now) -> u64 {
         let cursor = self.order.cursor();
         let mut lowest = u64::MAX;
         for (j, s) in self.sources.iter_mut().enumerate() {
@@ -583,7 +584,9 @@ impl Applier {
                 (s.sweep_to, s.ahead, s.deferred) = (s.ahead.max(s.sweep_to), s.next, u64::MAX);
             }
             // A gone writer's ring may never be read again: its ledgers stand for it.
-            if !self.ledgers.gone(j as u8) {
+            // Not while its ring still answers: what it read ahead is read again.
+            let silent = now.mono_ns >= s.read_ns.saturating_add(self.rule_after_ns);
+            if !(self.ledgers.gone(j as u8) && silent) {
                 lowest = lowest.min(if s.ahead < s.sweep_to { 0 } else { s.deferred });
             }
         }
@@ -1447,6 +1450,8 @@ impl Applier {
                         epoch,
                         end,
                         gone = ?(0..self.sources.len() as u8).filter(|&j| self.ledgers.gone(j)).collect::<Vec<_>>(),
+                        since,
+                        ledgers = %self.ledgers.debug_state(),
                         "every ring is past the epoch: it is complete"
                     );
                     self.complete = Some((epoch, end));
@@ -1468,7 +1473,7 @@ impl Applier {
     /// epoch on the way; keeps the cursor.
     fn release(&mut self, own: &FateRing, now: Now) -> bool {
         let start = self.order.cursor();
-        let bound = self.settle_bound();
+        let bound = self.settle_bound(now);
         for _ in 0..ORDER_WINDOW {
             if let Some(a) = self.order.release() {
                 self.append(a);

@@ -193,16 +193,34 @@ impl Ledgers {
     /// Reads this node's own fences in place, and asks every peer's slots (posted as
     /// their links allow).
     pub fn refresh(&mut self, own: Option<&Ledger>, now_ns: u64) {
+        self.read_own_fences(own, now_ns);
+        for (h, wanted) in self.slots_wanted.iter_mut().enumerate() {
+            *wanted = h != self.me as usize;
+        }
+        self.check_scans();
+    }
+
+    /// While a scan is held: reads this node's own fences in place (a memory read),
+    /// and drops a scan one of them no longer supports. A writer that connects again
+    /// narrows this node's fence at once, and a scan that outlived it would let the
+    /// order settle that writer's stamps from ledgers it is writing to again (seed
+    /// 300009: node 3, catching up, never re-read the fences and kept writer 0's scan
+    /// after writer 0 came back; its ring's entries of a later epoch, read ahead of
+    /// the order's window, were then taken for stamps nobody recorded).
+    pub fn watch_own_fences(&mut self, own: Option<&Ledger>, now_ns: u64) {
+        if self.scans.iter().any(Option::is_some) && own.is_some() {
+            self.read_own_fences(own, now_ns);
+            self.check_scans();
+        }
+    }
+
+    fn read_own_fences(&mut self, own: Option<&Ledger>, now_ns: u64) {
         if let Some(l) = own {
             for w in 0..self.n as u8 {
                 self.fences[self.me as usize][w as usize] = l.fence_of(w);
             }
             self.slots_ns[self.me as usize] = now_ns;
         }
-        for (h, wanted) in self.slots_wanted.iter_mut().enumerate() {
-            *wanted = h != self.me as usize;
-        }
-        self.check_scans();
     }
 
     /// How long an order stands before the ledgers are asked.
@@ -314,17 +332,18 @@ impl Ledgers {
     /// The fences as last read and the scans held (for a failure's message).
     pub fn debug_state(&self) -> String {
         let scans: Vec<String> = (self.scans.iter().enumerate())
-            .filter_map(|(w, s)| s.as_ref().map(|s| format!("{w}: fenced {:#b}, {} stamps", s.fenced, s.stamps.len())))
+            .filter_map(|(w, s)| s.as_ref().map(|s| format!("{w}: fenced {:#b}, changes {:?}, {} stamps", s.fenced, &s.changes[..self.n], s.stamps.len())))
             .collect();
         let fences: Vec<String> = (0..self.n)
             .map(|h| {
-                format!("{h}: {:?}", (0..self.n).map(|w| self.fences[h][w].map(|f| f.frozen_below)).collect::<Vec<_>>())
+                format!("{h}: {:?}", (0..self.n).map(|w| self.fences[h][w].map(|f| (f.frozen_below, f.changes))).collect::<Vec<_>>())
             })
             .collect();
         format!(
-            "fences [{}], scans [{}], asking {:?}",
+            "fences [{}], scans [{}], slots read at {:?}, asking {:?}",
             fences.join("; "),
             scans.join("; "),
+            self.slots_ns,
             self.ask.as_ref().map(|a| a.q)
         )
     }
