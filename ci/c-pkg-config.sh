@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# What the README's C section says, verbatim: install the shim into a fresh prefix with
-# ci/install-c.sh, build the C client (tests/c/) with nothing but
-# `cc ... $(pkg-config --cflags --libs prescient)`, once against the shared library and
-# once statically (`pkg-config --static`), and run each against a real prescient-dpu:
+# What the C section of host-shim/README.md ("Using the shim from C") says, verbatim:
+# install the shim into a fresh prefix with ci/install-c.sh, build the C client
+# (tests/c/) with nothing but `cc ... $(pkg-config --cflags --libs prescient)`, once
+# against the shared library and once statically (`pkg-config --static`), and run each against a real prescient-dpu:
 # it PUTs 100 values and GETs one back.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's "Redis on Prescient" commands, as typed there: start the three-node
+# The "Try it" commands of host-shim/redis/README.md, as typed there: start the three-node
 # Redis cluster, write on one node and read on another, run redis-benchmark against
 # it, stop it; then a short `prescient-redis bench` so the bench keeps working.
 set -euo pipefail

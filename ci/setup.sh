@@ -10,7 +10,7 @@ dpkg -s libc6-dev >/dev/null 2>&1 || need+=(libc6-dev)
 command -v redis-server >/dev/null || need+=(redis-server)
 command -v redis-benchmark >/dev/null || need+=(redis-tools)
 dpkg -s libclang-dev >/dev/null 2>&1 || need+=(libclang-dev)
-# ci/c-pkg-config.sh builds the C client the way the README tells C users to.
+# ci/c-pkg-config.sh builds the C client the way host-shim/README.md tells C users to.
 command -v pkg-config >/dev/null || need+=(pkg-config)
 if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq

@@ -247,7 +247,7 @@ fn a_deposed_sequencer_that_has_not_heard_of_the_new_epoch_commits_nothing_of_it
     assert!(refused >= 2, "nodes 3 and 4 refused the deposed epoch's fragments ({refused})");
     // Node 0 learned of epoch 2 (and, unable to hear node 1's heartbeat, may since
     // have claimed later epochs through nodes 3 and 4, with node 1 claiming back: an
-    // extra failover each time, README.md).
+    // extra failover each time: dpu-app/src/cluster/README.md, "Not built").
     assert!(c.node(0).unwrap().sequencer_stats().unwrap().deposed >= 1, "node 0 learned of epoch 2");
     c.heal(0, 1);
     c.heal(0, 2);

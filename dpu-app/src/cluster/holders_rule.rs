@@ -1,6 +1,7 @@
 //! The holders' rule: a stamp's fate read from its holders' stamp ledgers
 //! (`format/ledger.rs`), for when its writer's fate ring cannot be read (`ordering =
-//! "sequencer"`; README.md, "Not built": a node that never comes back).
+//! "sequencer"`; `dpu-app/src/cluster/README.md`, "The ordered apply and the change
+//! feed": a node that never comes back).
 //!
 //! A writer commits a write once a quorum of its holders persisted the fragment, the
 //! writer itself counted when it is one of them. Once the writer is gone for good its

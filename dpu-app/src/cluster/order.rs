@@ -22,7 +22,8 @@
 //!
 //! What this module does not decide is who may declare a hole a no-op: that must be
 //! made impossible to contradict (no write of that stamp may commit afterwards), which
-//! takes the cluster's agreement, not one node's timer; see README.md, "Not built".
+//! takes the cluster's agreement, not one node's timer; see `dpu-app/src/cluster/README.md`,
+//! "Not built".
 //!
 //! Bounds: fates of the current epoch within [`ORDER_WINDOW`] stamps of the cursor,
 //! [`ORDER_AHEAD_MAX`] ranges and [`ORDER_CLOSES_MAX`] closes of later epochs; all

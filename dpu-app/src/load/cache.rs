@@ -2,7 +2,7 @@
 //! start, each entry tagged with the exact `Valid` directory word its refill put in the
 //! key's slot.
 //!
-//! The reader protocol (README "The cache directory and reads"): an entry is filled
+//! The reader protocol (host-shim/README.md, "The cache directory and reads"): an entry is filled
 //! from a GET issued after a miss, before the refill CAS, and is served only while
 //! the key's slot holds exactly the word it is tagged with. Slots are shared by
 //! colliding keys and every transition changes the word, so a tag that still matches

@@ -498,7 +498,8 @@ pub fn run(opts: &SimOptions) -> Result<SimReport, Violation> {
         // A gone run has no other crash or cut (messages are still lost): the hole
         // bound is checked while the gone node is away. (With another node away too,
         // a write its writer rolled back when fenced, frozen Held by fewer holders than
-        // the rule needs, can wait for the gone node: README, "Not built".)
+        // the rule needs, can wait for the gone node: dpu-app/src/cluster/README.md, "Not
+        // built".)
         let quiet = gone_run;
         if gone_run && step == GONE_AT_STEP && down_since.iter().all(Option::is_none) {
             let victim = rng.below(u64::from(n)) as u8;

@@ -3,7 +3,7 @@
 //! since rolled back, in a file its peers can READ.
 //!
 //! Why it exists: once a writer is gone for good, the fates of its last stamps can
-//! only be learned from its writes' holders (README.md, "Not built"). There, a write a
+//! only be learned from its writes' holders (`dpu-app/src/cluster/README.md`, "Not built"). There, a write a
 //! quorum of holders accepted and did not roll back is committed; one that more than
 //! `holders - quorum` holders lack is not. The store cannot answer that: it drops a
 //! version once a newer one of its key commits, and nobody else knows a dead writer's

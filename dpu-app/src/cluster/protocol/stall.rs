@@ -72,7 +72,7 @@ impl StallWarnings {
         match (s.held_by, unread.is_empty()) {
             (Some(holder), _) if s.unread >> holder & 1 == 1 => tracing::warn!(
                 node = me, epoch, sequence, seconds, holder,
-                "the change feed waits for a stamp node {holder} took, and node {holder} cannot be read: every node's feed stays here until node {holder} restarts with its data folder and records the stamp's fate (a node that never comes back holds the order; see README, 'Sequencer ordering')"
+                "the change feed waits for a stamp node {holder} took, and node {holder} cannot be read: every node's feed stays here until node {holder} restarts with its data folder and records the stamp's fate (a node that never comes back holds the order; see dpu-app/src/cluster/README.md, 'Sequencer ordering: what its order does not do')"
             ),
             (Some(holder), _) => tracing::warn!(
                 node = me, epoch, sequence, seconds, holder, ?unread,
@@ -80,7 +80,7 @@ impl StallWarnings {
             ),
             (None, false) => tracing::warn!(
                 node = me, epoch, sequence, seconds, ?unread,
-                "the change feed waits for a stamp no readable fate ring records, and these nodes' rings cannot be read: the stamp's fate, or its epoch's end, waits for them; restart them with their data folders (a node that never comes back holds the order; see README, 'Sequencer ordering')"
+                "the change feed waits for a stamp no readable fate ring records, and these nodes' rings cannot be read: the stamp's fate, or its epoch's end, waits for them; restart them with their data folders (a node that never comes back holds the order; see dpu-app/src/cluster/README.md, 'Sequencer ordering: what its order does not do')"
             ),
             (None, true) => tracing::warn!(
                 node = me, epoch, sequence, seconds,

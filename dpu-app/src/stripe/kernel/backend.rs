@@ -53,7 +53,7 @@ impl TableKind {
 /// tries them in. GFNI does one multiply per byte per instruction where a split
 /// table needs two shuffles, a shift and two masks, so GFNI comes first at each
 /// width; wider vectors come before narrower ones at the same method (measured in
-/// `benches/codec.rs`, see the README).
+/// `benches/codec.rs`; figures in `dpu-app/src/bench/README.md`).
 const PREFERENCE: &[Isa] = &[
     #[cfg(target_arch = "x86_64")]
     Isa::GfniAvx512,
