@@ -140,8 +140,13 @@ fn sequencer_seeds_that_once_failed() {
     // taking writer 0 for gone, it ignored the entries of epoch 6 its ring had shown
     // ahead of the order's window and settled their stamps as never recorded: no-ops
     // on node 3, writes everywhere else.
+    // 300189 (the settled run's check after 50,000 steps): writer 0's fate ring filled
+    // behind a rolled-back write frozen Held by holders that had fenced it, while the
+    // rollback also waited for a holder that had been away when the write went out and
+    // never got its fragment; the full ring could not mark the next epoch, so no order
+    // could close the epoch before it.
     const ONCE_FAILED: &[(u64, u32)] =
-        &[(100_018, 30_000), (200_050, 12_000), (200_101, 28_000), (300_009, 9_000)];
+        &[(100_018, 30_000), (200_050, 12_000), (200_101, 28_000), (300_009, 9_000), (300_189, 50_000)];
     for &(seed, steps) in ONCE_FAILED {
         let dir = std::env::temp_dir().join("prescient-sim-regressions");
         let mut opts = SimOptions::new(seed, dir);
