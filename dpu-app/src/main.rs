@@ -513,7 +513,9 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 println!("{}", covered(&report, seeds.len() - violations.len()));
                 if !violations.is_empty() {
                     let list: Vec<String> = violations.iter().map(|v| v.options.seed.to_string()).collect();
-                    return Err(format!("{} of {} seeds failed: {}", violations.len(), seeds.len(), list.join(" ")).into());
+                    return Err(
+                        format!("{} of {} seeds failed: {}", violations.len(), seeds.len(), list.join(" ")).into()
+                    );
                 }
                 return Ok(());
             }

@@ -59,9 +59,8 @@ use crate::cluster::order::{Applied, Fate, OrderError, OrderStats, OrderedApply}
 use crate::cluster::sequence::{epoch_of, first_of, sequence_of};
 use crate::fabric::{Op, RawQp};
 use crate::limits::{
-    FATE_READ_ENTRIES, HEADER_PAGE_BYTES, LEDGER_ENTRY_BYTES, LEDGER_ROUND_QUESTIONS, LEDGER_SCAN_ENTRIES, ORDER_CLOSES_MAX,
-    ORDER_WINDOW,
-    WR_INDEX_MAX,
+    FATE_READ_ENTRIES, HEADER_PAGE_BYTES, LEDGER_ENTRY_BYTES, LEDGER_ROUND_QUESTIONS, LEDGER_SCAN_ENTRIES,
+    ORDER_CLOSES_MAX, ORDER_WINDOW, WR_INDEX_MAX,
 };
 
 /// What the applier may use of its node for one call.

@@ -332,11 +332,23 @@ impl Ledgers {
     /// The fences as last read and the scans held (for a failure's message).
     pub fn debug_state(&self) -> String {
         let scans: Vec<String> = (self.scans.iter().enumerate())
-            .filter_map(|(w, s)| s.as_ref().map(|s| format!("{w}: fenced {:#b}, changes {:?}, {} stamps", s.fenced, &s.changes[..self.n], s.stamps.len())))
+            .filter_map(|(w, s)| {
+                s.as_ref().map(|s| {
+                    format!(
+                        "{w}: fenced {:#b}, changes {:?}, {} stamps",
+                        s.fenced,
+                        &s.changes[..self.n],
+                        s.stamps.len()
+                    )
+                })
+            })
             .collect();
         let fences: Vec<String> = (0..self.n)
             .map(|h| {
-                format!("{h}: {:?}", (0..self.n).map(|w| self.fences[h][w].map(|f| (f.frozen_below, f.changes))).collect::<Vec<_>>())
+                format!(
+                    "{h}: {:?}",
+                    (0..self.n).map(|w| self.fences[h][w].map(|f| (f.frozen_below, f.changes))).collect::<Vec<_>>()
+                )
             })
             .collect();
         format!(
