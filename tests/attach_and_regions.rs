@@ -1,0 +1,79 @@
+//! Attach and regions without hangs or crashes (issue 35, part 4), against a real
+//! `prescient-dpu serve` process:
+//!
+//! - a host attaching to a region whose generation words were overwritten gives up
+//!   after its `dpu_timeout` with an error saying to attach again, which works.
+//!
+//! Every wait is bounded; nothing asserts on elapsed time.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use prescient::{host_and_dpu, host_options};
+use prescient_shim::layout::header;
+use prescient_shim::region::Region;
+use prescient_shim::{Host, HostOptions, QueuePair, RegionConfig, Request, ShimError, Status};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn config() -> RegionConfig {
+    RegionConfig {
+        queue_pairs: 1,
+        ring_entries: 16,
+        host_buffers: 16,
+        dpu_buffers: 2,
+        buffer_bytes: 4096,
+        directory_slots: 0,
+    }
+}
+
+/// PUTs `key` on `qp` and returns the completion's status, or the error the wait met.
+fn put(host: &Host, qp: &mut QueuePair, key: &[u8], tag: u64) -> Result<Status, ShimError> {
+    let buf = host.take_buffer()?;
+    qp.submit(Request::put(key, buf, 0).user_data(tag)).map_err(|(e, _)| e)?;
+    let mut got = None;
+    while got.is_none() {
+        qp.wait(WAIT, |c| got = Some((c.user_data, c.status)))?;
+    }
+    let (user_data, status) = got.expect("a completion");
+    assert_eq!(user_data, tag);
+    Ok(status)
+}
+
+/// `Host::attach` run on a thread, waited for at most `limit`: a hang is a failed
+/// assertion here, not a test run that never ends.
+fn attach_within(
+    path: &std::path::Path,
+    options: HostOptions,
+    limit: Duration,
+) -> Result<std::sync::Arc<Host>, ShimError> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let path = path.to_path_buf();
+    std::thread::spawn(move || {
+        let _ = tx.send(Host::attach(&path, options));
+    });
+    rx.recv_timeout(limit).unwrap_or_else(|_| panic!("Host::attach did not return within {limit:?}"))
+}
+
+#[test]
+fn attach_to_a_region_with_overwritten_generation_words_gives_up_and_attaching_again_works() {
+    let (region, creator, _dpu) = host_and_dpu("attach-scribbled", config(), &[]);
+    drop(creator);
+    // The DPU app serves generation g. The region's words now say: host generation
+    // g - 1 (the next attach claims g, which the DPU app takes for the host it serves
+    // already) and a served word that is not g.
+    let words = Region::open(&region.0, false).unwrap();
+    let g = words.u32_at(header::HOST_GENERATION).load(Ordering::Acquire);
+    words.u32_at(header::HOST_GENERATION).store(g.wrapping_sub(1), Ordering::Release);
+    words.u32_at(header::DPU_SERVED_GENERATION).store(0xdead_beef, Ordering::Release);
+
+    let options = HostOptions { pin: false, dpu_timeout: Duration::from_millis(300) };
+    let err = attach_within(&region.0, options, Duration::from_secs(60)).unwrap_err();
+    assert!(matches!(err, ShimError::AttachNotAcknowledged { .. }), "{err}");
+    assert!(err.to_string().contains("attach again"), "{err}");
+
+    // As the error says: attaching again claims g + 1, which is taken over.
+    let host = attach_within(&region.0, host_options(), Duration::from_secs(60)).expect("the second attach");
+    let mut qp = host.queue_pair(0).unwrap();
+    assert_eq!(put(&host, &mut qp, b"after", 1).unwrap(), Status::Ok);
+}
