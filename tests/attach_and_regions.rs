@@ -2,14 +2,17 @@
 //! `prescient-dpu serve` process:
 //!
 //! - a host attaching to a region whose generation words were overwritten gives up
-//!   after its `dpu_timeout` with an error saying to attach again, which works.
+//!   after its `dpu_timeout` with an error saying to attach again, which works;
+//! - a host that re-attaches to a region whose submission tail was left scribbled is
+//!   served (its queue pair is not fenced for a tail it never wrote), while a tail it
+//!   moves backwards itself still fences it.
 //!
 //! Every wait is bounded; nothing asserts on elapsed time.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use prescient::{host_and_dpu, host_options};
+use prescient::{host_and_dpu, host_options, wait_until};
 use prescient_shim::layout::header;
 use prescient_shim::region::Region;
 use prescient_shim::{Host, HostOptions, QueuePair, RegionConfig, Request, ShimError, Status};
@@ -76,4 +79,40 @@ fn attach_to_a_region_with_overwritten_generation_words_gives_up_and_attaching_a
     let host = attach_within(&region.0, host_options(), Duration::from_secs(60)).expect("the second attach");
     let mut qp = host.queue_pair(0).unwrap();
     assert_eq!(put(&host, &mut qp, b"after", 1).unwrap(), Status::Ok);
+}
+
+#[test]
+fn a_reattached_host_is_served_past_a_scribbled_tail_and_fenced_for_its_own() {
+    let (region, host, _dpu) = host_and_dpu("reattach-tail", config(), &[]);
+    let mut qp = host.queue_pair(0).unwrap();
+    for tag in 0..3 {
+        assert_eq!(put(&host, &mut qp, b"before", tag).unwrap(), Status::Ok);
+    }
+    // The old incarnation leaves its submission tail moved backwards as it goes
+    // (a crash mid-scribble, a bug): the DPU app cannot skip to it.
+    let words = qp.words().clone();
+    let tail = words.sq_tail().load(Ordering::Acquire);
+    drop(qp);
+    drop(host);
+    words.sq_tail().store(tail.wrapping_sub(2), Ordering::Release);
+    drop(words);
+
+    // The re-attached host's honest PUTs are served.
+    let host = attach_within(&region.0, host_options(), Duration::from_secs(60)).expect("re-attach");
+    let mut qp = host.queue_pair(0).unwrap();
+    for tag in 10..14 {
+        assert_eq!(put(&host, &mut qp, b"after", tag).unwrap(), Status::Ok, "PUT {tag} after the re-attach");
+    }
+
+    // Its own misbehaviour is still fenced: a tail it moves backwards.
+    let words = qp.words().clone();
+    let tail = words.sq_tail().load(Ordering::Acquire);
+    words.sq_tail().store(tail.wrapping_sub(1), Ordering::Release);
+    assert!(
+        wait_until(WAIT, || words.fence_reason().load(Ordering::Acquire) != 0),
+        "a tail moved backwards by the new host is fenced"
+    );
+    let err = put(&host, &mut qp, b"fenced", 20).unwrap_err();
+    assert!(matches!(err, ShimError::Fenced { .. }), "{err}");
+    assert!(err.to_string().contains("backwards"), "{err}");
 }

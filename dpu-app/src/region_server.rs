@@ -259,16 +259,32 @@ impl RegionServer {
 
     /// Drops the previous host's unconsumed requests, reclaims its buffers and
     /// acknowledges host `generation`.
+    ///
+    /// Each queue pair starts empty for the new host: its submission tail is set to
+    /// this server's head, and its fence cleared. The new host's producer starts from
+    /// the shared tail it finds (`Producer::new`), so a tail the old host left where
+    /// this server cannot skip to (moved backwards or past capacity: scribbled before
+    /// the re-attach) would otherwise be the new host's start: its first honest
+    /// submission then reads as a tail moved backwards (or past capacity), and the
+    /// queue pair is fenced again at once. Storing a word the host owns is safe here
+    /// only: the old host is gone and the new one submits nothing before it sees the
+    /// acknowledgement stored after this. What the new host does after that is
+    /// checked as ever: a tail it moves backwards fences the queue pair.
     fn take_over_host(&mut self, generation: u32, now: Instant, metrics: &mut Metrics) {
         for q in &mut self.queues {
             let words = q.words().clone();
             let tail = words.sq_tail().load(Ordering::Acquire);
             let sq = q.submissions();
-            // A hostile tail is the old host's problem; drop whatever is plausible.
+            // Drop whatever the old host published that is plausible; a hostile tail
+            // stays where we are (the reset below drops it all the same).
             if sq.skip_to(tail).is_ok() {
                 sq.release();
             }
-            words.sq_taken().store(sq.head(), Ordering::Release);
+            let head = sq.head();
+            words.sq_taken().store(head, Ordering::Release);
+            // Release, with the acknowledgement's Release below: the new host's
+            // producer, started after it sees the acknowledgement, reads this tail.
+            words.sq_tail().store(head, Ordering::Release);
             words.fence_reason().store(0, Ordering::Release);
             *q = q.for_new_host();
         }
