@@ -5,14 +5,16 @@
 //!   after its `dpu_timeout` with an error saying to attach again, which works;
 //! - a host that re-attaches to a region whose submission tail was left scribbled is
 //!   served (its queue pair is not fenced for a tail it never wrote), while a tail it
-//!   moves backwards itself still fences it.
+//!   moves backwards itself still fences it;
+//! - a host that truncates its region file loses that region only: the DPU app
+//!   fences it off and keeps serving every other region.
 //!
 //! Every wait is bounded; nothing asserts on elapsed time.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use prescient::{host_and_dpu, host_options, wait_until};
+use prescient::{host_and_dpu, host_options, wait_served, wait_until, DpuProcess, TempRegion};
 use prescient_shim::layout::header;
 use prescient_shim::region::Region;
 use prescient_shim::{Host, HostOptions, QueuePair, RegionConfig, Request, ShimError, Status};
@@ -115,4 +117,34 @@ fn a_reattached_host_is_served_past_a_scribbled_tail_and_fenced_for_its_own() {
     let err = put(&host, &mut qp, b"fenced", 20).unwrap_err();
     assert!(matches!(err, ShimError::Fenced { .. }), "{err}");
     assert!(err.to_string().contains("backwards"), "{err}");
+}
+
+#[test]
+fn a_host_truncating_its_region_file_loses_its_region_and_the_others_are_served() {
+    let (a, b) = (TempRegion::new("truncate-a"), TempRegion::new("truncate-b"));
+    let host_a = Host::create(&a.0, config(), host_options()).unwrap();
+    let host_b = Host::create(&b.0, config(), host_options()).unwrap();
+    let mut dpu = DpuProcess::serve(&[&a.0, &b.0], &[]);
+    assert!(wait_served(&host_a) && wait_served(&host_b), "the DPU app serves both");
+    let mut qp_a = host_a.queue_pair(0).unwrap();
+    assert_eq!(put(&host_a, &mut qp_a, b"a", 1).unwrap(), Status::Ok);
+
+    // B's host goes (its mapping with it: touching it after the truncate would be
+    // this process's SIGBUS) and its file is cut to nothing under the DPU app.
+    drop(host_b);
+    std::fs::OpenOptions::new().write(true).open(&b.0).unwrap().set_len(0).unwrap();
+
+    let fenced = wait_until(WAIT, || {
+        let (out, err) = dpu.output();
+        out.contains("region fenced off") || err.contains("region fenced off")
+    });
+    let status = dpu.child.try_wait().unwrap();
+    assert!(status.is_none(), "the DPU app died: {status:?}\n{:?}", dpu.output());
+    assert!(fenced, "the DPU app fences the truncated region: {:?}", dpu.output());
+
+    // A is served on.
+    for tag in 2..6 {
+        assert_eq!(put(&host_a, &mut qp_a, b"a", tag).unwrap(), Status::Ok, "A's PUT {tag}");
+    }
+    assert!(dpu.child.try_wait().unwrap().is_none(), "the DPU app still runs");
 }
