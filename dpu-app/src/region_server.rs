@@ -58,6 +58,9 @@ pub struct RegionServer {
     beats: u64,
     /// The DPU epoch this attach bumped the region to.
     epoch: u32,
+    /// The region file shrank under the mapping: fenced off for good (the mapping is
+    /// zeroed private memory now, see `prescient_shim::region_guard`).
+    lost: bool,
 
     /// Scratch for one queue pair's batch of a take (allocated once).
     batch: Vec<Accepted>,
@@ -81,6 +84,11 @@ impl RegionServer {
     /// [`Status::DpuRestarted`], and buffers it held go back to the arena.
     pub fn attach(path: &Path, pin: bool, host_timeout: Duration, metrics: &mut Metrics) -> Result<Self, Error> {
         let region = Region::open(path, pin).map_err(|source| Error::Attach { path: path.into(), source })?;
+        // Guarded before the first access past the header: a host that truncates its
+        // file then loses its region, not every tenant its DPU app.
+        if !region.guard() {
+            tracing::warn!(region = %path.display(), "cannot guard the region's mapping: a host truncating its file would stop this DPU app");
+        }
         let region = Arc::new(region);
         let me = std::process::id();
         let pid_word = region.u32_at(header::DPU_PID);
@@ -107,6 +115,7 @@ impl RegionServer {
             served,
             beats,
             epoch,
+            lost: false,
             batch: Vec::with_capacity(prescient_shim::config::BATCH_MAX as usize),
             next_queue: 0,
             region,
@@ -259,16 +268,32 @@ impl RegionServer {
 
     /// Drops the previous host's unconsumed requests, reclaims its buffers and
     /// acknowledges host `generation`.
+    ///
+    /// Each queue pair starts empty for the new host: its submission tail is set to
+    /// this server's head, and its fence cleared. The new host's producer starts from
+    /// the shared tail it finds (`Producer::new`), so a tail the old host left where
+    /// this server cannot skip to (moved backwards or past capacity: scribbled before
+    /// the re-attach) would otherwise be the new host's start: its first honest
+    /// submission then reads as a tail moved backwards (or past capacity), and the
+    /// queue pair is fenced again at once. Storing a word the host owns is safe here
+    /// only: the old host is gone and the new one submits nothing before it sees the
+    /// acknowledgement stored after this. What the new host does after that is
+    /// checked as ever: a tail it moves backwards fences the queue pair.
     fn take_over_host(&mut self, generation: u32, now: Instant, metrics: &mut Metrics) {
         for q in &mut self.queues {
             let words = q.words().clone();
             let tail = words.sq_tail().load(Ordering::Acquire);
             let sq = q.submissions();
-            // A hostile tail is the old host's problem; drop whatever is plausible.
+            // Drop whatever the old host published that is plausible; a hostile tail
+            // stays where we are (the reset below drops it all the same).
             if sq.skip_to(tail).is_ok() {
                 sq.release();
             }
-            words.sq_taken().store(sq.head(), Ordering::Release);
+            let head = sq.head();
+            words.sq_taken().store(head, Ordering::Release);
+            // Release, with the acknowledgement's Release below: the new host's
+            // producer, started after it sees the acknowledgement, reads this tail.
+            words.sq_tail().store(head, Ordering::Release);
             words.fence_reason().store(0, Ordering::Release);
             *q = q.for_new_host();
         }
@@ -318,6 +343,10 @@ impl RegionServer {
     /// the queue pair after the one the last call started at, so a region whose every
     /// queue pair is full costs the other regions one bounded turn per round.
     pub fn take(&mut self, room: Room, out: &mut Vec<Taken>, metrics: &mut Metrics) -> u32 {
+        // One atomic load: a SIGBUS recovered since the last look fences the region now.
+        if self.region.lost() {
+            self.fence_region(None);
+        }
         let Some(generation) = self.serving else { return 0 };
         // The batch of one queue pair holds at most BATCH_MAX, and `out` what the
         // caller reserved: neither grows.
@@ -367,6 +396,19 @@ impl RegionServer {
             return;
         }
         self.host_checked = now;
+        if self.lost {
+            return;
+        }
+        // Before any word is read: a file shrunk under the mapping is fenced while
+        // nothing has touched the missing pages yet (the guard covers a truncate that
+        // lands after this look).
+        // (fstat of a descriptor we hold open does not fail in practice; if it did,
+        // the guard is left to catch a shrink.)
+        let shrunk = self.region.check_size().ok().flatten();
+        if shrunk.is_some() || self.region.lost() {
+            self.fence_region(shrunk);
+            return;
+        }
         let generation = self.region.u32_at(header::HOST_GENERATION).load(Ordering::Acquire);
         if self.serving.is_some_and(|g| g != generation) || (self.serving.is_none() && generation != self.served) {
             if self.taken_over.is_none_or(|at| now.saturating_duration_since(at) >= TAKE_OVER_INTERVAL) {
@@ -413,8 +455,34 @@ impl RegionServer {
         }
     }
 
+    /// Stops serving the region for good: its file shrank under the mapping (to
+    /// `bytes`, if a size check found it), which is zeroed private memory now. Requests
+    /// of its host still in flight complete by buffer only, into that memory; the
+    /// host sees the DPU app's heartbeat stop. Every other region is served on.
+    fn fence_region(&mut self, bytes: Option<u64>) {
+        if self.lost {
+            return;
+        }
+        self.lost = true;
+        self.serving = None;
+        let mapped = self.region.layout().region_bytes;
+        let found = bytes.map_or_else(|| "shorter".to_string(), |b| format!("{b} bytes"));
+        tracing::error!(
+            region = %self.region.path().display(),
+            "region file is {found}, under its {mapped}-byte mapping (its host truncated it): region fenced off and no longer served; the host must create its region anew"
+        );
+    }
+
+    /// Whether the region was fenced off because its file shrank under the mapping.
+    pub fn lost(&self) -> bool {
+        self.lost
+    }
+
     /// Detaches cleanly (a successor need not wait for our heartbeat to stop).
     pub fn detach(&self) {
+        if self.lost {
+            return;
+        }
         let _ = self.region.u32_at(header::DPU_PID).compare_exchange(
             std::process::id(),
             0,
@@ -426,6 +494,9 @@ impl RegionServer {
     /// Bumps this DPU app's heartbeat in the region (from our own count: the shared
     /// word is only stored, so a host that scribbles it changes nothing we keep).
     pub fn beat(&mut self) {
+        if self.lost {
+            return;
+        }
         self.beats = self.beats.wrapping_add(1);
         self.region.u64_at(header::DPU_HEARTBEAT).store(self.beats, Ordering::Release);
     }

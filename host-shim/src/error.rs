@@ -155,6 +155,23 @@ pub enum ShimError {
         /// The timeout.
         timeout_ms: u64,
     },
+    /// The DPU app beats but did not acknowledge this host's attach within the timeout.
+    #[error(
+        "the DPU app serving region {path} did not acknowledge this host (generation {generation}; the region says \
+         generation {served} is served) within {timeout_ms} ms although its heartbeat moves: the region's generation \
+         words were overwritten, or prescient-dpu is stuck; attach again (that claims a new generation), and if \
+         this repeats restart `prescient-dpu serve` on this region"
+    )]
+    AttachNotAcknowledged {
+        /// The region file.
+        path: PathBuf,
+        /// The host generation this attach claimed.
+        generation: u32,
+        /// The served generation the region held at the end.
+        served: u32,
+        /// The timeout.
+        timeout_ms: u64,
+    },
     /// A blocking wait ended without a completion.
     #[error("no completion within {0:?}")]
     Timeout(std::time::Duration),

@@ -55,7 +55,7 @@ pub enum PrescientRc {
     BufferState = -4,
     /// The submission ring is full: reap completions.
     RingFull = -5,
-    /// The DPU app is not responding.
+    /// The DPU app is not responding (or did not acknowledge an attach in time).
     DpuNotResponding = -6,
     /// No completion within the timeout.
     Timeout = -7,
@@ -249,7 +249,7 @@ fn fail_shim(err: ShimError) -> PrescientRc {
         ShimError::ArenaExhausted { .. } => PrescientRc::ArenaExhausted,
         ShimError::BufferState { .. } => PrescientRc::BufferState,
         ShimError::RingFull { .. } => PrescientRc::RingFull,
-        ShimError::DpuNotResponding { .. } => PrescientRc::DpuNotResponding,
+        ShimError::DpuNotResponding { .. } | ShimError::AttachNotAcknowledged { .. } => PrescientRc::DpuNotResponding,
         ShimError::Timeout(_) => PrescientRc::Timeout,
         ShimError::Fenced { .. } => PrescientRc::Fenced,
         ShimError::BadCompletion(_) => PrescientRc::Other,

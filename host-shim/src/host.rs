@@ -82,6 +82,13 @@ impl Host {
     /// `dpu_timeout`: it drops the previous host's unconsumed requests and reclaims its
     /// buffers; this host then discards the previous host's completions, so it starts
     /// with empty queues and a full arena.
+    ///
+    /// Gives up after `dpu_timeout` whatever the region holds: with
+    /// [`ShimError::DpuNotResponding`] if the DPU app's heartbeat stopped, with
+    /// [`ShimError::AttachNotAcknowledged`] if it beats but never acknowledged this
+    /// host (a generation or served word overwritten in the region makes the DPU app
+    /// take this host for the one it serves already; attaching again claims the next
+    /// generation, which it does take over).
     pub fn attach(path: &Path, options: HostOptions) -> Result<Arc<Self>, ShimError> {
         let region = Region::open(path, options.pin)?;
         let pid = region.u32_at(header::HOST_PID).load(Ordering::Acquire);
@@ -91,12 +98,27 @@ impl Host {
         let region = Arc::new(region);
         let generation = Self::claim(&region);
         let started = Instant::now();
+        let timeout_ms = options.dpu_timeout.as_millis() as u64;
         let mut dpu = Watch::new(region.u64_at(header::DPU_HEARTBEAT), options.dpu_timeout, started);
-        while region.u32_at(header::DPU_SERVED_GENERATION).load(Ordering::Acquire) != generation {
-            if let Err(silent) = dpu.check(region.u64_at(header::DPU_HEARTBEAT), Instant::now()) {
-                return Err(ShimError::DpuNotResponding {
-                    silent_ms: silent.as_millis() as u64,
-                    timeout_ms: options.dpu_timeout.as_millis() as u64,
+        loop {
+            let served = region.u32_at(header::DPU_SERVED_GENERATION).load(Ordering::Acquire);
+            if served == generation {
+                break;
+            }
+            let now = Instant::now();
+            if let Err(silent) = dpu.check(region.u64_at(header::DPU_HEARTBEAT), now) {
+                return Err(ShimError::DpuNotResponding { silent_ms: silent.as_millis() as u64, timeout_ms });
+            }
+            // A beating DPU app that has not acknowledged us within the timeout never
+            // will on its own: the words it compares (the host generation, the served
+            // generation) are ours to scribble, and it may take us for the host it
+            // serves. Bounded by the same timeout as a silent one.
+            if now.saturating_duration_since(started) >= options.dpu_timeout {
+                return Err(ShimError::AttachNotAcknowledged {
+                    path: path.to_path_buf(),
+                    generation,
+                    served,
+                    timeout_ms,
                 });
             }
             std::thread::sleep(Duration::from_micros(HEARTBEAT_PERIOD_US / 5));
@@ -281,6 +303,41 @@ pub(crate) mod tests {
         let options = HostOptions { pin: false, dpu_timeout: Duration::from_secs(3600) };
         let host = Host::create(&path, config, options).unwrap();
         Fixture { host, path }
+    }
+
+    /// A DPU app that beats but never acknowledges (the region's served word was
+    /// overwritten and its host generation is one the DPU app takes for the host it
+    /// serves): attach gives up after `dpu_timeout` with an error saying to attach
+    /// again, instead of waiting for ever.
+    #[test]
+    fn attach_gives_up_after_the_timeout_on_a_beating_dpu_app_that_never_acknowledges() {
+        let fixture = fixture("unacknowledged", 0);
+        let region = fixture.host.region().clone();
+        let generation = region.u32_at(header::HOST_GENERATION).load(Ordering::Acquire);
+        region.u32_at(header::DPU_SERVED_GENERATION).store(generation.wrapping_add(2), Ordering::Release);
+        let beating = Arc::new(AtomicBool::new(true));
+        let dpu = {
+            let (region, beating) = (region.clone(), beating.clone());
+            std::thread::spawn(move || {
+                while beating.load(Ordering::Relaxed) {
+                    region.u64_at(header::DPU_HEARTBEAT).fetch_add(1, Ordering::Release);
+                    std::thread::sleep(Duration::from_micros(HEARTBEAT_PERIOD_US));
+                }
+            })
+        };
+        let path = fixture.path.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let options = HostOptions { pin: false, dpu_timeout: Duration::from_millis(200) };
+            let _ = tx.send(Host::attach(&path, options).map(drop));
+        });
+        // Bounded: a hang fails here rather than holding the test run for ever.
+        let result = rx.recv_timeout(Duration::from_secs(60)).expect("attach returned");
+        beating.store(false, Ordering::Relaxed);
+        dpu.join().unwrap();
+        let err = result.unwrap_err();
+        assert!(matches!(err, ShimError::AttachNotAcknowledged { .. }), "{err}");
+        assert!(err.to_string().contains("attach again"), "{err}");
     }
 
     #[test]

@@ -40,6 +40,7 @@ pub mod queue_pair;
 pub mod read_sla;
 pub mod reads;
 pub mod region;
+pub mod region_guard;
 pub mod request;
 pub mod ring;
 pub mod signal;

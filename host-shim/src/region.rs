@@ -12,12 +12,14 @@
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::OnceLock;
 
 use memmap2::{MmapOptions, MmapRaw};
 
 use crate::config::HEADER_BYTES;
 use crate::error::ShimError;
 use crate::layout::{Layout, RegionConfig};
+use crate::region_guard::Guard;
 
 /// hugetlbfs' `f_type` in `statfs`.
 const HUGETLBFS_MAGIC: i64 = 0x958458f6;
@@ -26,11 +28,14 @@ const HUGE_PAGE_BYTES: u64 = 2 << 20;
 
 /// A mapped region.
 pub struct Region {
+    /// The SIGBUS guard of the mapping, once [`Region::guard`] registered it. Declared
+    /// before `map`: fields drop in order, so it unregisters before the unmap.
+    guard: OnceLock<Guard>,
     map: MmapRaw,
     layout: Layout,
     path: PathBuf,
     pinned: bool,
-    _file: File,
+    file: File,
 }
 
 // SAFETY: the mapping is plain shared memory; every access through `Region` is
@@ -124,7 +129,51 @@ impl Region {
                 });
             }
         }
-        Ok(Self { map, layout, path: path.to_path_buf(), pinned: pin, _file: file })
+        Ok(Self { guard: OnceLock::new(), map, layout, path: path.to_path_buf(), pinned: pin, file })
+    }
+
+    /// Guards the mapping against its file shrinking (see [`crate::region_guard`]): an
+    /// access past the file's end then meets zeroed private memory, not a SIGBUS that
+    /// kills the process, and [`Region::lost`] turns true. For a process that serves
+    /// regions other processes own (the DPU app). False if it could not be guarded
+    /// (every guard slot taken, or the handler not installed).
+    pub fn guard(&self) -> bool {
+        if self.guard.get().is_none() {
+            let mut len = self.layout.region_bytes;
+            if on_hugetlbfs(&self.path) {
+                // A hugetlbfs mapping is replaced whole huge pages at a time.
+                len = (len as u64).div_ceil(HUGE_PAGE_BYTES) as usize * HUGE_PAGE_BYTES as usize;
+            }
+            // SAFETY: the mapping is ours for as long as `self`, and the guard, a field
+            // declared before `map`, drops (unregisters) before the mapping is unmapped.
+            // Every access through `Region` is atomic or a copy, so pages replaced by
+            // zeros under it are, to its readers, a peer's scribble.
+            if let Some(guard) = unsafe { Guard::register(self.map.as_mut_ptr(), len) } {
+                let _ = self.guard.set(guard);
+            }
+        }
+        self.guard.get().is_some()
+    }
+
+    /// Whether the guarded mapping was replaced by zeroed memory because its file
+    /// shrank under it: nothing in it is the peer's any more.
+    pub fn lost(&self) -> bool {
+        self.guard.get().is_some_and(Guard::lost)
+    }
+
+    /// Compares the file's size (`fstat`) with the mapping. A file shorter than the
+    /// mapping is fenced now, before the next access faults (a guarded mapping is
+    /// replaced by zeroed memory and marked lost), and its size returned; `Ok(None)`
+    /// if the file still covers the mapping.
+    pub fn check_size(&self) -> std::io::Result<Option<u64>> {
+        let bytes = self.file.metadata()?.len();
+        if bytes >= self.layout.region_bytes as u64 {
+            return Ok(None);
+        }
+        if let Some(guard) = self.guard.get() {
+            guard.fence();
+        }
+        Ok(Some(bytes))
     }
 
     /// The region's layout.

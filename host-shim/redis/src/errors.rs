@@ -38,7 +38,9 @@ pub fn of_status(status: Status, detail: u32, what: &str) -> String {
 /// The error reply for a request the shim could not submit.
 pub fn of_shim(e: &ShimError) -> String {
     match e {
-        ShimError::DpuNotResponding { .. } => format!("UNAVAILABLE prescient: {e}"),
+        ShimError::DpuNotResponding { .. } | ShimError::AttachNotAcknowledged { .. } => {
+            format!("UNAVAILABLE prescient: {e}")
+        }
         ShimError::RingFull { .. } | ShimError::ArenaExhausted { .. } => {
             format!("OVERLOADED prescient: {e} (or load the module with larger ring_entries= / host_buffers=)")
         }
