@@ -58,7 +58,17 @@ fn campaign(
         }
         let Some(&seed) = seeds.get(i) else { return };
         let opts = SimOptions { seed, ..base.clone() };
-        match run(&opts) {
+        // A panic is a failure of its seed like any broken invariant: reported with
+        // the seed and its replay command, not the end of the campaign.
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&opts))).unwrap_or_else(|panic| {
+            let what = panic
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| panic.downcast_ref::<&str>().copied())
+                .unwrap_or("a panic without a message");
+            Err(Violation { options: opts.clone(), step: 0, what: format!("panicked (the step is not known): {what}") })
+        });
+        match outcome {
             Ok(report) => {
                 let mut done = done.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                 done.0 += 1;
