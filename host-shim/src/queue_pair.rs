@@ -131,6 +131,12 @@ impl QueuePair {
                 return Err(ShimError::RingFull { qp: self.index(), depth: entries, in_flight: self.in_flight() });
             }
         }
+        // Completions come out of order: the request a ring earlier may still be open
+        // with fewer than `entries` in flight (the simulator's seed 400172 with
+        // `--sequencer --predictive` submitted over it and the host panicked).
+        if !self.submitted.is_free(self.sq.tail()) {
+            return Err(ShimError::RingFull { qp: self.index(), depth: entries, in_flight: self.in_flight() });
+        }
         Ok(())
     }
 
@@ -442,7 +448,7 @@ impl QueuePair {
     fn deliver_one(&mut self) -> Option<Completion> {
         let (entry, done) = self.run.as_mut()?;
         let sq_index = entry.sq_index.wrapping_add((*done).into());
-        let (user_data, op) = self.submitted.tag(sq_index);
+        let (user_data, op) = self.submitted.deliver(sq_index);
         self.gets.complete(sq_index);
         self.in_flight -= 1;
         *done += 1;

@@ -10,8 +10,10 @@
 //!
 //! One record per submission ring slot, allocated once when the queue pair is taken.
 //! A slot is reused only by the request `ring_entries` later, which the queue pair
-//! submits only after it delivered this one (it never has more than `ring_entries` in
-//! flight), so a closed record stays readable until its completion is delivered.
+//! submits only once this one was delivered ([`Submitted::is_free`]: the DPU app
+//! completes out of order, so fewer than `ring_entries` in flight does not mean the
+//! next slot is free), so a closed record stays readable until its completion is
+//! delivered.
 
 use crate::completion::CompletionEntry;
 
@@ -19,7 +21,10 @@ use crate::completion::CompletionEntry;
 struct Record {
     sq_index: u32,
     op: u8,
+    /// Submitted and not closed by a completion entry.
     open: bool,
+    /// Open, or closed and not delivered yet: the slot is taken.
+    taken: bool,
     user_data: u64,
 }
 
@@ -47,12 +52,19 @@ impl Submitted {
         sq_index as usize & (self.records.len() - 1)
     }
 
-    /// Records the request submitted at `sq_index`. Its slot must not hold an open
-    /// request (the queue pair keeps at most `ring_entries` in flight).
+    /// Whether the slot of `sq_index` holds no open request: the request a ring
+    /// earlier was delivered. The DPU app completes out of order, so a slot can still
+    /// be taken while fewer than `ring_entries` requests are in flight.
+    pub fn is_free(&self, sq_index: u32) -> bool {
+        !self.records[self.slot(sq_index)].taken
+    }
+
+    /// Records the request submitted at `sq_index`. Its slot must be free
+    /// ([`Submitted::is_free`]; the queue pair checks before it submits).
     pub fn open(&mut self, sq_index: u32, user_data: u64, op: u8) {
         let slot = self.slot(sq_index);
-        assert!(!self.records[slot].open, "submission {sq_index} reuses the slot of an open request");
-        self.records[slot] = Record { sq_index, op, open: true, user_data };
+        assert!(!self.records[slot].taken, "submission {sq_index} reuses the slot of an undelivered request");
+        self.records[slot] = Record { sq_index, op, open: true, taken: true, user_data };
     }
 
     /// Closes every request `entry` names if all of them are open; otherwise changes
@@ -73,10 +85,12 @@ impl Submitted {
     }
 
     /// The tag and op recorded for `sq_index` (closed by [`Submitted::close`] and not
-    /// delivered yet).
-    pub fn tag(&self, sq_index: u32) -> (u64, u8) {
-        let r = &self.records[self.slot(sq_index)];
+    /// delivered yet), as it is delivered: the slot is free from now on.
+    pub fn deliver(&mut self, sq_index: u32) -> (u64, u8) {
+        let slot = self.slot(sq_index);
+        let r = &mut self.records[slot];
         debug_assert_eq!(r.sq_index, sq_index);
+        r.taken = false;
         (r.user_data, r.op)
     }
 }
@@ -97,10 +111,29 @@ mod tests {
             t.open(i, 100 + u64::from(i), 1);
         }
         assert_eq!(t.close(&run(6, 2)), Ok(()));
-        assert_eq!(t.tag(7), (107, 1));
+        assert_eq!(t.deliver(7), (107, 1));
         assert_eq!(t.close(&run(7, 1)), Err(NotOpen { sq_index: 7 }), "closed already");
         assert_eq!(t.close(&run(8, 2)), Err(NotOpen { sq_index: 9 }), "9 was never submitted");
         assert_eq!(t.close(&run(8, 1)), Ok(()), "a refused entry changed nothing");
+    }
+
+    #[test]
+    fn a_slot_is_free_only_once_its_request_was_delivered() {
+        // Four slots; requests 1..4 complete before request 0 (out of order).
+        let mut t = Submitted::new(4);
+        for i in 0..4u32 {
+            t.open(i, u64::from(i), 1);
+        }
+        assert_eq!(t.close(&run(1, 3)), Ok(()));
+        for i in 1..4u32 {
+            t.deliver(i);
+        }
+        // Three delivered, one in flight: submission 4 would land on request 0's slot.
+        assert!(!t.is_free(4) && t.is_free(5));
+        assert_eq!(t.close(&run(0, 1)), Ok(()));
+        assert!(!t.is_free(4), "closed but not delivered: its tag is still to be read");
+        assert_eq!(t.deliver(0), (0, 1));
+        assert!(t.is_free(4));
     }
 
     #[test]
@@ -114,6 +147,6 @@ mod tests {
             assert!(t.close(&bad).is_err(), "{bad:?}");
         }
         assert_eq!(t.close(&run(u32::MAX, 2)), Ok(()), "indices wrap");
-        assert_eq!((t.tag(u32::MAX).0, t.tag(0).0), (1, 2));
+        assert_eq!((t.deliver(u32::MAX).0, t.deliver(0).0), (1, 2));
     }
 }
