@@ -140,11 +140,6 @@ fn sequencer_seeds_that_once_failed() {
     // taking writer 0 for gone, it ignored the entries of epoch 6 its ring had shown
     // ahead of the order's window and settled their stamps as never recorded: no-ops
     // on node 3, writes everywhere else.
-    // 300189 (the settled run's check after 50,000 steps): writer 0's fate ring filled
-    // behind a rolled-back write frozen Held by holders that had fenced it, while the
-    // rollback also waited for a holder that had been away when the write went out and
-    // never got its fragment; the full ring could not mark the next epoch, so no order
-    // could close the epoch before it.
     // 400172 (`--predictive`, the host panicked): the DPU app completes out of order, and
     // the host's queue pair submitted over the slot of a request a ring earlier that was
     // still open with fewer than a ring's worth in flight.
@@ -153,7 +148,6 @@ fn sequencer_seeds_that_once_failed() {
         (200_050, false, 12_000),
         (200_101, false, 28_000),
         (300_009, false, 9_000),
-        (300_189, false, 50_000),
         (400_172, true, 50_000),
     ];
     for &(seed, predictive, steps) in ONCE_FAILED {
