@@ -22,6 +22,10 @@
 //! storage node and nobody holds it: a no-op once all but fewer than a quorum of them
 //! were read.
 //!
+//! The order protocol's model (`dpu-app/tests/order_model.rs`) calls [`threshold`],
+//! [`rollback_settled`] and [`verdict`] themselves, so what it checks exhaustively at
+//! small bounds is these rules as shipped.
+//!
 //! The ledgers read must be frozen for the writer (a fence that stops them taking its
 //! fragments and rollbacks; not built yet): the simulator checks the rule against every
 //! fate ring as each write is decided, and the soak against the files its processes
