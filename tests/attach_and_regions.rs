@@ -22,14 +22,7 @@ use prescient_shim::{Host, HostOptions, QueuePair, RegionConfig, Request, ShimEr
 const WAIT: Duration = Duration::from_secs(20);
 
 fn config() -> RegionConfig {
-    RegionConfig {
-        queue_pairs: 1,
-        ring_entries: 16,
-        host_buffers: 16,
-        dpu_buffers: 2,
-        buffer_bytes: 4096,
-        directory_slots: 0,
-    }
+    prescient::small_region_config()
 }
 
 /// PUTs `key` on `qp` and returns the completion's status, or the error the wait met.

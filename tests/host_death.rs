@@ -14,14 +14,7 @@ use prescient_shim::{Host, RegionConfig, Request, Status};
 const ROLE: &str = "PRESCIENT_TEST_DYING_HOST";
 
 fn config() -> RegionConfig {
-    RegionConfig {
-        queue_pairs: 1,
-        ring_entries: 16,
-        host_buffers: 16,
-        dpu_buffers: 2,
-        buffer_bytes: 4096,
-        directory_slots: 0,
-    }
+    prescient::small_region_config()
 }
 
 /// The child's part: become the host of the region named in the environment, do a

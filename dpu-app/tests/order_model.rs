@@ -1258,7 +1258,7 @@ fn a_writer_that_comes_back() {
 /// more than ten minutes in the dev profile (not seen to finish), so only on demand
 /// (`-- --ignored`, better in release).
 #[test]
-#[ignore]
+#[ignore = "more than ten minutes in the dev profile: run on demand with -- --ignored, in release"]
 fn a_writer_that_comes_back_two_appliers() {
     check("writer comes back, two appliers", three_nodes(vec![0, 1], true, vec![], true));
 }

@@ -268,6 +268,19 @@ pub struct ClusterProcs {
     pub extra: Vec<String>,
 }
 
+/// A one-queue-pair region of 16 slots and 4 KiB buffers, no directory: what the
+/// single-host tests (host death, attach and regions) need.
+pub fn small_region_config() -> prescient_shim::RegionConfig {
+    prescient_shim::RegionConfig {
+        queue_pairs: 1,
+        ring_entries: 16,
+        host_buffers: 16,
+        dpu_buffers: 2,
+        buffer_bytes: 4096,
+        directory_slots: 0,
+    }
+}
+
 /// Region sizes that carry 4 KiB values striped RS(3, 2) in place.
 pub fn cluster_region_config() -> prescient_shim::RegionConfig {
     prescient_shim::RegionConfig {
