@@ -631,39 +631,30 @@ impl Applier {
             self.catch = Some(CatchUp { for_gone: true, ..CatchUp::new(peer) });
             return moved;
         }
-        // A Pending write of a gone writer: its scan decides, once its fences were seen
-        // whole after the write was (it may have been taken after the writer came back).
-        if let Some(&(w, e, seen_ns)) = self.pending.get(&c) {
-            let ruling = self.ledgers.gone_since(w, seen_ns).then(|| self.ledgers.gone_ruling(w, c)).flatten();
-            if let Some((verdict, key, held)) = ruling {
-                if verdict != Verdict::Undecided {
-                    let key = key.or(Some((e.key_hash, e.tombstone)));
-                    let r = Ruled { version: c, w, key, write: verdict == Verdict::Write, held };
-                    return self.rule(r, now) || moved;
-                }
-            }
-        }
-        // A stamp of a gone writer's block that its ring, as far as this node read it
-        // before the writer stopped answering, does not record: its scan decides it as
-        // it decides a Pending one (a stamp no ledger names is a no-op), once its fences
-        // were seen whole after the order first stood at it. Peers that read the ring
-        // further may be past it; nothing else would move this order, since the live
-        // epoch ends only by a roll.
-        if !self.pending.contains_key(&c) {
-            let gone_block = self.blocks.iter().find(|(b, j)| b.contains(&c) && self.ledgers.gone(*j)).map(|&(_, j)| j);
-            if let Some(w) = gone_block {
-                let since = match self.gone_block_at {
-                    Some((v, ns)) if v == c => ns,
-                    _ => {
+        // The stamp at the cursor, of a gone writer: its scan decides it, once its fences
+        // were seen whole after the stamp was (it may have been taken after the writer
+        // came back). Either a Pending write of its ring, seen when read, or a stamp of
+        // its block that its ring, as far as this node read it before the writer stopped
+        // answering, does not record (a stamp no ledger names is a no-op), seen when the
+        // order first stood at it: peers that read the ring further may be past it, and
+        // nothing else would move this order, since the live epoch ends only by a roll.
+        let gone_stamp = match self.pending.get(&c) {
+            Some(&(w, e, seen_ns)) => Some((w, seen_ns, Some((e.key_hash, e.tombstone)))),
+            None => {
+                let w = self.blocks.iter().find(|(b, j)| b.contains(&c) && self.ledgers.gone(*j)).map(|&(_, w)| w);
+                w.map(|w| {
+                    if self.gone_block_at.is_none_or(|(v, _)| v != c) {
                         self.gone_block_at = Some((c, now.mono_ns));
-                        now.mono_ns
                     }
-                };
-                let ruling = self.ledgers.gone_since(w, since).then(|| self.ledgers.gone_ruling(w, c)).flatten();
-                if let Some((verdict, key, held)) = ruling.filter(|r| r.0 != Verdict::Undecided) {
-                    let r = Ruled { version: c, w, key, write: verdict == Verdict::Write, held };
-                    return self.rule(r, now) || moved;
-                }
+                    (w, self.gone_block_at.map_or(now.mono_ns, |(_, since)| since), None)
+                })
+            }
+        };
+        if let Some((w, since, recorded_key)) = gone_stamp {
+            let ruling = self.ledgers.gone_since(w, since).then(|| self.ledgers.gone_ruling(w, c)).flatten();
+            if let Some((verdict, key, held)) = ruling.filter(|r| r.0 != Verdict::Undecided) {
+                let r = Ruled { version: c, w, key: key.or(recorded_key), write: verdict == Verdict::Write, held };
+                return self.rule(r, now) || moved;
             }
         }
         if self.ledgers.asking() {
