@@ -969,7 +969,11 @@ impl Applier {
             if from != s.ahead {
                 // Posted before the ring was to be read again from `next` (its bound was
                 // passed): what it read is taken, but `ahead` stays where the new
-                // reading is, so every entry up to it is read again.
+                // reading is, and the sweep now reaches past this chunk, so every entry
+                // up to its end is read again before an unrecorded stamp is settled.
+                // Without that, the sweep's first chunk forgot the stamps this one
+                // deferred, and a write recorded here was settled as a no-op.
+                s.sweep_to = s.sweep_to.max(last + 1);
                 (s.moved, s.ahead_turn) = (true, false);
                 return true;
             }
@@ -1699,5 +1703,49 @@ mod tests {
         want.push(first_of(3));
         assert_eq!(out[..n].iter().map(|e| e.version).collect::<Vec<_>>(), want);
         assert_eq!(a.stats.conflicts, 0);
+    }
+
+    #[test]
+    fn a_read_ahead_that_lands_after_the_sweep_began_keeps_its_stamps_unsettled() {
+        // Seed 300062 with never-posted holders counted as lacking: node 0's sweep of
+        // ring 3 began (the cursor reached the stamp it had deferred, `ahead` went back
+        // to `next`), then a READ ahead posted before that came back with a write of a
+        // later epoch further ahead than the order holds. The sweep's first chunk
+        // forgot it, and once the epoch closed the write was settled as a no-op.
+        let dir = TempDir::new("apply-stale-ahead");
+        let net = Network::new(ModelConfig::ideal(), Arc::new(SystemClock::new())).unwrap();
+        let fabric = net.node().unwrap();
+        let own = FateRing::open(&fabric, &dir.file("fates.prfate"), 0, 64).unwrap();
+        let feed = FeedLog::open(&dir.file("feed.prfeed"), 0, 1 << 10).unwrap();
+        let ledgers = Ledgers::new(0, 2, 1, 1, crate::cluster::placement::Placement::all_storage(2), 1_000_000);
+        let now = Now { mono_ns: 0, wall_us: 0 };
+        let mut a = Applier::new(0, 2, &own, feed, 1_000_000, ledgers, now).unwrap();
+        let entry = |position: u64, seq: u64| {
+            let version = version(1, seq).unwrap();
+            FateEntry {
+                position,
+                version,
+                key_hash: seq,
+                kind: FateKind::Committed,
+                tombstone: false,
+                count: 1,
+                write_seq: 1,
+            }
+            .emit()
+        };
+        // Right after the sweep began: ring 1 is read again from position 1 up to 5.
+        a.sources[1] = Source { next: 1, ahead: 1, sweep_to: 5, deferred: u64::MAX, started: true, ..FRESH };
+        let far = ORDER_WINDOW + 100;
+        // The READ ahead posted before, from 5: a write further ahead than the window.
+        let stale: Vec<u8> = [entry(5, far), entry(6, far + 1)].concat();
+        a.take_chunk(1, 5, &stale, now);
+        // The sweep's first READ, from 1: writes the order takes at once.
+        let sweep: Vec<u8> = (1..5).flat_map(|p| entry(p, p)).collect();
+        a.take_chunk(1, 1, &sweep, now);
+        let bound = a.settle_bound(now);
+        assert!(
+            bound <= version(1, far).unwrap(),
+            "the write read ahead at stamp {far} must bound what is settled until it is read again: bound {bound:#x}"
+        );
     }
 }
