@@ -187,7 +187,8 @@ impl<T: AsRef<[u8]>> OutcomeView<T> {
     }
 
     /// The holders other than the writer `me` known not to hold the write's fragment
-    /// once it is rolled back: those that persisted the rollback. The writer never
+    /// once it is rolled back: those that persisted the rollback, and those never sent
+    /// a fragment (recorded decided when the write rolled back). The writer never
     /// counts itself, whatever its own store did: `protocol/rollbacks.rs` says why.
     pub fn lacking(&self, me: u8) -> u32 {
         self.decided() & self.holders() & !(1u32 << me)

@@ -772,6 +772,7 @@ impl Writer {
         let Some(w) = self.writes.get_mut(id) else { return };
         if sent {
             w.waiting_credit &= !(1 << i);
+            w.posted |= 1 << h;
         } else if up {
             w.waiting_credit |= 1 << i;
         } else {
@@ -1105,13 +1106,25 @@ impl Writer {
         let me = cx.me;
         let w = self.writes.get_mut(id).expect("write exists");
         let (write_seq, key_hash, stamp, acked, holders) = (w.write_seq, w.key_hash, w.stamp, w.acked, w.holder_mask());
+        // Holders never sent a fragment (down when it went out) cannot hold it: they
+        // count as lacking it from the start, so the rollback waits only for those
+        // that may. Without this, a write rolled back while one holder was away and
+        // the others froze it Held (they fenced this writer) waited for that holder's
+        // return, and every order with it (the double fault of the cluster README's
+        // "Not built").
+        let unsent = holders & !w.posted & !(1 << me);
         w.set_phase(Phase::Finished(End::NotDurable));
         // Counted by status in the summary; per write only at debug level.
-        tracing::debug!(node = me, write_seq, acked, failed = w.failed, "write not durable: rolling back");
+        tracing::debug!(node = me, write_seq, acked, failed = w.failed, unsent, "write not durable: rolling back");
         // Still replicating, so its entry is InProgress and protected from reuse.
         cx.outcomes
             .set_state(write_seq, WriteState::Aborted)
             .unwrap_or_else(|e| panic!("node {me}: recording write {write_seq}'s rollback: {e}"));
+        for h in (0..cx.n as u8).filter(|&h| unsent & (1 << h) != 0) {
+            cx.outcomes
+                .set_decided(write_seq, h)
+                .unwrap_or_else(|e| panic!("node {me}: recording that write {write_seq} never reached node {h}: {e}"));
+        }
         // The writer is a holder too: its own record dropped is its own decision
         // persisted. Without this bit the entry never settles, and once the table
         // wraps every new write finds it in its way (the outcome-table wedge).
@@ -1128,7 +1141,7 @@ impl Writer {
             self.writes.get_mut(id).expect("write exists").rollback_open = !settled;
         }
         for h in 0..cx.n as u8 {
-            if h != me && holders & (1 << h) != 0 {
+            if h != me && holders & !unsent & (1 << h) != 0 {
                 let record = OutcomeRecordRepr { write_seq, key_hash, stamp, outcome: Decision::Aborted };
                 if !self.notices.queue(h, record, None) {
                     if let Some(p) = cx.links.peer_mut(h) {

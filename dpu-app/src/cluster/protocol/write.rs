@@ -189,6 +189,10 @@ pub struct Write {
     pub acked: u32,
     /// Nodes that failed or refused.
     pub failed: u32,
+    /// Holders a fragment of it was posted to. One never posted to (it was down when
+    /// the write went out) cannot hold it, so its rollback need not wait for it
+    /// (`replicate.rs`, `abort`).
+    pub posted: u32,
     /// Nodes that persisted the decision.
     pub decided: u32,
     /// Nodes a notice went to and has not been answered.
@@ -255,6 +259,7 @@ impl Write {
             holders,
             acked: 0,
             failed: 0,
+            posted: 0,
             decided: 0,
             notified: 0,
             phase: Phase::Replicating,
