@@ -140,6 +140,14 @@ fn sequencer_seeds_that_once_failed() {
     // taking writer 0 for gone, it ignored the entries of epoch 6 its ring had shown
     // ahead of the order's window and settled their stamps as never recorded: no-ops
     // on node 3, writes everywhere else.
+    // 300062 (step 18,554, once never-posted holders counted as lacking): node 0,
+    // restarted, began sweeping ring 3 again from `next` while a READ ahead was in
+    // flight; it came back with a write of epoch 9 further ahead than the order held,
+    // the sweep's first chunk forgot it, and when epoch 9 closed node 0 settled that
+    // committed write as a no-op.
+    // 300189 (the double fault): node 2 was cut off with a write in flight that a
+    // holder away at the time was never sent; its rollback waited for that holder, its
+    // fate ring filled behind it, and every order stood.
     // 400172 (`--predictive`, the host panicked): the DPU app completes out of order, and
     // the host's queue pair submitted over the slot of a request a ring earlier that was
     // still open with fewer than a ring's worth in flight.
@@ -148,6 +156,8 @@ fn sequencer_seeds_that_once_failed() {
         (200_050, false, 12_000),
         (200_101, false, 28_000),
         (300_009, false, 9_000),
+        (300_062, false, 19_000),
+        (300_189, false, 50_000),
         (400_172, true, 50_000),
     ];
     for &(seed, predictive, steps) in ONCE_FAILED {
