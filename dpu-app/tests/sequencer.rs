@@ -263,12 +263,14 @@ fn a_deposed_sequencer_that_has_not_heard_of_the_new_epoch_commits_nothing_of_it
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// A claimant's CAS into a node's leader word is that node's vote: the claim counts it
-/// at once. Nodes 3 and 4 crash after the CAS landed and before their next round
+/// A claimant's CAS into a node's leader word binds that node from the moment it
+/// lands (the claim counts it once the node persisted it: see the power-loss test
+/// below). Nodes 3 and 4 crash after the CAS landed and before their next round
 /// noticed it, so their `leader-word` files still say epoch 1; restarted, cut off from
 /// the nodes that know epoch 2, they must still hold epoch 2 (the control block is
-/// file-backed and carries the word). With an anonymous block they came back in epoch
-/// 1, and with the deposed sequencer they made a quorum for its writes.
+/// file-backed and carries the word through a process crash). With an anonymous block
+/// they came back in epoch 1, and with the deposed sequencer they made a quorum for its
+/// writes.
 #[test]
 fn nodes_restarted_after_voting_in_a_claim_they_never_noticed_still_refuse_the_deposed_epoch() {
     let (mut c, dir, first) = stall_the_sequencer("voted", b"v");
@@ -311,6 +313,70 @@ fn nodes_restarted_after_voting_in_a_claim_they_never_noticed_still_refuse_the_d
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// A claimant's CAS lands in a node's file-backed control block, which a power loss
+/// forgets until the node's next poll persists the word with fsync: a vote counts only
+/// once the node publishes that it persisted it. Here shadow 1 claims epoch 2 with
+/// nodes 3 and 4, stalled so they never notice (node 2 is cut off from all three);
+/// both lose power and come back in epoch 1, and shadow 2 claims epoch 2 through them.
+/// When a landed CAS counted at once, shadow 1 had won epoch 2 and shadow 2 won it
+/// again: two sequencers of one epoch.
+#[test]
+fn a_vote_a_power_loss_forgot_never_counted_for_a_claim() {
+    let (mut c, dir, first) = stall_the_sequencer("power", b"w");
+    for (a, b) in [(1, 2), (2, 3), (2, 4)] {
+        c.partition(a, b);
+    }
+    let paused_at = c.now().mono_ns;
+    run(&mut c, "3 ms pass", SECOND_NS, |c| c.now().mono_ns >= paused_at + 3_000_000);
+    c.pause(3, true);
+    c.pause(4, true);
+    run(&mut c, "shadow 1's claim lands at nodes 3 and 4", SECOND_NS, |c| {
+        [3u8, 4].iter().all(|&j| c.node(j).unwrap().leader_word_in_block().unwrap().epoch >= 2)
+    });
+    // Let shadow 1's claim run past its wait for their persisted words.
+    let landed_at = c.now().mono_ns;
+    // Every (epoch, node) seen sequencing.
+    fn watch(c: &InProcess, leaders: &mut Vec<(u32, u8)>) {
+        for n in c.nodes() {
+            if let Some((word, true)) = n.sequencer_state() {
+                if !leaders.contains(&(word.epoch, n.id())) {
+                    leaders.push((word.epoch, n.id()));
+                }
+            }
+        }
+    }
+    let mut leaders: Vec<(u32, u8)> = Vec::new();
+    run(&mut c, "10 ms pass", SECOND_NS, |c| {
+        watch(c, &mut leaders);
+        c.now().mono_ns >= landed_at + 10_000_000
+    });
+    for j in [3u8, 4] {
+        assert_eq!(c.node(j).unwrap().sequencer_state().unwrap().0, first, "node {j} stalled, so it never noticed");
+        c.lose_power(j).unwrap();
+        c.pause(j, false);
+    }
+    for (a, b) in [(1, 3), (1, 4)] {
+        c.partition(a, b);
+    }
+    for (a, b) in [(2, 3), (2, 4)] {
+        c.heal(a, b);
+    }
+    for j in [3u8, 4] {
+        c.restart(j).unwrap();
+        let (word, _) = c.node(j).unwrap().sequencer_state().unwrap();
+        assert_eq!(word, first, "node {j} came back with what it persisted");
+    }
+    run(&mut c, "shadow 2 sequences an epoch with nodes 3 and 4", SECOND_NS, |c| {
+        watch(c, &mut leaders);
+        leaders.iter().any(|&(_, j)| j == 2)
+    });
+    let mut epochs: Vec<u32> = leaders.iter().map(|&(e, _)| e).collect();
+    epochs.sort_unstable();
+    epochs.dedup();
+    assert_eq!(epochs.len(), leaders.len(), "two nodes sequenced one epoch: {leaders:?}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// Shadows 1 and 2 claim epoch 2 in the same round (both stalled past their waits for
 /// the crashed sequencer): each CAS lands first in its own block, so each holds a word
 /// of epoch 2 naming itself, and one wins the majority. The loser, and every node that
@@ -329,9 +395,12 @@ fn a_claimant_that_lost_a_competing_claim_of_its_epoch_follows_the_winner() {
     let crashed_at = c.now().mono_ns;
     run(&mut c, "8 ms pass", SECOND_NS, |c| c.now().mono_ns >= crashed_at + 8_000_000);
     // Shadow 2's CASes cannot reach nodes 3 and 4 (cut for the claim only), so shadow
-    // 1 wins them and the race is decided, not a split vote.
+    // 1 wins them and the race is decided, not a split vote; nor can the shadows reach
+    // each other, so each claims in its own block before the other's CAS can land
+    // there (whichever polls first in a round would otherwise take the other's vote).
     c.partition(2, 3);
     c.partition(2, 4);
+    c.partition(1, 2);
     c.pause(1, false);
     c.pause(2, false);
     run(&mut c, "both shadows claim epoch 2", SECOND_NS, |c| {
@@ -349,6 +418,7 @@ fn a_claimant_that_lost_a_competing_claim_of_its_epoch_follows_the_winner() {
     });
     c.heal(2, 3);
     c.heal(2, 4);
+    c.heal(1, 2);
     let second = LeaderWord { epoch: 2, sequencer: 1 };
     run(&mut c, "every node follows the winner", SECOND_NS, |c| settled_on(c, second));
     assert_eq!(

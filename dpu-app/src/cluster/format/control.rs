@@ -15,23 +15,28 @@
 //!                 honored by revoking its whole directory
 //!  32 + 24 N      counter: the next sequencer version this node issues while it
 //!                 sequences, advanced by writers' FETCH_ADD (0 unless it sequences)
+//!  40 + 24 N      persisted leader word: the leader word this node last wrote to its
+//!                 `leader-word` file with fsync (0 in HLC mode)
 //! ```
-//! (N = [`NODES_MAX`].) Every field but the last two has one writer, this node, which
-//! stores aligned words; the leader word is also CASed by claimants and the counter
-//! advanced by writers, both with remote atomics (so the block is registered for
-//! them). Peers copy the whole block with one RDMA READ and check it here before
+//! (N = [`NODES_MAX`].) Every field but the leader word and the counter has one writer,
+//! this node, which stores aligned words; the leader word is also CASed by claimants
+//! and the counter advanced by writers, both with remote atomics (so the block is
+//! registered for them). Peers copy the whole block with one RDMA READ and check it here before
 //! believing any of it: a heartbeat READ also carries the peer's leader word (how a
 //! node that missed a claim learns of it) and its counter (how a new sequencer learns
 //! how far a reachable old one got).
 //!
 //! The block is a shared mapping of the node's `control.prctl` file, so what remote
 //! atomics put there outlives a crash of the DPU app: a claimant's CAS into the leader
-//! word counts as this node's vote the moment it lands, before the node notices it and
-//! writes its `leader-word` file, and a node restarted in that window must still refuse
-//! the epoch it voted against ([`ControlBlock::open`] carries the word over; every other
-//! field starts afresh). The file lives in the page cache like the fragment logs, so
-//! it survives a process crash; a power loss in that window (microseconds, until the
-//! next poll writes `leader-word` with fsync) is not covered.
+//! word lands before the node notices it and writes its `leader-word` file, and a node
+//! restarted in that window must still refuse the epoch it voted against
+//! ([`ControlBlock::open`] carries the word over; every other field starts afresh).
+//! The file lives in the page cache, so that covers a process crash but not a power
+//! loss, which forgets the CAS until fsync. So a vote counts only once it is durable:
+//! the node publishes the word it persisted (the persisted leader word), and a
+//! claimant counts a node for its claim only once that node's persisted word is the
+//! claim's (`protocol/sequencer.rs`, `settle_claim`). Format 2 (no persisted word)
+//! files are read as such at a start and rewritten in format 3.
 //!
 //! The epochs implement exclusion without a membership service: a writer that cannot
 //! reach node j's directory bumps `suspect[j]` and waits until j's directory lease must
@@ -69,15 +74,19 @@ pub fn first_epoch(incarnation: u32) -> u64 {
 }
 
 /// Bytes of a control block.
-pub const CONTROL_BYTES: usize = 32 + 24 * NODES_MAX + 8;
+pub const CONTROL_BYTES: usize = 32 + 24 * NODES_MAX + 16;
 const MAGIC: u64 = u64::from_le_bytes(*b"PRCTRL\0\0");
-const FORMAT: u8 = 2;
+const FORMAT: u8 = 3;
+/// The format before the persisted leader word: a start reads it and rewrites the file.
+const FORMAT_2: u8 = 2;
 
 const HEARTBEAT: usize = 16;
 /// Where the leader word sits (peers CAS it).
 pub const LEADER_AT: usize = 24;
 /// Where the sequencer counter sits (writers FETCH_ADD it).
 pub const COUNTER_AT: usize = 32 + 24 * NODES_MAX;
+/// Where the persisted leader word sits (claimants READ it with the block).
+const PERSISTED_AT: usize = COUNTER_AT + 8;
 fn suspect_at(j: u8) -> usize {
     32 + 16 * j as usize
 }
@@ -163,6 +172,10 @@ impl ControlBlock {
         memory.read(0, &mut old).map_err(fab)?;
         let carried = if old.iter().all(|&b| b == 0) {
             Carried::default()
+        } else if old[0..8] == MAGIC.to_le_bytes() && old[8] == FORMAT_2 && old[9] == node {
+            // The fields it has sit where they sit in format 3.
+            let word = |at: usize| u64::from_le_bytes(old[at..at + 8].try_into().expect("8 bytes"));
+            Carried { leader: word(LEADER_AT), counter: word(COUNTER_AT) }
         } else {
             let view = ControlView::new_checked(old, node).map_err(|_| ControlFileError::Foreign {
                 path: path.to_owned(),
@@ -252,11 +265,26 @@ impl ControlBlock {
         self.store(COUNTER_AT, next);
     }
 
+    /// Publishes the leader word this node has persisted with fsync: from now on a
+    /// claimant may count this node's vote for it.
+    pub fn set_persisted_leader(&self, word: u64) {
+        self.store(PERSISTED_AT, word);
+    }
+
     /// Takes `add` stamps from this node's own counter, as a writer's FETCH_ADD would;
     /// returns the first.
     pub fn fetch_add_counter(&self, add: u64) -> u64 {
         self.mr.memory().fetch_add(COUNTER_AT, add).expect("aligned word inside the block")
     }
+}
+
+/// What a power loss leaves of the control file at `path` for the sequencer: the
+/// leader word `persisted` (the `leader-word` file's, written with fsync), whatever
+/// claimants CASed in since. For the in-process cluster's power-loss fault.
+pub fn keep_persisted_leader(path: &Path, persisted: u64) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let file = OpenOptions::new().write(true).open(path)?;
+    file.write_all_at(&persisted.to_le_bytes(), LEADER_AT as u64)
 }
 
 /// Why a peer's control block was refused.
@@ -340,6 +368,11 @@ impl ControlView {
     pub fn counter(&self) -> u64 {
         self.u64_at(COUNTER_AT)
     }
+
+    /// The leader word the peer has persisted (its vote, durable).
+    pub fn persisted_leader(&self) -> u64 {
+        self.u64_at(PERSISTED_AT)
+    }
 }
 
 #[cfg(test)]
@@ -375,7 +408,7 @@ mod tests {
         let mut bad = bytes;
         bad[0] ^= 1;
         assert!(matches!(ControlView::new_checked(bad, 3), Err(ControlError::Format { .. })));
-        assert_eq!(&bytes[0..10], b"PRCTRL\0\0\x02\x03");
+        assert_eq!(&bytes[0..10], b"PRCTRL\0\0\x03\x03");
         assert_eq!((view.leader(), view.counter()), (0, 0));
         assert_eq!(block.cas_leader(0, 0x105), 0);
         assert_eq!(block.cas_leader(0, 0x206), 0x105, "a stale compare leaves the word");
@@ -415,6 +448,28 @@ mod tests {
         assert!(matches!(err, ControlFileError::Foreign { node: 3, found: 2, .. }), "{err}");
         std::fs::write(&path, [0xabu8; CONTROL_BYTES]).unwrap();
         assert!(matches!(ControlBlock::open(&node, 2, 3, &path), Err(ControlFileError::Foreign { .. })));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// A data folder of the format before the persisted leader word keeps its vote.
+    #[test]
+    fn a_format_2_file_carries_its_leader_word_into_format_3() {
+        let net = Network::new(ModelConfig::ideal(), Arc::new(SystemClock::new())).unwrap();
+        let node = net.node().unwrap();
+        let dir = temp_dir("format2");
+        let path = dir.join("control.prctl");
+        let mut old = vec![0u8; CONTROL_BYTES - 8];
+        old[0..8].copy_from_slice(&MAGIC.to_le_bytes());
+        (old[8], old[9]) = (FORMAT_2, 1);
+        old[LEADER_AT..LEADER_AT + 8].copy_from_slice(&0x302u64.to_le_bytes());
+        std::fs::write(&path, &old).unwrap();
+        let (block, carried) = ControlBlock::open(&node, 1, 4, &path).unwrap();
+        assert_eq!(carried.leader, 0x302);
+        block.set_persisted_leader(0x302);
+        let mut bytes = [0u8; CONTROL_BYTES];
+        block.mr.memory().read(0, &mut bytes).unwrap();
+        let view = ControlView::new_checked(bytes, 1).unwrap();
+        assert_eq!((view.leader(), view.persisted_leader()), (0x302, 0x302));
         let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -10,7 +10,10 @@
 //!
 //! A claim ([`Sequencer::poll`]) CASes the next epoch, naming the claimant, into every
 //! node's leader word, each from the word last seen there; it wins once a majority
-//! (itself included) holds its word, and only then sets its counter to the first
+//! (itself included) holds its word and has persisted it (each node publishes the word
+//! it wrote to its `leader-word` file with fsync in its control block, which the
+//! claimant READs with every heartbeat: a CAS alone would be forgotten by a power loss
+//! before the node's next poll), and only then sets its counter to the first
 //! version of its epoch: the epoch is above the sequence, so every stamp it issues is
 //! above every stamp any earlier sequencer could have issued, reachable or not. A claim
 //! that meets a word of its epoch or higher has lost (a competing claimant); one that
@@ -122,6 +125,14 @@ struct Claim {
     generation: u32,
     /// Nodes that hold `word` (a bit each).
     held: u32,
+    /// Of those, the nodes seen to have persisted it (their published persisted word
+    /// is `word`): only these count for the majority, since a CAS that landed in a
+    /// node's block is forgotten by a power loss until that node's next poll writes
+    /// its `leader-word` file with fsync.
+    durable: u32,
+    /// When the claim started: one whose majority has not persisted its word within
+    /// `dead_after` gives up like one that reached no majority.
+    started_ns: u64,
     /// Nodes with a CAS of this claim in flight.
     outstanding: u32,
     /// The word each CAS expects.
@@ -258,6 +269,7 @@ impl Sequencer {
         }
         let leader = LeaderWord::unpack(own);
         file.persist(own)?;
+        control.set_persisted_leader(own);
         Ok(Self {
             me,
             n,
@@ -621,7 +633,13 @@ impl Sequencer {
         }
         self.fetch = None;
         self.mark_epoch(word.epoch);
-        self.file.persist(word.pack())
+        self.file.persist(word.pack())?;
+        cx.control.set_persisted_leader(word.pack());
+        if let Some(claim) = self.claim.as_mut().filter(|c| c.word == word) {
+            claim.durable |= 1 << self.me;
+            self.settle_claim(cx, now);
+        }
+        Ok(())
     }
 
     /// Peer `j`'s heartbeat block came back: a newer word in it is adopted; the
@@ -634,6 +652,10 @@ impl Sequencer {
         now: Now,
     ) -> Result<(), HlcError> {
         let word = LeaderWord::unpack(view.leader());
+        if let Some(claim) = self.claim.as_mut().filter(|c| view.persisted_leader() == c.word.pack()) {
+            claim.durable |= 1 << j;
+            self.settle_claim(cx, now);
+        }
         self.adopt(cx, word, now)?;
         let sequencing = epoch_of(view.counter()) == word.epoch;
         if sequencing && j == word.sequencer && word.epoch == self.leader.epoch && word != self.leader {
@@ -669,7 +691,11 @@ impl Sequencer {
             (false, Some(_)) => self.leader_link_up_ns = None,
             _ => {}
         }
-        if self.claim.is_none() && self.claim_due(cx, now) {
+        if self.claim.is_some() {
+            // A claim whose CASes are all back may still wait for its voters to
+            // persist the word (`heard`), for at most `dead_after`.
+            self.settle_claim(cx, now);
+        } else if self.claim_due(cx, now) {
             self.start_claim(cx, now);
             return Ok(true);
         }
@@ -829,6 +855,10 @@ impl Sequencer {
             word,
             generation: self.generation,
             held: 1 << self.me,
+            // This node's own vote counts once its next poll persisted it (`adopt`),
+            // like every other node's.
+            durable: 0,
+            started_ns: now.mono_ns,
             outstanding: 0,
             compare: [0; NODES_MAX],
             rounds: [0; NODES_MAX],
@@ -901,10 +931,22 @@ impl Sequencer {
         rank * (self.dead_after_ns / 8).max(1)
     }
 
-    /// Wins the claim once a majority holds its word; ends it once no CAS is out.
+    /// Wins the claim once a majority holds its word and has persisted it; ends it once
+    /// no CAS is out and either fewer than a majority hold it or a majority's word has
+    /// not been persisted within `dead_after` (a voter that stalls before its poll).
     fn settle_claim(&mut self, cx: &mut SeqCx<'_, impl RawQp>, now: Now) {
         let Some(mut claim) = self.claim else { return };
-        if !claim.won && claim.held.count_ones() as usize > self.n / 2 {
+        let n = self.n;
+        let majority = |votes: u32| votes.count_ones() as usize > n / 2;
+        if !claim.won && self.leader.epoch > claim.word.epoch {
+            // This node moved on to a later epoch meanwhile: a majority may hold it.
+            tracing::info!(node = self.me, word = %claim.word, leader = %self.leader, "claim overtaken");
+            self.claim = None;
+            self.stats.claims_failed += 1;
+            self.claim_after_ns = now.mono_ns + self.backoff_ns();
+            return;
+        }
+        if !claim.won && majority(claim.held & claim.durable) {
             claim.won = true;
             // Only now: a writer that saw the word before the claim won fetched a
             // counter of no epoch and dropped it.
@@ -922,9 +964,10 @@ impl Sequencer {
             self.mark_epoch(claim.word.epoch);
             tracing::info!(node = self.me, word = %claim.word, holders = claim.held.count_ones(), "sequencer claimed");
         }
-        if claim.outstanding == 0 {
+        let waiting = !claim.won && majority(claim.held) && now.mono_ns < claim.started_ns + self.dead_after_ns;
+        if claim.outstanding == 0 && !waiting {
             if !claim.won {
-                tracing::info!(node = self.me, word = %claim.word, holders = claim.held.count_ones(), rival = ?claim.rival, "claim reached no majority");
+                tracing::info!(node = self.me, word = %claim.word, holders = claim.held.count_ones(), durable = claim.durable.count_ones(), rival = ?claim.rival, "claim reached no majority");
                 self.stats.claims_failed += 1;
                 self.claim_after_ns = now.mono_ns + self.backoff_ns();
                 if let Some(rival) = claim.rival.filter(|r| r.epoch == self.leader.epoch.max(claim.word.epoch)) {

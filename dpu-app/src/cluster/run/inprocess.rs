@@ -275,6 +275,18 @@ impl InProcess {
         }
     }
 
+    /// Kills node `id` as a power loss would, as far as the sequencer's vote goes: a
+    /// crash ([`InProcess::crash`]), and its control block keeps only the leader word
+    /// the node persisted with fsync (a claimant's CAS that landed after is gone, as
+    /// the page cache is). Every other file stays as it is.
+    pub fn lose_power(&mut self, id: u8) -> Result<(), Error> {
+        self.crash(id);
+        let dir = &self.config.node(u32::from(id)).map_err(Error::Config)?.data_dir;
+        let persisted = crate::cluster::hlc::HlcFloor::open(&dir.join("leader-word")).map_err(Error::Hlc)?.floor();
+        crate::cluster::format::control::keep_persisted_leader(&dir.join("control.prctl"), persisted)
+            .map_err(|source| Error::Io { what: "rewrite the leader word in", path: dir.join("control.prctl"), source })
+    }
+
     /// Starts node `id` (again) from its files, on a fresh fabric node.
     pub fn restart(&mut self, id: u8) -> Result<(), Error> {
         assert!(self.nodes[id as usize].is_none(), "node {id} is running");
