@@ -148,6 +148,11 @@ fn sequencer_seeds_that_once_failed() {
     // 300189 (the double fault): node 2 was cut off with a write in flight that a
     // holder away at the time was never sent; its rollback waited for that holder, its
     // fate ring filled behind it, and every order stood.
+    // 300091 and 300199 (the end of the run: a hole open with every node up): a node
+    // moved to a new epoch while its fate ring was full behind a Pending write, its
+    // epoch's marker found no room and was never recorded once the write decided, and
+    // with no write of its own after that its ring never showed the epoch: every
+    // order waited at the end of the one before.
     // 400172 (`--predictive`, the host panicked): the DPU app completes out of order, and
     // the host's queue pair submitted over the slot of a request a ring earlier that was
     // still open with fewer than a ring's worth in flight.
@@ -157,7 +162,9 @@ fn sequencer_seeds_that_once_failed() {
         (200_101, false, 28_000),
         (300_009, false, 9_000),
         (300_062, false, 19_000),
+        (300_091, false, 50_000),
         (300_189, false, 50_000),
+        (300_199, false, 50_000),
         (400_172, true, 50_000),
     ];
     for &(seed, predictive, steps) in ONCE_FAILED {

@@ -685,6 +685,14 @@ impl Sequencer {
             self.adopt(cx, own, now)?;
             busy = true;
         }
+        if self.marked_epoch < self.leader.epoch && self.fates.has_room() {
+            // The marker of this node's epoch found the ring full when it moved there
+            // (a Pending write a ring earlier, undecided): recorded now that there is
+            // room. Left out, this ring never showed the epoch, and every order waited
+            // at the end of the one before for it (seed 300199).
+            self.mark_epoch(self.leader.epoch);
+            busy = true;
+        }
         let link_up = cx.links.peer(self.leader.sequencer).is_some_and(|p| p.is_up());
         match (link_up, self.leader_link_up_ns) {
             (true, None) => (self.leader_link_up_ns, self.leader_link_seen) = (Some(now.mono_ns), true),
