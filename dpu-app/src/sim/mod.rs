@@ -195,6 +195,10 @@ pub struct SimReport {
     /// narrowed as their writer came back, stamps the orders decided from the holders'
     /// ledgers, and scans of a gone writer's ledgers.
     pub fences: (u64, u64, u64, u64),
+    /// Sequencer mode, by the nodes' last incarnations: rollbacks a fencing holder did
+    /// not take (frozen), and rollbacks sent again alone because a fencing holder's
+    /// answer to a notice of several did not say which it left out.
+    pub fenced_rollbacks: (u64, u64),
     /// Runs with a node gone for good, and the checks of the hole bound made while it
     /// was away (every steady node's order released every write committed a bound ago).
     pub gone: (u64, u64),
@@ -224,6 +228,8 @@ impl SimReport {
         self.fences.1 += other.fences.1;
         self.fences.2 += other.fences.2;
         self.fences.3 += other.fences.3;
+        self.fenced_rollbacks.0 += other.fenced_rollbacks.0;
+        self.fenced_rollbacks.1 += other.fenced_rollbacks.1;
         self.gone.0 += other.gone.0;
         self.gone.1 += other.gone.1;
         self.failover.0 += other.failover.0;
@@ -312,8 +318,8 @@ impl SimReport {
             us(&self.order_drained, 0.5),
             us(&self.order_drained, 1.0)
         ) + &format!(
-            "; {} silent writers fenced ({} fences narrowed as they came back), {} stamps decided from the holders' ledgers, {} scans of a fenced-out writer's ledgers; {} runs with a node gone for good, the hole bound checked {} times while it was away",
-            self.fences.0, self.fences.1, self.fences.2, self.fences.3, self.gone.0, self.gone.1
+            "; {} silent writers fenced ({} fences narrowed as they came back), {} stamps decided from the holders' ledgers, {} scans of a fenced-out writer's ledgers, {} rollbacks frozen by a fencing holder ({} sent again alone to learn which); {} runs with a node gone for good, the hole bound checked {} times while it was away",
+            self.fences.0, self.fences.1, self.fences.2, self.fences.3, self.fenced_rollbacks.0, self.fenced_rollbacks.1, self.gone.0, self.gone.1
         )
     }
 }
@@ -772,6 +778,8 @@ pub fn run(opts: &SimOptions) -> Result<SimReport, Violation> {
             report.fences.1 += node.stats().fences_narrowed;
             report.fences.2 += node.apply_stats().map_or(0, |a| a.ruled);
             report.fences.3 += node.apply_stats().map_or(0, |a| a.scans);
+            report.fenced_rollbacks.0 += node.stats().rollbacks_fenced;
+            report.fenced_rollbacks.1 += node.stats().rollbacks_resent_alone;
         }
     }
     for node in cluster.nodes() {

@@ -13,7 +13,9 @@ pub const ACK_REFUSED: u32 = 1;
 pub const ACK_FULL: u32 = 2;
 /// Acknowledgement status: the holder has fenced the writer (`fence.rs`) and the
 /// entry touched a write it keeps frozen: a fragment of it was refused, or (an outcome
-/// entry) the rollback of one it holds was not taken (the rest of the entry was). The
-/// writer must not count this holder as lacking any fragment the entry rolled back:
-/// the order decides those writes (`holders_rule.rs`).
+/// entry) the rollback of one it holds was not taken (the rest of the entry was). It
+/// does not say which: a writer whose notice carried several rollbacks sends each
+/// again alone (`replicate.rs`, [`read_answer`](super::replicate::read_answer)), and
+/// counts this holder as lacking the fragment of each answered `ACK_OK`; one answered
+/// `ACK_FENCED` alone is frozen there, and the order decides it (`holders_rule.rs`).
 pub const ACK_FENCED: u32 = 3;

@@ -84,12 +84,42 @@ struct Pending {
     owner: Option<WriteId>,
 }
 
+/// What a holder's answer to a notice says of one record it carried.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecordAnswer {
+    /// Taken: the holder has the decision (a rollback: it dropped the fragment).
+    Taken,
+    /// A rollback the holder did not take: it keeps the write frozen (`fence.rs`).
+    Frozen,
+    /// Unknown: a rollback among several in a notice answered `ACK_FENCED`, which
+    /// does not say which it left out. Sent again alone, its answer says.
+    AskAlone,
+    /// Lost with the link, or refused: the resync sends it again.
+    Lost,
+}
+
+/// What `answer` says of each record of a notice carrying `outcomes` (in order).
+pub fn read_answer(
+    answer: NoticeAnswer,
+    outcomes: impl Iterator<Item = Decision> + Clone,
+) -> impl Iterator<Item = RecordAnswer> {
+    let rollbacks = outcomes.clone().filter(|&d| d == Decision::Aborted).count();
+    outcomes.map(move |d| match (answer, d) {
+        (NoticeAnswer::Taken, _) | (NoticeAnswer::Fenced, Decision::Committed) => RecordAnswer::Taken,
+        (NoticeAnswer::Fenced, Decision::Aborted) if rollbacks == 1 => RecordAnswer::Frozen,
+        (NoticeAnswer::Fenced, Decision::Aborted) => RecordAnswer::AskAlone,
+        (NoticeAnswer::Lost, _) => RecordAnswer::Lost,
+    })
+}
+
 /// Outcome notices: per peer the records waiting to be sent, and per notice in flight
 /// (its slot is its slot of the notices pool) the records it carries and the writes
 /// they speak for.
 #[derive(Debug)]
 pub struct NoticeTable {
     batches: Vec<Vec<Pending>>,
+    /// Per peer, rollbacks to send one per notice ([`RecordAnswer::AskAlone`]).
+    alone: Vec<Vec<Pending>>,
     in_flight: SlotTable<Vec<Pending>, NoticeId>,
     /// Emptied batches, to swap in for one that goes out (no allocation per notice).
     spare: Vec<Vec<Pending>>,
@@ -101,6 +131,7 @@ impl NoticeTable {
         let slots = per_peer * nodes as u32;
         Self {
             batches: (0..nodes).map(|_| Vec::with_capacity(NOTICE_RECORDS_MAX)).collect(),
+            alone: (0..nodes).map(|_| Vec::with_capacity(NOTICE_RECORDS_MAX)).collect(),
             in_flight: SlotTable::new(slots),
             spare: (0..slots).map(|_| Vec::with_capacity(NOTICE_RECORDS_MAX)).collect(),
         }
@@ -113,6 +144,34 @@ impl NoticeTable {
         }
         batch.push(Pending { record, owner });
         true
+    }
+
+    /// Queues `p` for peer `peer` in a notice of its own; false if there is no room.
+    fn queue_alone(&mut self, peer: u8, p: Pending) -> bool {
+        let alone = &mut self.alone[peer as usize];
+        if alone.len() >= NOTICE_RECORDS_MAX {
+            return false;
+        }
+        alone.push(p);
+        true
+    }
+
+    /// The records of the next notice to `peer` (a notice slot was reserved for it),
+    /// swapped out for an empty batch: a record to be sent alone first, else the
+    /// peer's batch.
+    fn take_next(&mut self, peer: u8) -> Vec<Pending> {
+        let mut next = self.spare.pop().expect("a spare batch per notice slot");
+        if let Some(p) = self.alone[peer as usize].pop() {
+            next.push(p);
+        } else {
+            std::mem::swap(&mut next, &mut self.batches[peer as usize]);
+        }
+        next
+    }
+
+    /// Whether a record waits to go to `peer`.
+    fn waiting(&self, peer: u8) -> bool {
+        !self.batches[peer as usize].is_empty() || !self.alone[peer as usize].is_empty()
     }
 }
 
@@ -1354,7 +1413,7 @@ impl Writer {
     pub fn flush_notices<Q: RawQp>(&mut self, cx: &mut WriteCx<'_, Q>) -> bool {
         let mut busy = false;
         for h in 0..cx.n as u8 {
-            if h == cx.me || self.notices.batches[h as usize].is_empty() {
+            if h == cx.me || !self.notices.waiting(h) {
                 continue;
             }
             let Some(p) = cx.links.peer(h) else { continue };
@@ -1370,8 +1429,7 @@ impl Writer {
             let Some(notice) = self.notices.in_flight.reserve() else { continue };
             busy = true;
             let remote = remote.expect("an up peer has advertised its regions");
-            let spare = self.notices.spare.pop().expect("a spare batch per notice slot");
-            let batch = std::mem::replace(&mut self.notices.batches[h as usize], spare);
+            let batch = self.notices.take_next(h);
             let mut payload = [0u8; NOTICE_RECORDS_MAX * OUTCOME_RECORD_LEN];
             for (i, r) in batch.iter().enumerate() {
                 r.record.emit(&mut payload[i * OUTCOME_RECORD_LEN..(i + 1) * OUTCOME_RECORD_LEN]);
@@ -1428,17 +1486,30 @@ impl Writer {
     /// Notice `notice` to `peer` was taken, taken but for the rollbacks of writes the
     /// peer keeps frozen, or lost.
     pub fn notice_done<Q: RawQp>(&mut self, cx: &mut WriteCx<'_, Q>, notice: NoticeId, peer: u8, answer: NoticeAnswer) {
-        let ok = answer == NoticeAnswer::Taken;
-        let fenced = answer == NoticeAnswer::Fenced;
         let me = cx.me;
         let Some(mut batch) = self.notices.in_flight.remove(notice) else {
             unreachable!("node {me}: notice {notice:?} to node {peer} settled twice")
         };
-        for p in batch.drain(..) {
+        let answers = read_answer(answer, batch.iter().map(|p| p.record.outcome));
+        // At most NOTICE_RECORDS_MAX, read before the batch is drained.
+        let mut read = [RecordAnswer::Lost; NOTICE_RECORDS_MAX];
+        for (slot, a) in read.iter_mut().zip(answers) {
+            *slot = a;
+        }
+        for (i, p) in batch.drain(..).enumerate() {
             // A fenced peer took every record but the rollbacks of writes it keeps
-            // frozen, and does not say which: its rollbacks count for nothing (the
-            // order decides those writes), its commits as taken.
-            let ok = ok || (fenced && p.record.outcome == Decision::Committed);
+            // frozen, and does not say which: each rollback of such a notice is sent
+            // again alone (its answer then says), its commits count as taken.
+            let mut answer = read[i];
+            if answer == RecordAnswer::AskAlone {
+                if self.notices.queue_alone(peer, p) {
+                    cx.stats.rollbacks_resent_alone += 1;
+                    continue;
+                }
+                // No room: it counts for nothing, and the order decides the write.
+                answer = RecordAnswer::Frozen;
+            }
+            let (ok, fenced) = (answer == RecordAnswer::Taken, answer == RecordAnswer::Frozen);
             if ok {
                 // Settles the outcome table entry (also for resynced, long-gone writes).
                 match cx.outcomes.set_decided(p.record.write_seq, peer) {
@@ -1480,5 +1551,26 @@ impl Writer {
             }
         }
         self.notices.spare.push(batch);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(answer: NoticeAnswer, outcomes: &[Decision]) -> Vec<RecordAnswer> {
+        read_answer(answer, outcomes.iter().copied()).collect()
+    }
+
+    #[test]
+    fn a_fenced_answer_names_a_rollback_only_when_the_notice_carried_one() {
+        use Decision::{Aborted, Committed};
+        use RecordAnswer::{AskAlone, Frozen, Lost, Taken};
+        assert_eq!(read(NoticeAnswer::Taken, &[Committed, Aborted]), [Taken, Taken]);
+        assert_eq!(read(NoticeAnswer::Lost, &[Committed, Aborted]), [Lost, Lost]);
+        // One rollback: it is the one left out.
+        assert_eq!(read(NoticeAnswer::Fenced, &[Committed, Aborted, Committed]), [Taken, Frozen, Taken]);
+        // Several: any of them may be; each is asked again alone.
+        assert_eq!(read(NoticeAnswer::Fenced, &[Aborted, Committed, Aborted]), [AskAlone, Taken, AskAlone]);
     }
 }

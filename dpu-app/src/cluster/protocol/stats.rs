@@ -112,8 +112,11 @@ pub struct NodeStats {
     pub fences_narrowed: u64,
     /// Fragments and rollbacks of fenced writers' frozen writes not taken.
     pub fenced_refused: u64,
-    /// Rollbacks this writer sent that a holder that fenced it may not have taken.
+    /// Rollbacks this writer sent that a holder that fenced it did not take (frozen).
     pub rollbacks_fenced: u64,
+    /// Rollbacks sent again alone, after a fencing holder answered a notice carrying
+    /// several with `ACK_FENCED` (which does not say which it left out).
+    pub rollbacks_resent_alone: u64,
     /// Pending marks of dead writers cleared.
     pub marks_cleared: u64,
     /// Links lost.
@@ -184,6 +187,7 @@ impl NodeStats {
             fences_narrowed: 0,
             fenced_refused: 0,
             rollbacks_fenced: 0,
+            rollbacks_resent_alone: 0,
             marks_cleared: 0,
             links_lost: 0,
             fragments_held: 0,
@@ -336,7 +340,8 @@ impl NodeStats {
             ("silent writers fenced", self.fences),
             ("fences narrowed (writer back)", self.fences_narrowed),
             ("frozen writes' fragments and rollbacks not taken", self.fenced_refused),
-            ("rollbacks a fencing holder may not have taken", self.rollbacks_fenced),
+            ("rollbacks a fencing holder did not take", self.rollbacks_fenced),
+            ("rollbacks sent again alone to a fencing holder", self.rollbacks_resent_alone),
             ("entries refused", self.entries_refused),
             ("entries replayed after restart", self.entries_replayed),
             ("store full", self.store_full),
