@@ -46,7 +46,7 @@ use crate::cluster::format::hello::HelloRepr;
 use crate::cluster::format::ledger::Ledger;
 use crate::cluster::format::log::LogGeometry;
 use crate::cluster::format::store::Store;
-use crate::cluster::run::rendezvous::Mailbox;
+use crate::cluster::protocol::mailbox::Mailbox;
 use crate::fabric::{Fabric, MemoryRegion, Op, RemoteRegion, WcStatus};
 
 /// The longest an offer waits for its answer, or an answer for Ready, before it is

@@ -53,7 +53,7 @@ use crate::cluster::format::outcome::OutcomeTable;
 use crate::cluster::format::store::{Store, StoreGeometry};
 use crate::cluster::hlc::{Hlc, HlcFloor};
 use crate::cluster::protocol::ledgers::Ledgers;
-use crate::cluster::run::rendezvous::Mailbox;
+use crate::cluster::protocol::mailbox::Mailbox;
 use crate::fabric::swift::SwiftConfig;
 use crate::fabric::{
     Access, Completion, CompletionQueue, Fabric, LocalBuf, MemoryRegion, QpOptions, WcOpcode, WcStatus,

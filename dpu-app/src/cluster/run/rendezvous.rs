@@ -26,7 +26,8 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 
-use crate::cluster::format::hello::{Hello, HelloError, HelloRepr, HELLO_BYTES};
+use crate::cluster::format::hello::{Hello, HelloRepr, HELLO_BYTES};
+pub use crate::cluster::protocol::mailbox::{Mailbox, RendezvousError};
 use crate::limits::NODES_MAX;
 
 /// Hellos one node's [`LocalBoard`] queue holds; more are dropped and counted.
@@ -54,81 +55,6 @@ const _: () = assert!(LOCAL_QUEUE_HELLOS >= NODES_MAX - 1 && INBOX_HELLOS >= NOD
 const _: () = assert!(OUTBOX_HELLOS >= NODES_MAX - 1);
 const _: () = assert!(CONNECTIONS_MAX >= 1 && FRAMES_PER_CONNECTION_MAX >= 1);
 const _: () = assert!(POLL_SLICE.as_nanos() < FRAME_TIMEOUT.as_nanos());
-
-/// Why a Hello could not be handed to a mailbox, or a mailbox could not start.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum RendezvousError {
-    /// The listener could not bind.
-    #[error("cannot listen for hellos on {addr}: {source}; pick a free port or another address")]
-    Bind {
-        /// Address asked for.
-        addr: SocketAddr,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// A mailbox thread could not start.
-    #[error("cannot start the rendezvous {what} thread: {source}")]
-    Spawn {
-        /// Which thread.
-        what: &'static str,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// The peer list is unusable.
-    #[error("rendezvous peer list of node {me}: node {node} {reason}; fix the cluster configuration")]
-    Peers {
-        /// This node.
-        me: u8,
-        /// The offending entry.
-        node: u8,
-        /// What is wrong with it.
-        reason: &'static str,
-    },
-    /// No address is known for the node a Hello is sent to.
-    #[error("node {me} has no rendezvous address for node {to}; add it to the peer list")]
-    UnknownPeer {
-        /// This node.
-        me: u8,
-        /// Destination asked for.
-        to: u8,
-    },
-    /// The Hello does not say it goes from this node to the destination.
-    #[error("node {me} was asked to send to node {to} a hello from {from} to {hello_to}; build the hello with from = {me}, to = {to}")]
-    Misaddressed {
-        /// This node.
-        me: u8,
-        /// Destination asked for.
-        to: u8,
-        /// The Hello's `from`.
-        from: u8,
-        /// The Hello's `to`.
-        hello_to: u8,
-    },
-    /// The Hello would be refused by its receiver.
-    #[error("hello not sent, its receiver would refuse it: {0}")]
-    Hello(#[from] HelloError),
-    /// The sender thread's queue is full.
-    #[error("the hello outbox is full ({depth} hellos waiting for the sender thread); retry on the next timer tick")]
-    OutboxFull {
-        /// Its depth.
-        depth: usize,
-    },
-    /// The sender thread is gone.
-    #[error("the rendezvous sender thread has stopped; recreate the mailbox")]
-    Stopped,
-}
-
-/// Where a node sends and receives Hellos. Both calls return at once: a node polls its
-/// mailbox from its single-threaded loop.
-pub trait Mailbox: Send {
-    /// Hands `hello` over for delivery to node `to`. `Ok` means accepted, not delivered:
-    /// the Hello may still be lost, and the node retries its offers on a timer.
-    fn send(&mut self, to: u8, hello: &HelloRepr) -> Result<(), RendezvousError>;
-
-    /// The next Hello that has arrived for this node, if any.
-    fn try_recv(&mut self) -> Option<HelloRepr>;
-}
 
 /// Checks that `hello` goes from `me` to `to` and would pass its receiver's checks.
 fn outgoing(me: u8, to: u8, hello: &HelloRepr) -> Result<[u8; HELLO_BYTES], RendezvousError> {
@@ -550,7 +476,7 @@ fn send_loop(outbox: Receiver<Outgoing>, shared: Arc<Shared>) {
 mod tests {
     use super::*;
     use crate::cluster::format::hello::tests::repr;
-    use crate::cluster::format::hello::HelloKind;
+    use crate::cluster::format::hello::{HelloError, HelloKind};
 
     const ARRIVAL: Duration = Duration::from_secs(10);
 
