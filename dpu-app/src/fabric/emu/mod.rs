@@ -16,6 +16,7 @@ mod node;
 mod port;
 mod qp;
 mod region_cache;
+mod regions;
 mod responder;
 mod spin;
 mod tcp;

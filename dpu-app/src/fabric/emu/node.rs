@@ -4,23 +4,16 @@
 //! over TCP (see `tcp`).
 
 use std::net::{SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 
 use super::clock::Clock;
 use super::cq::EmuCq;
 use super::model::{Model, ModelConfig};
 use super::qp::{EmuQp, QpInner};
+use super::regions::Regions;
 use crate::fabric::{Access, Fabric, FabricError, Memory, MemoryRegion, QpOptions, QueuePair, Reset, Result};
-use crate::limits::{NODES_PER_NETWORK_MAX, QPS_PER_NODE_MAX, REGIONS_PER_NODE_MAX};
-
-/// A registered region as the NIC sees it.
-#[derive(Clone)]
-pub(crate) struct RegionEntry {
-    pub(crate) key: u32,
-    pub(crate) memory: Arc<Memory>,
-    pub(crate) access: Access,
-}
+use crate::limits::{NODES_PER_NETWORK_MAX, QPS_PER_NODE_MAX};
 
 /// Where a node lives.
 pub(crate) enum Attachment {
@@ -39,11 +32,8 @@ pub(crate) struct NodeInner {
     pub(crate) model: Arc<Model>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) attachment: Attachment,
-    regions: RwLock<Vec<Option<RegionEntry>>>,
-    /// Bumped (Release) by every deregistration after its slot is cleared: requesters'
-    /// region caches compare it before each access (see `region_cache`).
-    pub(crate) region_epoch: AtomicU64,
-    key_generation: AtomicU32,
+    /// The regions registered on the node.
+    pub(crate) regions: Regions,
     qps: RwLock<Vec<Option<Weak<QpInner>>>>,
     /// Accepted connections, shut down when the node dies.
     pub(crate) accepted: Mutex<Vec<TcpStream>>,
@@ -58,9 +48,7 @@ impl NodeInner {
             model,
             clock,
             attachment,
-            regions: RwLock::new(Vec::new()),
-            region_epoch: AtomicU64::new(0),
-            key_generation: AtomicU32::new(0),
+            regions: Regions::default(),
             qps: RwLock::new(Vec::new()),
             accepted: Mutex::new(Vec::new()),
         }
@@ -70,54 +58,9 @@ impl NodeInner {
         self.alive.load(Ordering::Acquire)
     }
 
-    /// The region table, read-locked (the responder holds it across one access instead of
-    /// cloning the entry).
-    pub(crate) fn regions(&self) -> std::sync::RwLockReadGuard<'_, Vec<Option<RegionEntry>>> {
-        self.regions.read().expect("regions lock")
-    }
-
-    /// The memory and rights of the region registered under `rkey`, if any (a
-    /// requester's region cache fills from here).
-    pub(crate) fn region(&self, rkey: u32) -> Option<(Arc<Memory>, Access)> {
-        let regions = self.regions();
-        match regions.get((rkey & 0xFFFF) as usize) {
-            Some(Some(e)) if e.key == rkey => Some((Arc::clone(&e.memory), e.access)),
-            _ => None,
-        }
-    }
-
     /// This node's protection-domain identity (its address, unique while it lives).
     pub(crate) fn domain(&self) -> u64 {
         self as *const Self as u64
-    }
-
-    fn register(&self, memory: Arc<Memory>, access: Access) -> Result<u32> {
-        let mut regions = self.regions.write().expect("regions lock");
-        let index = match regions.iter().position(Option::is_none) {
-            Some(i) => i,
-            None if regions.len() < REGIONS_PER_NODE_MAX => {
-                regions.push(None);
-                regions.len() - 1
-            }
-            None => return Err(FabricError::Limit { what: "memory regions per node", limit: REGIONS_PER_NODE_MAX }),
-        };
-        // Keys carry a generation so that a stale rkey of a deregistered region never
-        // reaches a new region in the same slot.
-        let generation = self.key_generation.fetch_add(1, Ordering::Relaxed).wrapping_add(1) & 0xFFFF;
-        let key = (generation.max(1) << 16) | index as u32;
-        regions[index] = Some(RegionEntry { key, memory, access });
-        Ok(key)
-    }
-
-    fn deregister(&self, key: u32) {
-        let mut regions = self.regions.write().expect("regions lock");
-        if let Some(slot) = regions.get_mut((key & 0xFFFF) as usize) {
-            if matches!(slot, Some(e) if e.key == key) {
-                *slot = None;
-                // Release: a requester that sees the new epoch sees the cleared slot.
-                self.region_epoch.fetch_add(1, Ordering::Release);
-            }
-        }
     }
 
     /// Numbers and records a new queue pair built by `make` from its number.
@@ -162,7 +105,7 @@ struct Deregister {
 impl Drop for Deregister {
     fn drop(&mut self) {
         if let Some(node) = self.node.upgrade() {
-            node.deregister(self.key);
+            node.regions.deregister(self.key);
         }
     }
 }
@@ -228,7 +171,7 @@ impl Fabric for EmuNode {
 
     fn register(&self, memory: Arc<Memory>, access: Access) -> Result<Arc<MemoryRegion>> {
         access.validate()?;
-        let key = self.inner.register(Arc::clone(&memory), access)?;
+        let key = self.inner.regions.register(Arc::clone(&memory), access)?;
         let guard = Deregister { node: Arc::downgrade(&self.inner), key };
         Ok(Arc::new(MemoryRegion::new(memory, access, (key, key), self.inner.domain(), Box::new(guard))))
     }

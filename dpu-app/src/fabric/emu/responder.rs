@@ -6,6 +6,7 @@
 
 use super::qp::{Publish, QpInner};
 use super::region_cache::RegionCache;
+use super::regions::RegionEntry;
 use crate::fabric::{Access, Completion, Memory, RemoteAddr, WcOpcode};
 use crate::limits::ATOMIC_BYTES;
 
@@ -60,14 +61,14 @@ fn resolve<'a>(
 ) -> Result<(Resolved<'a>, usize), Nak> {
     let resolved = match cache {
         Some(cache) => {
-            let (memory, access) = cache.lookup(&qp.node, remote.rkey).ok_or(Nak::RemoteAccess)?;
+            let (memory, access) = cache.lookup(&qp.node.regions, remote.rkey).ok_or(Nak::RemoteAccess)?;
             if !access.contains(right) {
                 return Err(Nak::RemoteAccess);
             }
             Resolved::Cached(memory)
         }
         None => {
-            let regions = qp.node.regions();
+            let regions = qp.node.regions.read();
             let index = (remote.rkey & 0xFFFF) as usize;
             match regions.get(index) {
                 Some(Some(e)) if e.key == remote.rkey && e.access.contains(right) => {}
@@ -88,7 +89,7 @@ fn resolve<'a>(
 /// the region table read-locked so it cannot be deregistered while the access runs.
 enum Resolved<'a> {
     Cached(&'a Memory),
-    Table { regions: std::sync::RwLockReadGuard<'a, Vec<Option<super::node::RegionEntry>>>, index: usize },
+    Table { regions: std::sync::RwLockReadGuard<'a, Vec<Option<RegionEntry>>>, index: usize },
 }
 
 impl std::ops::Deref for Resolved<'_> {
