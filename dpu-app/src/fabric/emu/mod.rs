@@ -11,6 +11,7 @@
 
 mod clock;
 mod cq;
+mod driven;
 mod model;
 mod node;
 mod port;

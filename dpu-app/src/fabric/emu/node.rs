@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, RwLock, Weak};
 
 use super::clock::Clock;
 use super::cq::EmuCq;
+use super::driven::Driven;
 use super::model::{Model, ModelConfig};
 use super::qp::{EmuQp, QpInner};
 use super::regions::Regions;

@@ -31,6 +31,7 @@ use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use super::cq::{CqInner, EmuCq};
+use super::driven::Driven;
 use super::model::{Fate, Message, WIRE_HEADER_BYTES};
 use super::node::{in_process_gid, in_process_id, Attachment, NodeInner};
 use super::region_cache::RegionCache;
@@ -220,10 +221,10 @@ impl QpInner {
                 destroyed: AtomicBool::new(false),
             })
         })?;
-        send_cq.inner.attach(Arc::clone(&qp))?;
+        send_cq.inner.attach(qp.clone())?;
         if !Arc::ptr_eq(&send_cq.inner, &recv_cq.inner) {
-            if let Err(e) = recv_cq.inner.attach(Arc::clone(&qp)) {
-                send_cq.inner.detach(&qp);
+            if let Err(e) = recv_cq.inner.attach(qp.clone()) {
+                send_cq.inner.detach(&*qp);
                 return Err(e);
             }
         }
@@ -380,17 +381,6 @@ impl QpInner {
                 self.recv_cq.push(ready_ns, flushed(entry, self.qpn));
             }
         }
-    }
-
-    /// Drives the head of the send queue; true while requests still wait on a timer.
-    pub(crate) fn progress(&self) -> bool {
-        let mut sq = self.lock_sq();
-        self.run_waiting(&mut sq, None)
-    }
-
-    /// True while requests wait on this queue pair for their delivery time or a timer.
-    pub(crate) fn is_pending(&self) -> bool {
-        self.pending.load(Ordering::Acquire)
     }
 
     /// Marks the queue pair pending, so that polls of its completion queues (and
@@ -760,6 +750,17 @@ impl QpInner {
     }
 }
 
+impl Driven for QpInner {
+    fn is_pending(&self) -> bool {
+        self.pending.load(Ordering::Acquire)
+    }
+
+    fn progress(&self) -> bool {
+        let mut sq = self.lock_sq();
+        self.run_waiting(&mut sq, None)
+    }
+}
+
 fn flushed(entry: InFlightEntry, qpn: u32) -> Completion {
     Completion {
         wr_id: entry.wr_id,
@@ -813,8 +814,8 @@ impl Drop for EmuQp {
         sq.link = Link::None;
         sq.regions.clear();
         drop(sq);
-        self.inner.send_cq.detach(&self.inner);
-        self.inner.recv_cq.detach(&self.inner);
+        self.inner.send_cq.detach(&*self.inner);
+        self.inner.recv_cq.detach(&*self.inner);
     }
 }
 
