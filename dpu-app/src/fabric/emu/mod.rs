@@ -10,6 +10,7 @@
 //! time comes from a [`Clock`] passed in, so a run on a [`ManualClock`] replays exactly.
 
 mod clock;
+mod context;
 mod cq;
 mod driven;
 mod model;

@@ -30,10 +30,10 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
+use super::context::{in_process_gid, in_process_id, Attachment, NodeInner};
 use super::cq::{CqInner, EmuCq};
 use super::driven::Driven;
 use super::model::{Fate, Message, WIRE_HEADER_BYTES};
-use super::node::{in_process_gid, in_process_id, Attachment, NodeInner};
 use super::region_cache::RegionCache;
 use super::responder::{execute, Incoming, Nak, Payload, Sink};
 use super::spin::{SpinGuard, SpinLock};
@@ -864,7 +864,7 @@ impl RawQp for EmuQp {
                     peer: format!("node {peer_node}"),
                     why: "no such node".into(),
                 })?;
-                let peer = node.qp(remote.qpn).ok_or_else(|| FabricError::Connect {
+                let peer = node.qp::<QpInner>(remote.qpn).ok_or_else(|| FabricError::Connect {
                     peer: format!("node {peer_node} qp {}", remote.qpn),
                     why: "no such queue pair".into(),
                 })?;
