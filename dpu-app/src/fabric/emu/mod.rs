@@ -17,6 +17,7 @@ mod model;
 mod node;
 mod port;
 mod qp;
+mod receive;
 mod region_cache;
 mod regions;
 mod responder;

@@ -17,7 +17,8 @@ use super::clock::Clock;
 use super::context::{Attachment, NodeInner};
 use super::model::{Fate, Model, ModelConfig};
 use super::qp::{Link, QpInner, SendQueue, Transit, Waiting};
-use super::responder::{execute, Incoming, Nak, Payload, Sink};
+use super::receive::Payload;
+use super::responder::{execute, Incoming, Nak, Sink};
 use super::wire::{hello, request, response, Hello, Kind, Request, Response, Status};
 use crate::fabric::{Completion, Endpoint, FabricError, Op, RemoteAddr, Result, WcStatus};
 use crate::limits::MESSAGE_BYTES_MAX;
@@ -323,7 +324,7 @@ fn serve(mut stream: TcpStream, node: Weak<NodeInner>) {
         Response { status, len, psn: req.psn, value }.emit(&mut out);
         let sent = stream.write_all(&out);
         if let Some(c) = received.take() {
-            qp.publish_receive(c);
+            qp.recv.publish(c);
         }
         if sent.is_err() {
             break;
@@ -348,7 +349,7 @@ fn run(
         Kind::FetchAdd => Incoming::FetchAdd { remote, add: req.arg0 },
         Kind::Send => Incoming::Send { len, imm: req.imm, payload: Payload::Bytes(payload) },
     };
-    execute(qp, None, incoming, 0, Some(received))
+    execute(qp.target(), None, incoming, 0, Some(received))
 }
 
 #[cfg(test)]
