@@ -9,7 +9,7 @@
 //! timers drive ([`Driven`]).
 
 use std::any::Any;
-use std::net::{SocketAddr, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 
@@ -134,4 +134,12 @@ pub(crate) fn in_process_gid(id: u32) -> [u8; 16] {
 pub(crate) fn in_process_id(gid: &[u8; 16]) -> Option<u32> {
     (gid[0] == 0xfe && gid[1] == 0x80 && gid[2..12].iter().all(|&b| b == 0))
         .then(|| u32::from_be_bytes(gid[12..16].try_into().expect("4 bytes")))
+}
+
+/// The GID of a TCP endpoint: the IPv4-mapped (or plain IPv6) address.
+pub(crate) fn gid_of(ip: IpAddr) -> [u8; 16] {
+    match ip {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+        IpAddr::V6(v6) => v6.octets(),
+    }
 }

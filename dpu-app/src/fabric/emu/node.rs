@@ -11,8 +11,9 @@ use super::clock::Clock;
 use super::context::{Attachment, NetInner, NodeInner};
 use super::cq::EmuCq;
 use super::model::{Model, ModelConfig};
-use super::qp::{EmuQp, QpInner};
+use super::qp::QpInner;
 use super::tcp;
+use super::verbs::EmuQp;
 use crate::fabric::{Access, Fabric, FabricError, Memory, MemoryRegion, QpOptions, QueuePair, Reset, Result};
 use crate::limits::NODES_PER_NETWORK_MAX;
 

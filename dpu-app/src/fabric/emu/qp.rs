@@ -30,17 +30,16 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use super::context::{in_process_gid, in_process_id, Attachment, NodeInner};
+use super::context::{gid_of, in_process_gid, in_process_id, Attachment, NodeInner};
 use super::cq::{CqInner, EmuCq};
 use super::driven::Driven;
 use super::model::{Fate, Message, WIRE_HEADER_BYTES};
 use super::receive::{Payload, Receiver};
 use super::region_cache::RegionCache;
 use super::responder::{execute, Incoming, Nak, Sink, Target};
-use super::tcp;
 use crate::fabric::{
     Access, Completion, Endpoint, FabricError, InFlight, InFlightEntry, LocalBuf, Op, PathSignal, PostError, QpEvent,
-    QpOptions, QpState, RawQp, Result, StateCell, WcOpcode, WcStatus, WorkRequest,
+    QpOptions, QpState, Result, StateCell, WcOpcode, WcStatus, WorkRequest,
 };
 use crate::limits::{ATOMIC_BYTES, MESSAGE_BYTES_MAX};
 
@@ -496,7 +495,14 @@ impl QpInner {
         true
     }
 
-    fn post(&self, request: WorkRequest) -> Result<(), PostError> {
+    /// Posts a send request; over TCP, `send_tcp` sends it (the TCP transport, `tcp`,
+    /// sits above the queue pair), called with the send queue locked so that frames
+    /// leave in post order.
+    pub(crate) fn post(
+        &self,
+        request: WorkRequest,
+        send_tcp: impl FnOnce(&QpInner, &mut SendQueue, u64, Op, u32),
+    ) -> Result<(), PostError> {
         let refuse = |error, request| Err(PostError { error, request });
         let len = request.buf.len();
         if len > MESSAGE_BYTES_MAX {
@@ -565,13 +571,14 @@ impl QpInner {
                     }
                 }
             }
-            Link::Tcp { .. } => tcp::send_request(self, &mut sq, token, op, psn),
+            Link::Tcp { .. } => send_tcp(self, &mut sq, token, op, psn),
             Link::None => unreachable!("an RTS queue pair has a link"),
         }
         Ok(())
     }
 
-    fn post_receive(&self, wr_id: u64, buf: LocalBuf) -> Result<(), PostError<LocalBuf>> {
+    /// Posts a receive.
+    pub(crate) fn post_receive(&self, wr_id: u64, buf: LocalBuf) -> Result<(), PostError<LocalBuf>> {
         let state = self.state();
         if state == QpState::Reset {
             return Err(PostError {
@@ -627,66 +634,50 @@ fn initial_psn(node: u32, qpn: u32) -> u32 {
     (node.wrapping_mul(0x9E37_79B9) ^ qpn.wrapping_mul(0x85EB_CA6B)) & 0x00FF_FFFF
 }
 
-/// A queue pair of the emulated NIC.
-pub struct EmuQp {
-    pub(crate) inner: Arc<QpInner>,
-}
-
-impl std::fmt::Debug for EmuQp {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EmuQp").field("qpn", &self.inner.qpn).field("state", &self.inner.state()).finish()
-    }
-}
-
-impl Drop for EmuQp {
-    fn drop(&mut self) {
-        // Destroying a queue pair: it stops answering and its connection closes, so the
-        // peer sees it gone.
-        self.inner.destroyed.store(true, Ordering::Release);
-        let mut sq = self.inner.lock_sq();
+impl QpInner {
+    /// Destroys the queue pair (its owner dropped it): it stops answering and its
+    /// connection closes, so the peer sees it gone.
+    pub(crate) fn destroy(&self) {
+        self.destroyed.store(true, Ordering::Release);
+        let mut sq = self.lock_sq();
         if let Link::Tcp { stream, .. } = &sq.link {
             let _ = stream.shutdown(std::net::Shutdown::Both);
         }
         sq.link = Link::None;
         sq.regions.clear();
         drop(sq);
-        self.inner.send_cq.detach(&*self.inner);
-        self.inner.recv.cq.detach(&*self.inner);
-    }
-}
-
-impl RawQp for EmuQp {
-    fn qpn(&self) -> u32 {
-        self.inner.qpn
+        self.send_cq.detach(self);
+        self.recv.cq.detach(self);
     }
 
-    fn endpoint(&self) -> Endpoint {
-        let psn = self.inner.lock_sq().next_psn;
-        match self.inner.node.attachment {
+    /// The endpoint a peer connects to.
+    pub(crate) fn endpoint(&self) -> Endpoint {
+        let psn = self.lock_sq().next_psn;
+        match self.node.attachment {
             Attachment::InProcess(_) => {
-                Endpoint { gid: in_process_gid(self.inner.node.id), qpn: self.inner.qpn, psn, lid: 0, port: 0 }
+                Endpoint { gid: in_process_gid(self.node.id), qpn: self.qpn, psn, lid: 0, port: 0 }
             }
-            Attachment::Tcp(addr) => {
-                Endpoint { gid: tcp::gid_of(addr.ip()), qpn: self.inner.qpn, psn, lid: 0, port: addr.port() }
-            }
+            Attachment::Tcp(addr) => Endpoint { gid: gid_of(addr.ip()), qpn: self.qpn, psn, lid: 0, port: addr.port() },
         }
     }
 
-    fn state(&self) -> QpState {
-        self.inner.state()
+    /// Reset -> INIT.
+    pub(crate) fn modify_to_init(&self) -> Result<()> {
+        let mut sq = self.lock_sq();
+        self.apply(&mut sq, QpEvent::Init, "modify to INIT")
     }
 
-    fn modify_to_init(&mut self) -> Result<()> {
-        let mut sq = self.inner.lock_sq();
-        self.inner.apply(&mut sq, QpEvent::Init, "modify to INIT")
-    }
-
-    fn modify_to_rtr(&mut self, remote: &Endpoint) -> Result<()> {
-        let inner = &self.inner;
-        if inner.state() != QpState::Init {
-            return Err(FabricError::QpState { qpn: inner.qpn, state: inner.state(), op: "modify to RTR" });
+    /// INIT -> RTR, linked to `remote`: the in-process peer, or over TCP the connection
+    /// `connect_tcp` opens (the TCP transport, `tcp`, sits above the queue pair).
+    pub(crate) fn modify_to_rtr(
+        self: &Arc<Self>,
+        remote: &Endpoint,
+        connect_tcp: impl FnOnce(&Arc<QpInner>, &Endpoint) -> Result<Link>,
+    ) -> Result<()> {
+        if self.state() != QpState::Init {
+            return Err(FabricError::QpState { qpn: self.qpn, state: self.state(), op: "modify to RTR" });
         }
-        let link = match &inner.node.attachment {
+        let link = match &self.node.attachment {
             Attachment::InProcess(net) => {
                 let peer_node = in_process_id(&remote.gid).ok_or_else(|| FabricError::Connect {
                     peer: format!("{remote:?}"),
@@ -704,24 +695,26 @@ impl RawQp for EmuQp {
                     peer: format!("node {peer_node} qp {}", remote.qpn),
                     why: "no such queue pair".into(),
                 })?;
-                *inner.peer.lock().expect("peer lock") = Some(Arc::downgrade(&peer));
+                *self.peer.lock().expect("peer lock") = Some(Arc::downgrade(&peer));
                 Link::InProcess { peer, peer_node: node.place }
             }
-            Attachment::Tcp(_) => tcp::connect(inner, remote)?,
+            Attachment::Tcp(_) => connect_tcp(self, remote)?,
         };
-        let mut sq = inner.lock_sq();
+        let mut sq = self.lock_sq();
         sq.link = link;
-        inner.apply(&mut sq, QpEvent::Rtr, "modify to RTR")
+        self.apply(&mut sq, QpEvent::Rtr, "modify to RTR")
     }
 
-    fn modify_to_rts(&mut self) -> Result<()> {
-        let mut sq = self.inner.lock_sq();
-        self.inner.apply(&mut sq, QpEvent::Rts, "modify to RTS")
+    /// RTR -> RTS.
+    pub(crate) fn modify_to_rts(&self) -> Result<()> {
+        let mut sq = self.lock_sq();
+        self.apply(&mut sq, QpEvent::Rts, "modify to RTS")
     }
 
-    fn modify_to_reset(&mut self, out: &mut Vec<LocalBuf>) -> Result<()> {
-        let inner = &self.inner;
-        let mut sq = inner.lock_sq();
+    /// Any state -> Reset: forgets the link and every outstanding request and receive,
+    /// handing their buffers to `out`.
+    pub(crate) fn modify_to_reset(&self, out: &mut Vec<LocalBuf>) -> Result<()> {
+        let mut sq = self.lock_sq();
         if let Link::Tcp { stream, .. } = &sq.link {
             let _ = stream.shutdown(std::net::Shutdown::Both);
         }
@@ -729,20 +722,12 @@ impl RawQp for EmuQp {
         sq.waiting.clear();
         let mut entries = Vec::new();
         sq.inflight.drain(&mut entries);
-        inner.recv.drain(&mut entries);
+        self.recv.drain(&mut entries);
         out.extend(entries.into_iter().map(|e| e.buf));
-        *inner.peer.lock().expect("peer lock") = None;
+        *self.peer.lock().expect("peer lock") = None;
         sq.last_ready_ns = 0;
         sq.last_due_ns = 0;
         sq.regions.clear();
-        inner.apply(&mut sq, QpEvent::Reset, "modify to RESET")
-    }
-
-    fn post_send(&self, request: WorkRequest) -> Result<(), PostError> {
-        self.inner.post(request)
-    }
-
-    fn post_recv(&self, wr_id: u64, buf: LocalBuf) -> Result<(), PostError<LocalBuf>> {
-        self.inner.post_receive(wr_id, buf)
+        self.apply(&mut sq, QpEvent::Reset, "modify to RESET")
     }
 }

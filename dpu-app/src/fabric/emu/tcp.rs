@@ -29,14 +29,6 @@ fn io(what: &'static str) -> impl Fn(std::io::Error) -> FabricError {
     move |source| FabricError::Io { what, source }
 }
 
-/// The GID of a TCP endpoint: the IPv4-mapped (or plain IPv6) address.
-pub(crate) fn gid_of(ip: IpAddr) -> [u8; 16] {
-    match ip {
-        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
-        IpAddr::V6(v6) => v6.octets(),
-    }
-}
-
 fn addr_of(ep: &Endpoint) -> SocketAddr {
     let v6 = Ipv6Addr::from(ep.gid);
     let ip = v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4);
@@ -355,6 +347,7 @@ fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fabric::emu::context::gid_of;
     use std::net::Ipv4Addr;
 
     #[test]
