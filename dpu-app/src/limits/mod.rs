@@ -10,8 +10,9 @@
 //! - `cluster_config`: ranges of the cluster file's settings and the bit fields node ids
 //!   and versions fit (cross-checked against `prescient_shim::directory`);
 //! - `cluster_files`: sizes of the fragment logs, the store and the outcome table;
-//! - `node`: the tables a cluster node keeps in flight;
-//! - `sequencer`: sequencer versions, stamp blocks and claims.
+//! - `node`: the tables a cluster node keeps in flight, and its roles' rounds, retries
+//!   and timers;
+//! - `sequencer`: sequencer versions, stamp blocks and claims, and the ordered applier.
 #![forbid(unsafe_code)]
 
 mod cluster_config;

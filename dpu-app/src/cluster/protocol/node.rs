@@ -214,11 +214,6 @@ pub fn store_geometry(config: &ClusterConfig) -> Result<StoreGeometry, Error> {
         .map_err(|e| Error::Store(e.into()))
 }
 
-/// Records a store keeps per key it is sized for: one key's newest value and room
-/// around it, so the store stays at half load, well below where it refuses writes (the
-/// fill command measures that at about 80 %).
-pub const STORE_RECORDS_PER_KEY: u64 = 2;
-
 /// `store_bytes` for a node of `config` (its k, m and value_bytes_max) to hold `keys`
 /// keys at half load (at least [`crate::limits::STORE_BYTES_MIN`]).
 pub fn store_bytes_for_keys(config: &ClusterConfig, keys: u64) -> Result<usize, Error> {
