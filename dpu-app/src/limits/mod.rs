@@ -12,7 +12,8 @@
 //! - `cluster_files`: sizes of the fragment logs, the store and the outcome table;
 //! - `node`: the tables a cluster node keeps in flight, and its roles' rounds, retries
 //!   and timers;
-//! - `sequencer`: sequencer versions, stamp blocks and claims, and the ordered applier.
+//! - `sequencer`: sequencer versions, stamp blocks and claims, and the ordered applier;
+//! - `rendezvous`: the hello mailboxes' queues, connections and waits.
 #![forbid(unsafe_code)]
 
 mod cluster_config;
@@ -20,6 +21,7 @@ mod cluster_files;
 mod codec;
 mod fabric;
 mod node;
+mod rendezvous;
 mod sequencer;
 mod serving;
 
@@ -28,5 +30,6 @@ pub use cluster_files::*;
 pub use codec::*;
 pub use fabric::*;
 pub use node::*;
+pub use rendezvous::*;
 pub use sequencer::*;
 pub use serving::*;
