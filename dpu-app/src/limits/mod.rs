@@ -4,7 +4,7 @@
 //!
 //! One namespace: every limit is `crate::limits::NAME`, so two definitions of one
 //! name cannot compile. The files below only group them by what they bound:
-//! - `serving`: the serving loop's turns and clock checks;
+//! - `serving`: the serving loop's turns, clock checks and naps;
 //! - `fabric`: queue depths, message and region sizes, retry counts of the fabric;
 //! - `codec`: the sealing and striping codecs;
 //! - `cluster_config`: ranges of the cluster file's settings and the bit fields node ids
