@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Formatting, lints, docs and the import graph of cluster/: all must be clean.
+# Formatting, lints, docs and the import graph of every crate: all must be clean.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo fmt --all -- --check

@@ -23,7 +23,7 @@ use crate::cluster::format::outcome::OutcomeError;
 use crate::cluster::format::store::StoreError;
 use crate::cluster::hlc::HlcError;
 use crate::cluster::order::OrderError;
-use crate::cluster::run::rendezvous::RendezvousError;
+use crate::cluster::protocol::mailbox::RendezvousError;
 use crate::fabric::FabricError;
 use crate::seal::SealError;
 use crate::stripe::StripeError;

@@ -62,6 +62,10 @@ pub const VERSIONS_PER_KEY_MAX: usize = 6;
 /// all records in use with 12 % of them spilled, against 49 % when spilling only from a
 /// full home set and 30 % without spill sets.
 pub const HOME_WAYS_FIRST: usize = STORE_WAYS_MAX as usize * 3 / 4;
+/// Records a store keeps per key it is sized for (`store_bytes_for_keys`): one key's
+/// newest value and room around it, so the store stays at half load, well below where
+/// it refuses writes (the fill command measures that at about 80 %).
+pub const STORE_RECORDS_PER_KEY: u64 = 2;
 /// Locks that serialise changes to the store, each covering the sets equal to its index
 /// modulo this (a power of two).
 pub const STORE_LOCKS: usize = 64;

@@ -2,7 +2,7 @@
 //! a writer fetches at once, and how often a claim is retried.
 #![forbid(unsafe_code)]
 
-use super::SLOT_VERSION_BITS;
+use super::{NODES_MAX, SLOT_VERSION_BITS};
 
 /// Bits of a sequencer version that count stamps within one epoch (the low bits; the
 /// epoch is above them, so every stamp of a later epoch is above every stamp of an
@@ -26,6 +26,13 @@ pub const CLAIM_ROUNDS_MAX: u32 = 8;
 /// just restarted and has not connected yet, or the sequencer was gone before) waits
 /// this many `dead_after` more before it counts the sequencer silent.
 pub const UNREACHED_DEAD_AFTERS: u64 = 3;
+
+/// Heartbeats a fetched block of stamps may be used for (`protocol/sequencer.rs`): a
+/// write stamped from an older block could order before writes that completed on other
+/// nodes since it was fetched. A block past it is dropped and the next write fetches
+/// anew, so shorter costs more FETCH_ADD round trips to the sequencer and longer lets a
+/// stamp lag further behind the writes it orders after.
+pub const STAMP_BLOCK_TTL_HEARTBEATS: u64 = 4;
 
 /// Stamps of the current epoch an ordered applier holds fates for, from its cursor up
 /// (`cluster::order`): a fate further ahead is refused until the cursor moves.
@@ -58,6 +65,23 @@ pub const ROLLBACK_ANSWER_TIMEOUTS: u64 = 1;
 /// Rolled-back writes a node tracks at once while their rollback reaches enough holders
 /// (`protocol/rollbacks.rs`); one more stays Pending in the fate ring until a restart.
 pub const ROLLBACKS_MAX: usize = 1024;
+
+/// Rounds over every peer that find none ahead of this node before an ordered applier's
+/// catch-up gives up on copying and marks what was lost missing (`protocol/apply.rs`,
+/// `skip_past_loss`): fewer gives up on a peer that is about to come back, more holds
+/// the order behind a loss longer.
+pub const CATCH_UP_ROUNDS: u8 = 8;
+/// Reads in a row that find a torn entry where a catch-up's copy stands before that
+/// peer is given up (`protocol/apply.rs`): an entry is torn only while it is being
+/// written, which a read or two ride out, so eight in a row mean it stays torn.
+pub const CATCH_UP_TORN_READS: u8 = 8;
+/// Re-read periods (heartbeats) after which a READ of a peer's fate ring that is not
+/// back is given up (`protocol/apply.rs`): a READ answers within a round trip, so one
+/// this late lost its link (reset under it) and will not complete.
+pub const READ_GIVEN_UP_REREADS: u64 = 8;
+/// Blocks of stamps an ordered applier holds for the roll decision
+/// (`protocol/apply.rs`): two in hand per node, and as many again.
+pub const BLOCKS_HELD: usize = 4 * NODES_MAX;
 
 const _: () = assert!(ORDER_NOTICED_MAX >= 2);
 const _: () = assert!(SEQUENCE_BITS < SLOT_VERSION_BITS && EPOCH_BITS >= 8);

@@ -29,9 +29,10 @@ use prescient_shim::{Completion, Host, QueuePair, ReadCheck, Request, ShimError,
 use super::cache::ReaderCache;
 use super::keys::{key_bytes, Cursor, KeyStream};
 use super::watch::{WatchId, Watches};
-use crate::cluster::protocol::stats::{NodeStats, COMMIT_LOG_ENTRIES};
+use crate::cluster::protocol::stats::NodeStats;
 use crate::cluster::run::inprocess::InProcess;
 use crate::histogram::Histogram;
+use crate::limits::COMMIT_LOG_ENTRIES;
 use crate::sim::rng::Rng;
 use crate::Error;
 

@@ -16,8 +16,9 @@
 use super::layout::StripeLayout;
 use super::StripeError;
 
-/// Bytes of a fragment header.
-pub const HEADER_LEN: usize = 40;
+/// Bytes of a fragment header. Defined with the layout, which sizes the side buffer's
+/// headers from it; the fields below fill it exactly.
+pub use super::layout::HEADER_LEN;
 /// Magic number, the bytes "PRFG" read as a little-endian u32.
 pub const MAGIC: u32 = u32::from_le_bytes(*b"PRFG");
 /// Header format this build writes and reads.
@@ -49,6 +50,8 @@ pub mod field {
     /// CRC32C of bytes 0..36.
     pub const HEADER_CRC: Range<usize> = 36..40;
 }
+
+const _: () = assert!(field::HEADER_CRC.end == HEADER_LEN, "the fields fill the header");
 
 /// A view of a fragment header over `T`'s bytes.
 #[derive(Clone, Copy, Debug)]

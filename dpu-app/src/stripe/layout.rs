@@ -2,9 +2,12 @@
 //! zero-padded to k equal 64-byte-multiple fragments, and the side buffer holding
 //! the k + m fragment headers followed by the m parity fragments.
 
-use super::header::HEADER_LEN;
 use super::StripeError;
 use crate::limits::{FRAGMENTS_MAX, FRAGMENT_ALIGN, FRAME_LEN_MAX};
+
+/// Bytes of a fragment header (its fields: `header::field`). The side buffer holds
+/// k + m of them before the parity fragments.
+pub const HEADER_LEN: usize = 40;
 
 /// The shape of one stripe. Built only through [`StripeLayout::new`], so its
 /// fields always satisfy 1 <= k, k + m <= 32, frame_len <= [`FRAME_LEN_MAX`] and

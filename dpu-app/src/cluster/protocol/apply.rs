@@ -58,6 +58,7 @@ use crate::cluster::holders_rule::Verdict;
 use crate::cluster::order::{Applied, Fate, OrderError, OrderStats, OrderedApply};
 use crate::cluster::sequence::{epoch_of, first_of, sequence_of};
 use crate::fabric::{Op, RawQp};
+use crate::limits::{BLOCKS_HELD, CATCH_UP_ROUNDS, CATCH_UP_TORN_READS, READ_GIVEN_UP_REREADS};
 use crate::limits::{
     FATE_READ_ENTRIES, HEADER_PAGE_BYTES, LEDGER_ENTRY_BYTES, LEDGER_ROUND_QUESTIONS, LEDGER_SCAN_ENTRIES,
     ORDER_CLOSES_MAX, ORDER_WINDOW, WR_INDEX_MAX,
@@ -1569,21 +1570,6 @@ const FRESH: Source = Source {
 
 /// Feed entries per catch-up READ: what a ring chunk's pool buffer holds.
 const FEED_CHUNK_ENTRIES: usize = FATE_READ_ENTRIES as usize * ENTRY_LEN / FEED_ENTRY_LEN;
-
-/// Rounds over every peer that find none ahead of this node before a catch-up gives up
-/// on copying and marks what was lost missing ([`Applier::skip_past_loss`]).
-const CATCH_UP_ROUNDS: u8 = 8;
-
-/// Reads in a row that find a torn entry where a catch-up's copy stands before that
-/// peer is given up (an entry is torn only while it is being written).
-const CATCH_UP_TORN_READS: u8 = 8;
-
-/// A READ of a ring not back after this many re-read periods is given up (its link was
-/// reset under it).
-const READ_GIVEN_UP_REREADS: u64 = 8;
-
-/// Blocks of stamps held for the roll decision (two in hand per node, and some more).
-const BLOCKS_HELD: usize = 4 * crate::limits::NODES_MAX;
 
 /// What taking one entry did.
 enum Took {

@@ -34,16 +34,13 @@ use crate::cluster::format::record::{gathered_range, key_may_have_spilled, KeySe
 use crate::cluster::format::store::{Store, StoreGeometry};
 use crate::cluster::hlc::Hlc;
 use crate::fabric::{Fabric, Op};
-use crate::limits::FRAGMENTS_MAX;
+use crate::limits::{FRAGMENTS_MAX, GET_CANDIDATES_MAX, GET_ROUNDS_MAX};
 use crate::log_limit::LogLimits;
 use crate::metrics::Metrics;
 use crate::queue::{key_of, Outcome};
 use crate::region_server::{RegionServer, Taken};
 use crate::seal::{key_hash, open_in_place, Binding, Sealer};
 use crate::stripe::{decode_stripe, Fragment, ReedSolomon, StripeError};
-
-/// Gather rounds a GET makes before it reports `Unavailable`.
-const GET_ROUNDS_MAX: u32 = 4;
 
 /// Where a GET is. A round READs from every reachable peer, and once every READ is in
 /// (or the deadline passed) the node adds its own sets and either gathers again with
@@ -416,7 +413,6 @@ pub fn choose(
     fresh: bool,
     storage: u32,
 ) -> Choice {
-    const CANDIDATES_MAX: usize = 8;
     let mut candidates = [Candidate {
         stamp: 0,
         committed: false,
@@ -424,7 +420,7 @@ pub fn choose(
         have: 0,
         fragments: [(0, 0); FRAGMENTS_MAX],
         count: 0,
-    }; CANDIDATES_MAX];
+    }; GET_CANDIDATES_MAX];
     let mut used = 0;
     // Only storage nodes count: a cache-only member holds nothing to miss.
     let unreachable =
@@ -448,7 +444,7 @@ pub fn choose(
             let stamp = r.stamp();
             let c = match candidates[..used].iter_mut().position(|c| c.stamp == stamp) {
                 Some(i) => &mut candidates[i],
-                None if used < CANDIDATES_MAX => {
+                None if used < GET_CANDIDATES_MAX => {
                     candidates[used].stamp = stamp;
                     used += 1;
                     &mut candidates[used - 1]

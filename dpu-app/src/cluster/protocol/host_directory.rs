@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use prescient_shim::directory::{self, SlotWord};
 use prescient_shim::region::Region;
 
-use super::slotjob::ATTEMPTS_MAX;
 use super::stats::NodeStats;
+use crate::limits::JOB_ROUNDS_MAX;
 
 /// The host's directory: `slots` words in `region` (none when `slots` is 0).
 #[derive(Clone, Copy, Debug)]
@@ -36,7 +36,7 @@ impl<'a> HostDirectory<'a> {
         for slot in 0..self.slots {
             let word = self.region.u64_at(self.region.layout().directory_slot(slot));
             let mut current = word.load(Ordering::Acquire);
-            for _ in 0..ATTEMPTS_MAX {
+            for _ in 0..JOB_ROUNDS_MAX {
                 let Some(next) = f(SlotWord::unpack(current)) else { break };
                 match word.compare_exchange(current, next.pack(), Ordering::AcqRel, Ordering::Acquire) {
                     Ok(_) => {

@@ -21,11 +21,8 @@ use super::time::Now;
 use super::wr::{Kind, WrId};
 use crate::cluster::hlc::Hlc;
 use crate::fabric::{Op, RawQp, WcOpcode};
-use crate::limits::WR_INDEX_MAX;
+use crate::limits::{RECENT_JOBS_BITS, WR_INDEX_MAX};
 use crate::log_limit::LogLimit;
-
-/// log2 of the entries remembering each (host, slot)'s latest directory job.
-const RECENT_JOBS_BITS: u32 = 12;
 
 /// A directory job in flight.
 #[derive(Clone, Copy, Debug)]

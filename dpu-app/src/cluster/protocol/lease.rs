@@ -14,15 +14,7 @@ use super::slots::{JobId, LeaseId, SlotTable};
 use super::stats::NodeStats;
 use super::time::Now;
 use crate::cluster::hlc::Hlc;
-use crate::limits::NODES_MAX;
-
-/// Longest a lease mark stays without its PUT, whatever the predictor's window, on a
-/// network whose round trips are short (see [`lease_mark_max_ns`]).
-pub const LEASE_MARK_MAX_NS: u64 = 20_000_000;
-/// Round trips to the farthest directory a lease mark may stay without its PUT, where
-/// that is longer than [`LEASE_MARK_MAX_NS`]: a mark across regions takes a far round
-/// trip to be placed, and a lease that ended before it was placed saved nothing.
-pub const LEASE_MARK_FAR_ROUND_TRIPS: u64 = 4;
+use crate::limits::{LEASE_MARK_FAR_ROUND_TRIPS, LEASE_MARK_MAX_NS, NODES_MAX};
 
 /// How long a lease mark may stay without its PUT on a network whose farthest base
 /// round trip is `farthest_rtt_ns`: [`LEASE_MARK_MAX_NS`], or

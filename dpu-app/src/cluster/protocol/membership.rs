@@ -46,15 +46,9 @@ use crate::cluster::format::hello::HelloRepr;
 use crate::cluster::format::ledger::Ledger;
 use crate::cluster::format::log::LogGeometry;
 use crate::cluster::format::store::Store;
-use crate::cluster::run::rendezvous::Mailbox;
+use crate::cluster::protocol::mailbox::Mailbox;
 use crate::fabric::{Fabric, MemoryRegion, Op, RemoteRegion, WcStatus};
-
-/// The longest an offer waits for its answer, or an answer for Ready, before it is
-/// sent again: a hello lost with the rendezvous's connection (a full inbox, a cut
-/// network) costs a link this much on top of the cut. A cluster that declares a peer
-/// dead sooner than 80 ms retries at a quarter of that bound instead, and never faster
-/// than its heartbeat (see [`Membership::offer_retry_ns`]).
-const OFFER_RETRY_NS: u64 = 20_000_000;
+use crate::limits::OFFER_RETRY_NS;
 
 /// Membership and connections: heartbeat timer, the host's directory lease, the
 /// mailbox hellos come and go through, and offers waiting for a link to drain.

@@ -23,7 +23,8 @@
 //!   ids), [`pool`] (staging pools, the node's `Pools`), [`stats`], `noisy.rs` (the
 //!   rate-limited conditions), `ack.rs` (the acknowledgement immediate), `time.rs`
 //!   (`Now`), `host_memory.rs` and `host_directory.rs` (the host's region and
-//!   directory).
+//!   directory), [`mailbox`] (what the node needs of the rendezvous, whose mailboxes
+//!   `run/` implements: the protocol imports nothing of `run/`).
 
 mod ack;
 pub mod apply;
@@ -37,6 +38,7 @@ mod jobs;
 pub mod lease;
 pub mod ledgers;
 pub mod links;
+pub mod mailbox;
 mod membership;
 pub mod node;
 mod noisy;

@@ -53,7 +53,7 @@ use crate::cluster::format::outcome::OutcomeTable;
 use crate::cluster::format::store::{Store, StoreGeometry};
 use crate::cluster::hlc::{Hlc, HlcFloor};
 use crate::cluster::protocol::ledgers::Ledgers;
-use crate::cluster::run::rendezvous::Mailbox;
+use crate::cluster::protocol::mailbox::Mailbox;
 use crate::fabric::swift::SwiftConfig;
 use crate::fabric::{
     Access, Completion, CompletionQueue, Fabric, LocalBuf, MemoryRegion, QpOptions, WcOpcode, WcStatus,
@@ -213,11 +213,6 @@ pub fn store_geometry(config: &ClusterConfig) -> Result<StoreGeometry, Error> {
     StoreGeometry::for_bytes(config.store_bytes as u64, STORE_WAYS, store_payload_max(config)?)
         .map_err(|e| Error::Store(e.into()))
 }
-
-/// Records a store keeps per key it is sized for: one key's newest value and room
-/// around it, so the store stays at half load, well below where it refuses writes (the
-/// fill command measures that at about 80 %).
-pub const STORE_RECORDS_PER_KEY: u64 = 2;
 
 /// `store_bytes` for a node of `config` (its k, m and value_bytes_max) to hold `keys`
 /// keys at half load (at least [`crate::limits::STORE_BYTES_MIN`]).

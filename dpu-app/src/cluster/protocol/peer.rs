@@ -12,6 +12,7 @@ use prescient_shim::directory::{SlotState, SlotWord};
 use super::slots::{NoticeId, RepairId, WriteId};
 use crate::cluster::format::control::ControlView;
 use crate::fabric::{Endpoint, QueuePair, RawQp, RemoteRegion, Reset, Rts};
+use crate::limits::{SHADOW_ENTRIES_MAX, SHADOW_ENTRIES_MIN};
 
 /// The queue pair to a peer, in its bring-up state.
 #[derive(Debug)]
@@ -182,11 +183,6 @@ pub struct Shadow {
 /// Versions below this are revocation counts, not write versions (those are clock
 /// stamps, far above it).
 const REVOKED_VERSIONS: u64 = 1 << 32;
-
-/// Most entries of a shadow directory (12 bytes each: 3 MiB per peer).
-pub const SHADOW_ENTRIES_MAX: usize = 1 << 18;
-/// Entries before the peer has said how many slots it has.
-const SHADOW_ENTRIES_MIN: usize = 1 << 10;
 
 impl Shadow {
     fn new() -> Self {

@@ -70,15 +70,11 @@ use crate::cluster::format::fates::{FateError, FateKind, FateRing};
 use crate::cluster::hlc::{HlcError, HlcFloor};
 use crate::cluster::sequence::{epoch_of, first_of, sequence_of, LeaderWord};
 use crate::fabric::{Op, RawQp};
-use crate::limits::{CLAIM_ROUNDS_MAX, NODES_MAX, SEQUENCE_BITS, UNREACHED_DEAD_AFTERS};
+use crate::limits::{CLAIM_ROUNDS_MAX, NODES_MAX, SEQUENCE_BITS, STAMP_BLOCK_TTL_HEARTBEATS, UNREACHED_DEAD_AFTERS};
 
 /// The result word of the stamp FETCH_ADD in the sequencer's pool; node `j`'s claim
 /// CAS lands in word `1 + j`.
 const FETCH_WORD: u32 = 0;
-
-/// Heartbeats a fetched block of stamps may be used for: a write stamped from an older
-/// block could order before writes that completed on other nodes since it was fetched.
-const BLOCK_TTL_HEARTBEATS: u64 = 4;
 
 /// Words of the sequencer's result pool: the fetch, and one CAS per node.
 pub const POOL_WORDS: u32 = 1 + NODES_MAX as u32;
@@ -277,7 +273,7 @@ impl Sequencer {
             rank: config.rank(me),
             order: std::iter::once(config.sequencer).chain(config.shadows.iter().copied()).collect(),
             dead_after_ns: dead_after_us * 1_000,
-            block_ttl_ns: BLOCK_TTL_HEARTBEATS * heartbeat_us * 1_000,
+            block_ttl_ns: STAMP_BLOCK_TTL_HEARTBEATS * heartbeat_us * 1_000,
             leader,
             leader_since_ns: now.mono_ns,
             leader_heard_ns: now.mono_ns,

@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use prescient_shim::directory::{self, SlotState, SlotWord};
 
 use super::slots::{JobId, LeaseId, WriteId};
+use crate::limits::JOB_ROUNDS_MAX;
 
 /// Who a directory job reports to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,9 +38,6 @@ pub enum Started {
     /// It runs as job `0`; the owner hears how it ends when it does.
     Running(JobId),
 }
-
-/// CAS rounds a job makes before it gives up (the slot is contended or hostile).
-pub const ATTEMPTS_MAX: u8 = 8;
 
 /// What a job wants done to a slot word.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -104,7 +102,7 @@ pub enum Finished {
     /// The peer could not be reached (or the job could not run): the owner must
     /// fence the host off.
     Failed,
-    /// The slot changed under every one of [`ATTEMPTS_MAX`] rounds: others' CASes took
+    /// The slot changed under every one of [`JOB_ROUNDS_MAX`] rounds: others' CASes took
     /// (the host is reachable). The caller may start again from `current`.
     Contended {
         /// The newest word seen.
@@ -249,7 +247,7 @@ impl Job {
         if self.intent.apply(current, self.me).is_none() {
             return Step::Finished(Finished::NotNeeded { current });
         }
-        if self.attempts >= ATTEMPTS_MAX {
+        if self.attempts >= JOB_ROUNDS_MAX {
             return Step::Finished(Finished::Contended { current });
         }
         self.post([Some(latest), None])
@@ -259,7 +257,7 @@ impl Job {
 /// Runs `intent` on a slot word of this node's own host directory (no fabric).
 pub fn run_local(word: &AtomicU64, intent: Intent, me: u8) -> Finished {
     let mut current = word.load(Ordering::Acquire);
-    for _ in 0..ATTEMPTS_MAX {
+    for _ in 0..JOB_ROUNDS_MAX {
         let Some(next) = intent.apply(SlotWord::unpack(current), me) else {
             return Finished::NotNeeded { current: SlotWord::unpack(current) };
         };
@@ -374,7 +372,7 @@ mod tests {
                 Step::Wait => unreachable!("one CAS per round"),
             }
         };
-        assert_eq!(rounds, u64::from(ATTEMPTS_MAX));
+        assert_eq!(rounds, u64::from(JOB_ROUNDS_MAX));
         assert!(matches!(f, Finished::Contended { current } if current.writer == 3), "{f:?}");
     }
 

@@ -5,13 +5,11 @@ use prescient_shim::Status;
 
 use super::write::Write;
 use crate::histogram::{Histogram, ReadStage, StageTimes, WriteStage};
+use crate::limits::COMMIT_LOG_ENTRIES;
 
 /// Status codes counted apart in [`NodeStats::writes_failed_by`] (the last counts
 /// every code at or above it).
 pub const STATUS_CODES: usize = 32;
-
-/// Commit points kept for measurement (the newest; older ones are overwritten).
-pub const COMMIT_LOG_ENTRIES: usize = 1 << 16;
 
 /// The predictor's tuned lease threshold, as of the node's last write.
 #[derive(Debug, Clone, Copy, PartialEq)]

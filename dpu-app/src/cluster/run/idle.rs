@@ -23,19 +23,7 @@ use prescient_shim::sys;
 
 use crate::cluster::protocol::node::Node;
 use crate::fabric::Fabric;
-
-/// Longest nap when one loop serves several regions: the futex wait hears only the
-/// first region's doorbell, so the others' hosts wait at most this long.
-pub const NAP_SEVERAL_REGIONS: Duration = Duration::from_millis(1);
-/// Longest nap of nodes that have peers: fragments, acknowledgements and heartbeats
-/// from other nodes arrive through the fabric, which rings no doorbell.
-pub const NAP_WITH_PEERS: Duration = Duration::from_micros(200);
-/// How long a loop spins after its last busy round before it sleeps. Counted in time,
-/// not rounds: a node with peers has timer work every heartbeat (1 ms by default), and
-/// a count of idle rounds (2,000 at about a microsecond each) never ran out between
-/// two heartbeats, so such a loop never slept and a cluster of N processes took N
-/// cores even idle.
-pub const SPIN_AFTER_WORK: Duration = Duration::from_micros(50);
+use crate::limits::{NAP_SEVERAL_REGIONS, NAP_WITH_PEERS, SPIN_AFTER_WORK};
 
 /// Where a serving loop stands between work: its last busy round, its nap, its sleeps.
 #[derive(Debug, Clone)]

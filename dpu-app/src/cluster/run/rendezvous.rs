@@ -11,7 +11,8 @@
 //! - [`TcpMailbox`]: a listener thread takes whole 256-byte frames from short-lived
 //!   connections and forwards the Hellos that pass [`Hello::new_checked`]; a sender thread
 //!   connects, writes one frame and closes. Every queue, connection count, frame count and
-//!   wait is bounded by the limits below; both threads stop when the mailbox drops.
+//!   wait is bounded by its limit (`limits/rendezvous.rs`); both threads stop when the
+//!   mailbox drops.
 //!
 //! Outgoing Hellos are checked too ([`HelloRepr::to_frame`]): a Hello its receiver would
 //! refuse is an error at the sender.
@@ -22,113 +23,16 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 
-use crate::cluster::format::hello::{Hello, HelloError, HelloRepr, HELLO_BYTES};
-use crate::limits::NODES_MAX;
-
-/// Hellos one node's [`LocalBoard`] queue holds; more are dropped and counted.
-pub const LOCAL_QUEUE_HELLOS: usize = 256;
-/// Received Hellos a [`TcpMailbox`] holds until [`Mailbox::try_recv`] takes them.
-pub const INBOX_HELLOS: usize = 256;
-/// Hellos a [`TcpMailbox`] holds for its sender thread; more are refused with
-/// [`RendezvousError::OutboxFull`].
-pub const OUTBOX_HELLOS: usize = 256;
-/// Connections a [`TcpMailbox`] listener reads at once; more are closed unread.
-pub const CONNECTIONS_MAX: usize = 16;
-/// Frames read from one connection before it is closed (a sender writes one).
-pub const FRAMES_PER_CONNECTION_MAX: usize = 16;
-/// Longest wait for the whole of one frame on a connection.
-pub const FRAME_TIMEOUT: Duration = Duration::from_secs(1);
-/// How often the listener and connection threads look at the stop flag.
-pub const POLL_SLICE: Duration = Duration::from_millis(20);
-/// Longest wait to connect to a peer's listener.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_millis(250);
-/// Longest wait to write one frame to a peer.
-pub const WRITE_TIMEOUT: Duration = Duration::from_millis(250);
-
-// Every other node's Hello fits a node's queue at once: one round of offers is never lost.
-const _: () = assert!(LOCAL_QUEUE_HELLOS >= NODES_MAX - 1 && INBOX_HELLOS >= NODES_MAX - 1);
-const _: () = assert!(OUTBOX_HELLOS >= NODES_MAX - 1);
-const _: () = assert!(CONNECTIONS_MAX >= 1 && FRAMES_PER_CONNECTION_MAX >= 1);
-const _: () = assert!(POLL_SLICE.as_nanos() < FRAME_TIMEOUT.as_nanos());
-
-/// Why a Hello could not be handed to a mailbox, or a mailbox could not start.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum RendezvousError {
-    /// The listener could not bind.
-    #[error("cannot listen for hellos on {addr}: {source}; pick a free port or another address")]
-    Bind {
-        /// Address asked for.
-        addr: SocketAddr,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// A mailbox thread could not start.
-    #[error("cannot start the rendezvous {what} thread: {source}")]
-    Spawn {
-        /// Which thread.
-        what: &'static str,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// The peer list is unusable.
-    #[error("rendezvous peer list of node {me}: node {node} {reason}; fix the cluster configuration")]
-    Peers {
-        /// This node.
-        me: u8,
-        /// The offending entry.
-        node: u8,
-        /// What is wrong with it.
-        reason: &'static str,
-    },
-    /// No address is known for the node a Hello is sent to.
-    #[error("node {me} has no rendezvous address for node {to}; add it to the peer list")]
-    UnknownPeer {
-        /// This node.
-        me: u8,
-        /// Destination asked for.
-        to: u8,
-    },
-    /// The Hello does not say it goes from this node to the destination.
-    #[error("node {me} was asked to send to node {to} a hello from {from} to {hello_to}; build the hello with from = {me}, to = {to}")]
-    Misaddressed {
-        /// This node.
-        me: u8,
-        /// Destination asked for.
-        to: u8,
-        /// The Hello's `from`.
-        from: u8,
-        /// The Hello's `to`.
-        hello_to: u8,
-    },
-    /// The Hello would be refused by its receiver.
-    #[error("hello not sent, its receiver would refuse it: {0}")]
-    Hello(#[from] HelloError),
-    /// The sender thread's queue is full.
-    #[error("the hello outbox is full ({depth} hellos waiting for the sender thread); retry on the next timer tick")]
-    OutboxFull {
-        /// Its depth.
-        depth: usize,
-    },
-    /// The sender thread is gone.
-    #[error("the rendezvous sender thread has stopped; recreate the mailbox")]
-    Stopped,
-}
-
-/// Where a node sends and receives Hellos. Both calls return at once: a node polls its
-/// mailbox from its single-threaded loop.
-pub trait Mailbox: Send {
-    /// Hands `hello` over for delivery to node `to`. `Ok` means accepted, not delivered:
-    /// the Hello may still be lost, and the node retries its offers on a timer.
-    fn send(&mut self, to: u8, hello: &HelloRepr) -> Result<(), RendezvousError>;
-
-    /// The next Hello that has arrived for this node, if any.
-    fn try_recv(&mut self) -> Option<HelloRepr>;
-}
+use crate::cluster::format::hello::{Hello, HelloRepr, HELLO_BYTES};
+pub use crate::cluster::protocol::mailbox::{Mailbox, RendezvousError};
+use crate::limits::{
+    INBOX_HELLOS, LOCAL_QUEUE_HELLOS, NODES_MAX, OUTBOX_HELLOS, RENDEZVOUS_CONNECTIONS_MAX, RENDEZVOUS_CONNECT_TIMEOUT,
+    RENDEZVOUS_FRAMES_PER_CONNECTION_MAX, RENDEZVOUS_FRAME_TIMEOUT, RENDEZVOUS_POLL_SLICE, RENDEZVOUS_WRITE_TIMEOUT,
+};
 
 /// Checks that `hello` goes from `me` to `to` and would pass its receiver's checks.
 fn outgoing(me: u8, to: u8, hello: &HelloRepr) -> Result<[u8; HELLO_BYTES], RendezvousError> {
@@ -250,7 +154,7 @@ pub struct TcpMailboxStats {
     pub refused_frames: u64,
     /// Valid Hellos dropped because the inbox was full.
     pub inbox_full: u64,
-    /// Connections closed unread because [`CONNECTIONS_MAX`] were being read.
+    /// Connections closed unread because [`RENDEZVOUS_CONNECTIONS_MAX`] were being read.
     pub refused_connections: u64,
 }
 
@@ -405,27 +309,27 @@ impl Drop for TcpMailbox {
 }
 
 /// The listener thread: accepts connections and reads each on its own thread, at most
-/// [`CONNECTIONS_MAX`] at once; on stop, waits for them.
+/// [`RENDEZVOUS_CONNECTIONS_MAX`] at once; on stop, waits for them.
 fn listen_loop(listener: TcpListener, me: u8, inbox: Sender<HelloRepr>, shared: Arc<Shared>) {
-    let mut readers: Vec<JoinHandle<()>> = Vec::with_capacity(CONNECTIONS_MAX);
+    let mut readers: Vec<JoinHandle<()>> = Vec::with_capacity(RENDEZVOUS_CONNECTIONS_MAX);
     while !shared.stop.load(Ordering::Acquire) {
         let (stream, peer) = match listener.accept() {
             Ok(accepted) => accepted,
             Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                std::thread::sleep(POLL_SLICE);
+                std::thread::sleep(RENDEZVOUS_POLL_SLICE);
                 continue;
             }
             Err(e) => {
                 // Out of descriptors, a connection reset before accept: wait and go on.
                 tracing::debug!(error = %e, "rendezvous accept failed");
-                std::thread::sleep(POLL_SLICE);
+                std::thread::sleep(RENDEZVOUS_POLL_SLICE);
                 continue;
             }
         };
         readers.retain(|r| !r.is_finished());
-        if readers.len() >= CONNECTIONS_MAX {
+        if readers.len() >= RENDEZVOUS_CONNECTIONS_MAX {
             bump(&shared.counters.refused_connections);
-            tracing::warn!(%peer, limit = CONNECTIONS_MAX, "rendezvous connection refused: too many at once");
+            tracing::warn!(%peer, limit = RENDEZVOUS_CONNECTIONS_MAX, "rendezvous connection refused: too many at once");
             continue;
         }
         let (inbox, s) = (inbox.clone(), Arc::clone(&shared));
@@ -455,9 +359,9 @@ enum Frame {
     Broken(&'static str),
 }
 
-/// Reads one whole frame, waiting at most [`FRAME_TIMEOUT`] for it.
+/// Reads one whole frame, waiting at most [`RENDEZVOUS_FRAME_TIMEOUT`] for it.
 fn read_frame(stream: &mut TcpStream, frame: &mut [u8; HELLO_BYTES], stop: &AtomicBool) -> Frame {
-    let deadline = Instant::now() + FRAME_TIMEOUT;
+    let deadline = Instant::now() + RENDEZVOUS_FRAME_TIMEOUT;
     let mut filled = 0;
     while filled < HELLO_BYTES {
         if stop.load(Ordering::Acquire) {
@@ -478,17 +382,17 @@ fn read_frame(stream: &mut TcpStream, frame: &mut [u8; HELLO_BYTES], stop: &Atom
     Frame::Whole
 }
 
-/// One connection: up to [`FRAMES_PER_CONNECTION_MAX`] frames, each checked; the first
+/// One connection: up to [`RENDEZVOUS_FRAMES_PER_CONNECTION_MAX`] frames, each checked; the first
 /// bad frame closes it (its stream can no longer be trusted to be framed).
 fn read_connection(mut stream: TcpStream, peer: SocketAddr, me: u8, inbox: &Sender<HelloRepr>, shared: &Shared) {
     let c = &shared.counters;
     // Short reads, so that the thread notices the stop flag; the frame deadline bounds the
     // whole wait. Accepted sockets may inherit the listener's non-blocking mode.
-    if stream.set_nonblocking(false).and_then(|()| stream.set_read_timeout(Some(POLL_SLICE))).is_err() {
+    if stream.set_nonblocking(false).and_then(|()| stream.set_read_timeout(Some(RENDEZVOUS_POLL_SLICE))).is_err() {
         return;
     }
     let mut frame = [0u8; HELLO_BYTES];
-    for _ in 0..FRAMES_PER_CONNECTION_MAX {
+    for _ in 0..RENDEZVOUS_FRAMES_PER_CONNECTION_MAX {
         match read_frame(&mut stream, &mut frame, &shared.stop) {
             Frame::Whole => {}
             Frame::End => return,
@@ -520,7 +424,7 @@ fn read_connection(mut stream: TcpStream, peer: SocketAddr, me: u8, inbox: &Send
             Err(TrySendError::Disconnected(_)) => return,
         }
     }
-    tracing::debug!(%peer, limit = FRAMES_PER_CONNECTION_MAX, "rendezvous connection closed at its frame limit");
+    tracing::debug!(%peer, limit = RENDEZVOUS_FRAMES_PER_CONNECTION_MAX, "rendezvous connection closed at its frame limit");
 }
 
 /// The sender thread: one short connection per frame, until the outbox closes or the
@@ -531,8 +435,8 @@ fn send_loop(outbox: Receiver<Outgoing>, shared: Arc<Shared>) {
         if shared.stop.load(Ordering::Acquire) {
             return;
         }
-        let written = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT).and_then(|mut s| {
-            s.set_write_timeout(Some(WRITE_TIMEOUT))?;
+        let written = TcpStream::connect_timeout(&addr, RENDEZVOUS_CONNECT_TIMEOUT).and_then(|mut s| {
+            s.set_write_timeout(Some(RENDEZVOUS_WRITE_TIMEOUT))?;
             s.set_nodelay(true)?;
             s.write_all(&frame)
         });
@@ -548,9 +452,11 @@ fn send_loop(outbox: Receiver<Outgoing>, shared: Arc<Shared>) {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
     use crate::cluster::format::hello::tests::repr;
-    use crate::cluster::format::hello::HelloKind;
+    use crate::cluster::format::hello::{HelloError, HelloKind};
 
     const ARRIVAL: Duration = Duration::from_secs(10);
 
@@ -702,7 +608,8 @@ mod tests {
     fn the_listener_reads_a_bounded_number_of_connections_at_once() {
         let mut a = TcpMailbox::bind(1, loopback(), vec![]).unwrap();
         // Connections that stay silent hold a reader each until their frame times out.
-        let idle: Vec<TcpStream> = (0..CONNECTIONS_MAX).map(|_| TcpStream::connect(a.local_addr()).unwrap()).collect();
+        let idle: Vec<TcpStream> =
+            (0..RENDEZVOUS_CONNECTIONS_MAX).map(|_| TcpStream::connect(a.local_addr()).unwrap()).collect();
         let extra = TcpStream::connect(a.local_addr()).unwrap();
         eventually(&a, |s| s.refused_connections == 1);
         drop((idle, extra));

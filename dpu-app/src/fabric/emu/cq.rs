@@ -19,7 +19,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use super::clock::Clock;
-use super::qp::QpInner;
+use super::driven::Driven;
 use super::spin::SpinLock;
 use crate::fabric::{Completion, CompletionQueue, FabricError, Result};
 use crate::limits::{CQ_DEPTH_MAX, QPS_PER_CQ_MAX, WAIT_SPINS};
@@ -48,7 +48,7 @@ pub(crate) struct CqInner {
     /// NIC's timers would. Held strongly (no upgrade per poll): a queue pair detaches
     /// itself when its owner destroys it, which breaks the cycle through its own `Arc`s
     /// of this queue.
-    attached: SpinLock<Vec<Arc<QpInner>>>,
+    attached: SpinLock<Vec<Arc<dyn Driven>>>,
     any_pending: AtomicBool,
     /// The queue's length as of its last change (nonzero after an overrun too), so a
     /// poll of an empty queue - most polls of an idle node - reads one shared line and
@@ -89,7 +89,7 @@ impl EmuCq {
 }
 
 impl CqInner {
-    pub(crate) fn attach(&self, qp: Arc<QpInner>) -> Result<()> {
+    pub(crate) fn attach(&self, qp: Arc<dyn Driven>) -> Result<()> {
         let mut a = self.attached.lock();
         if a.len() >= QPS_PER_CQ_MAX {
             return Err(FabricError::Limit { what: "queue pairs per completion queue", limit: QPS_PER_CQ_MAX });
@@ -100,9 +100,9 @@ impl CqInner {
 
     /// Forgets `qp` (destroyed by its owner). The others keep their order: polls drive
     /// them in attach order, which a simulation's replay depends on.
-    pub(crate) fn detach(&self, qp: &QpInner) {
+    pub(crate) fn detach(&self, qp: &dyn Driven) {
         let mut a = self.attached.lock();
-        if let Some(at) = a.iter().position(|q| std::ptr::eq(&**q, qp)) {
+        if let Some(at) = a.iter().position(|q| std::ptr::addr_eq(&**q, qp)) {
             a.remove(at);
         }
     }

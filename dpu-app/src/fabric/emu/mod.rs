@@ -8,18 +8,32 @@
 //! process on a [`Network`] (as threads) or in separate processes over TCP
 //! ([`EmuNode::tcp`]). Latency, loss and partitions come from a seeded [`ModelConfig`];
 //! time comes from a [`Clock`] passed in, so a run on a [`ManualClock`] replays exactly.
+//!
+//! The files, top down, each importing only files below it (`ci/import_cycles.py`):
+//! `node` ([`EmuNode`], [`Network`]) and `verbs` ([`EmuQp`]) on top; `tcp` (the transport
+//! between processes); `qp` (a queue pair: its send queue and the in-process requester);
+//! `responder` (an incoming request executed against a node's memory) over `receive` (a
+//! queue pair's receive queue) and `region_cache` over `regions` (a node's registered
+//! regions); `context` (a node's NIC context and its table of queue pairs) and `cq`, which
+//! know a queue pair only as `driven` (what the NIC's timers drive); and the leaves:
+//! `model`, `port`, `topology`, `wire`, `clock`, `spin`.
 
 mod clock;
+mod context;
 mod cq;
+mod driven;
 mod model;
 mod node;
 mod port;
 mod qp;
+mod receive;
 mod region_cache;
+mod regions;
 mod responder;
 mod spin;
 mod tcp;
 mod topology;
+mod verbs;
 pub mod wire;
 
 pub use clock::{Clock, ManualClock, SystemClock};
@@ -27,8 +41,8 @@ pub use cq::EmuCq;
 pub use model::{Fate, Message, Model, ModelConfig, PartitionWindow, WIRE_HEADER_BYTES};
 pub use node::{EmuNode, Network};
 pub use port::{Admission, Port, PortConfig, PortStats};
-pub use qp::EmuQp;
 pub use topology::{PathDelay, RegionId, Topology, HOPS_BETWEEN_REGIONS, HOPS_INSIDE_REGION};
+pub use verbs::EmuQp;
 
 #[cfg(test)]
 mod tests {

@@ -1,158 +1,21 @@
-//! An emulated node: the NIC context and protection domain of one participant, with its
-//! table of registered regions (rkey -> memory, rights) and of queue pairs (qpn -> queue
-//! pair). Nodes of one process meet in a [`Network`]; nodes in different processes meet
-//! over TCP (see `tcp`).
+//! An emulated node as the fabric traits see it: [`EmuNode`], a `Fabric` on the NIC
+//! context of one participant (`context`: its protection domain, registered regions and
+//! queue pairs). Nodes of one process meet in a [`Network`]; nodes in different
+//! processes meet over TCP (see `tcp`).
 
-use std::net::{SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, RwLock, Weak};
 
 use super::clock::Clock;
+use super::context::{Attachment, NetInner, NodeInner};
 use super::cq::EmuCq;
 use super::model::{Model, ModelConfig};
-use super::qp::{EmuQp, QpInner};
+use super::qp::QpInner;
+use super::tcp;
+use super::verbs::EmuQp;
 use crate::fabric::{Access, Fabric, FabricError, Memory, MemoryRegion, QpOptions, QueuePair, Reset, Result};
-use crate::limits::{NODES_PER_NETWORK_MAX, QPS_PER_NODE_MAX, REGIONS_PER_NODE_MAX};
-
-/// A registered region as the NIC sees it.
-#[derive(Clone)]
-pub(crate) struct RegionEntry {
-    pub(crate) key: u32,
-    pub(crate) memory: Arc<Memory>,
-    pub(crate) access: Access,
-}
-
-/// Where a node lives.
-pub(crate) enum Attachment {
-    /// In this process, on a [`Network`].
-    InProcess(Weak<NetInner>),
-    /// Reachable over TCP at this address.
-    Tcp(SocketAddr),
-}
-
-pub(crate) struct NodeInner {
-    pub(crate) id: u32,
-    /// Where the node sits in the model (its region, its switch port): its id, or the
-    /// place a restarted node takes over ([`Network::node_at`]).
-    pub(crate) place: u32,
-    pub(crate) alive: AtomicBool,
-    pub(crate) model: Arc<Model>,
-    pub(crate) clock: Arc<dyn Clock>,
-    pub(crate) attachment: Attachment,
-    regions: RwLock<Vec<Option<RegionEntry>>>,
-    /// Bumped (Release) by every deregistration after its slot is cleared: requesters'
-    /// region caches compare it before each access (see `region_cache`).
-    pub(crate) region_epoch: AtomicU64,
-    key_generation: AtomicU32,
-    qps: RwLock<Vec<Option<Weak<QpInner>>>>,
-    /// Accepted connections, shut down when the node dies.
-    pub(crate) accepted: Mutex<Vec<TcpStream>>,
-}
-
-impl NodeInner {
-    pub(crate) fn new(id: u32, place: u32, model: Arc<Model>, clock: Arc<dyn Clock>, attachment: Attachment) -> Self {
-        Self {
-            id,
-            place,
-            alive: AtomicBool::new(true),
-            model,
-            clock,
-            attachment,
-            regions: RwLock::new(Vec::new()),
-            region_epoch: AtomicU64::new(0),
-            key_generation: AtomicU32::new(0),
-            qps: RwLock::new(Vec::new()),
-            accepted: Mutex::new(Vec::new()),
-        }
-    }
-
-    pub(crate) fn is_alive(&self) -> bool {
-        self.alive.load(Ordering::Acquire)
-    }
-
-    /// The region table, read-locked (the responder holds it across one access instead of
-    /// cloning the entry).
-    pub(crate) fn regions(&self) -> std::sync::RwLockReadGuard<'_, Vec<Option<RegionEntry>>> {
-        self.regions.read().expect("regions lock")
-    }
-
-    /// The memory and rights of the region registered under `rkey`, if any (a
-    /// requester's region cache fills from here).
-    pub(crate) fn region(&self, rkey: u32) -> Option<(Arc<Memory>, Access)> {
-        let regions = self.regions();
-        match regions.get((rkey & 0xFFFF) as usize) {
-            Some(Some(e)) if e.key == rkey => Some((Arc::clone(&e.memory), e.access)),
-            _ => None,
-        }
-    }
-
-    /// This node's protection-domain identity (its address, unique while it lives).
-    pub(crate) fn domain(&self) -> u64 {
-        self as *const Self as u64
-    }
-
-    fn register(&self, memory: Arc<Memory>, access: Access) -> Result<u32> {
-        let mut regions = self.regions.write().expect("regions lock");
-        let index = match regions.iter().position(Option::is_none) {
-            Some(i) => i,
-            None if regions.len() < REGIONS_PER_NODE_MAX => {
-                regions.push(None);
-                regions.len() - 1
-            }
-            None => return Err(FabricError::Limit { what: "memory regions per node", limit: REGIONS_PER_NODE_MAX }),
-        };
-        // Keys carry a generation so that a stale rkey of a deregistered region never
-        // reaches a new region in the same slot.
-        let generation = self.key_generation.fetch_add(1, Ordering::Relaxed).wrapping_add(1) & 0xFFFF;
-        let key = (generation.max(1) << 16) | index as u32;
-        regions[index] = Some(RegionEntry { key, memory, access });
-        Ok(key)
-    }
-
-    fn deregister(&self, key: u32) {
-        let mut regions = self.regions.write().expect("regions lock");
-        if let Some(slot) = regions.get_mut((key & 0xFFFF) as usize) {
-            if matches!(slot, Some(e) if e.key == key) {
-                *slot = None;
-                // Release: a requester that sees the new epoch sees the cleared slot.
-                self.region_epoch.fetch_add(1, Ordering::Release);
-            }
-        }
-    }
-
-    /// Numbers and records a new queue pair built by `make` from its number.
-    pub(crate) fn add_qp(&self, make: impl FnOnce(u32) -> Arc<QpInner>) -> Result<Arc<QpInner>> {
-        let mut qps = self.qps.write().expect("qps lock");
-        let index = match qps.iter().position(|q| q.as_ref().is_none_or(|w| w.strong_count() == 0)) {
-            Some(i) => i,
-            None if qps.len() < QPS_PER_NODE_MAX => {
-                qps.push(None);
-                qps.len() - 1
-            }
-            None => return Err(FabricError::Limit { what: "queue pairs per node", limit: QPS_PER_NODE_MAX }),
-        };
-        // Queue pair numbers start at 1 (0 is special on hardware).
-        let qp = make(index as u32 + 1);
-        qps[index] = Some(Arc::downgrade(&qp));
-        Ok(qp)
-    }
-
-    /// Drives every pending queue pair of this node (see [`Network::progress`]).
-    fn progress(&self) {
-        let qps = self.qps.read().expect("qps lock");
-        for qp in qps.iter().flatten().filter_map(Weak::upgrade) {
-            if qp.is_pending() {
-                qp.progress();
-            }
-        }
-    }
-
-    /// The live queue pair numbered `qpn`.
-    pub(crate) fn qp(&self, qpn: u32) -> Option<Arc<QpInner>> {
-        let qps = self.qps.read().expect("qps lock");
-        qps.get(qpn.checked_sub(1)? as usize)?.as_ref()?.upgrade()
-    }
-}
+use crate::limits::NODES_PER_NETWORK_MAX;
 
 struct Deregister {
     node: Weak<NodeInner>,
@@ -162,7 +25,7 @@ struct Deregister {
 impl Drop for Deregister {
     fn drop(&mut self) {
         if let Some(node) = self.node.upgrade() {
-            node.deregister(self.key);
+            node.regions.deregister(self.key);
         }
     }
 }
@@ -180,6 +43,16 @@ impl std::fmt::Debug for EmuNode {
 }
 
 impl EmuNode {
+    /// A node reachable over TCP at `bind` (port 0 picks one), with node id `id` in the
+    /// model. Its responder threads serve peers' requests until [`EmuNode::kill`] or exit.
+    ///
+    /// A model with switch ports is refused: a port's queue is shared by every sender
+    /// toward its node, and a process sees only its own; regions and their latency
+    /// matrix apply (each delay is a function of the seed and the message alone).
+    pub fn tcp(id: u32, bind: SocketAddr, model: ModelConfig, clock: Arc<dyn Clock>) -> Result<EmuNode> {
+        Ok(EmuNode { inner: tcp::listen(id, bind, model, clock)? })
+    }
+
     /// This node's id in its network.
     pub fn id(&self) -> u32 {
         self.inner.id
@@ -198,7 +71,7 @@ impl EmuNode {
         for s in self.inner.accepted.lock().expect("accepted lock").drain(..) {
             let _ = s.shutdown(std::net::Shutdown::Both);
         }
-        super::tcp::unblock_listener(&self.inner);
+        tcp::unblock_listener(&self.inner);
     }
 
     /// The node's model (to cut and heal links at run time).
@@ -228,7 +101,7 @@ impl Fabric for EmuNode {
 
     fn register(&self, memory: Arc<Memory>, access: Access) -> Result<Arc<MemoryRegion>> {
         access.validate()?;
-        let key = self.inner.register(Arc::clone(&memory), access)?;
+        let key = self.inner.regions.register(Arc::clone(&memory), access)?;
         let guard = Deregister { node: Arc::downgrade(&self.inner), key };
         Ok(Arc::new(MemoryRegion::new(memory, access, (key, key), self.inner.domain(), Box::new(guard))))
     }
@@ -242,12 +115,6 @@ impl Fabric for EmuNode {
         let qp = QpInner::create(&self.inner, send_cq, recv_cq, options)?;
         Ok(QueuePair::from_raw(EmuQp { inner: qp }))
     }
-}
-
-pub(crate) struct NetInner {
-    pub(crate) nodes: RwLock<Vec<Weak<NodeInner>>>,
-    model: Arc<Model>,
-    clock: Arc<dyn Clock>,
 }
 
 /// The switch of in-process emulated nodes: nodes created here reach each other directly,
@@ -341,25 +208,4 @@ impl Network {
             node.progress();
         }
     }
-}
-
-impl NetInner {
-    pub(crate) fn node(&self, id: u32) -> Option<Arc<NodeInner>> {
-        self.nodes.read().expect("nodes lock").get(id as usize)?.upgrade()
-    }
-}
-
-/// The GID an in-process node's endpoints carry: fe80::<id>.
-pub(crate) fn in_process_gid(id: u32) -> [u8; 16] {
-    let mut g = [0u8; 16];
-    g[0] = 0xfe;
-    g[1] = 0x80;
-    g[12..16].copy_from_slice(&id.to_be_bytes());
-    g
-}
-
-/// The node id inside an in-process GID.
-pub(crate) fn in_process_id(gid: &[u8; 16]) -> Option<u32> {
-    (gid[0] == 0xfe && gid[1] == 0x80 && gid[2..12].iter().all(|&b| b == 0))
-        .then(|| u32::from_be_bytes(gid[12..16].try_into().expect("4 bytes")))
 }

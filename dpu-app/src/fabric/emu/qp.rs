@@ -27,19 +27,19 @@
 use std::collections::VecDeque;
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
+use super::context::{gid_of, in_process_gid, in_process_id, Attachment, NodeInner};
 use super::cq::{CqInner, EmuCq};
+use super::driven::Driven;
 use super::model::{Fate, Message, WIRE_HEADER_BYTES};
-use super::node::{in_process_gid, in_process_id, Attachment, NodeInner};
+use super::receive::{Payload, Receiver};
 use super::region_cache::RegionCache;
-use super::responder::{execute, Incoming, Nak, Payload, Sink};
-use super::spin::{SpinGuard, SpinLock};
-use super::tcp;
+use super::responder::{execute, Incoming, Nak, Sink, Target};
 use crate::fabric::{
     Access, Completion, Endpoint, FabricError, InFlight, InFlightEntry, LocalBuf, Op, PathSignal, PostError, QpEvent,
-    QpOptions, QpState, RawQp, Result, StateCell, WcOpcode, WcStatus, WorkRequest,
+    QpOptions, QpState, Result, StateCell, WcOpcode, WcStatus, WorkRequest,
 };
 use crate::limits::{ATOMIC_BYTES, MESSAGE_BYTES_MAX};
 
@@ -106,37 +106,15 @@ pub(crate) struct SendQueue {
     regions: RegionCache,
 }
 
-pub(crate) struct RecvQueue {
-    inflight: InFlight,
-    posted: VecDeque<u64>,
-    /// Threads in `wait_for_receive` (a post wakes sleepers only when there is one: the
-    /// in-process fabric never waits).
-    waiters: u32,
-}
-
-impl RecvQueue {
-    pub(crate) fn has_receive(&self) -> bool {
-        !self.posted.is_empty()
-    }
-}
-
 pub(crate) struct QpInner {
     pub(crate) qpn: u32,
     pub(crate) node: Arc<NodeInner>,
     send_cq: Arc<CqInner>,
-    recv_cq: Arc<CqInner>,
     pub(crate) options: QpOptions,
     state_mirror: AtomicU8,
     pub(crate) sq: Mutex<SendQueue>,
-    rq: SpinLock<RecvQueue>,
-    /// Where `wait_for_receive` sleeps (the TCP responder's RNR retries); a post notifies
-    /// under it, so a waiter that found no receive cannot miss the wake-up.
-    recv_sleep: Mutex<()>,
-    recv_posted: Condvar,
-    /// Set by a requester that found no receive posted here (under the receive queue's
-    /// lock): the next post of a receive lets that requester retry at once, and only then
-    /// does a post look at its peer.
-    rnr_waiting: AtomicBool,
+    /// The receive queue (the responder's side).
+    pub(crate) recv: Receiver,
     peer: Mutex<Option<Weak<QpInner>>>,
     pending: AtomicBool,
     /// Set when the owner destroys the queue pair; threads that still hold it briefly
@@ -164,14 +142,6 @@ fn decode_state(v: u8) -> QpState {
     }
 }
 
-/// When a receive completion becomes visible.
-pub(crate) enum Publish<'a> {
-    /// At this clock time.
-    At(u64),
-    /// Later: the caller publishes it with [`QpInner::publish_receive`].
-    Defer(&'a mut Option<Completion>),
-}
-
 /// What one attempt at the head request came to.
 enum Attempt {
     /// Completed (successfully or not), visible at clock time `ready_ns`, with an
@@ -193,7 +163,6 @@ impl QpInner {
                 qpn,
                 node: Arc::clone(node),
                 send_cq: Arc::clone(&send_cq.inner),
-                recv_cq: Arc::clone(&recv_cq.inner),
                 options,
                 state_mirror: AtomicU8::new(encode_state(QpState::Reset)),
                 sq: Mutex::new(SendQueue {
@@ -207,23 +176,16 @@ impl QpInner {
                     frame: Vec::new(),
                     regions: RegionCache::default(),
                 }),
-                rq: SpinLock::new(RecvQueue {
-                    inflight: InFlight::new(options.recv_depth),
-                    posted: VecDeque::with_capacity(options.recv_depth),
-                    waiters: 0,
-                }),
-                recv_sleep: Mutex::new(()),
-                recv_posted: Condvar::new(),
-                rnr_waiting: AtomicBool::new(false),
+                recv: Receiver::new(qpn, Arc::clone(&recv_cq.inner), options.recv_depth),
                 peer: Mutex::new(None),
                 pending: AtomicBool::new(false),
                 destroyed: AtomicBool::new(false),
             })
         })?;
-        send_cq.inner.attach(Arc::clone(&qp))?;
+        send_cq.inner.attach(qp.clone())?;
         if !Arc::ptr_eq(&send_cq.inner, &recv_cq.inner) {
-            if let Err(e) = recv_cq.inner.attach(Arc::clone(&qp)) {
-                send_cq.inner.detach(&qp);
+            if let Err(e) = recv_cq.inner.attach(qp.clone()) {
+                send_cq.inner.detach(&*qp);
                 return Err(e);
             }
         }
@@ -246,15 +208,6 @@ impl QpInner {
 
     pub(crate) fn lock_sq(&self) -> std::sync::MutexGuard<'_, SendQueue> {
         self.sq.lock().expect("send queue lock")
-    }
-
-    pub(crate) fn lock_rq(&self) -> SpinGuard<'_, RecvQueue> {
-        self.rq.lock()
-    }
-
-    /// A requester found no receive posted (called under the receive queue's lock).
-    pub(crate) fn note_receiver_not_ready(&self) {
-        self.rnr_waiting.store(true, Ordering::Release);
     }
 
     fn now_ns(&self) -> u64 {
@@ -306,61 +259,6 @@ impl QpInner {
         );
     }
 
-    /// Consumes the head receive for an incoming SEND (`payload` given) or WRITE_WITH_IMM.
-    /// Returns false when a SEND does not fit the receive buffer (the receive then
-    /// completes with `LocalLength`).
-    pub(crate) fn complete_receive(
-        &self,
-        rq: &mut RecvQueue,
-        opcode: WcOpcode,
-        len: usize,
-        imm: Option<u32>,
-        payload: Option<&Payload<'_>>,
-        publish: Publish<'_>,
-    ) -> bool {
-        let Some(token) = rq.posted.pop_front() else {
-            return false;
-        };
-        let Some(entry) = rq.inflight.remove(token) else {
-            return false;
-        };
-        let mut status = WcStatus::Success;
-        if let Some(payload) = payload {
-            if len > entry.buf.len() {
-                status = WcStatus::LocalLength;
-            } else {
-                let mem = entry.buf.region().memory();
-                let ok = match payload {
-                    Payload::Memory { memory, offset } => memory.copy_to(*offset, mem, entry.buf.offset(), len),
-                    Payload::Bytes(b) => mem.write(entry.buf.offset(), &b[..len]),
-                };
-                if ok.is_err() {
-                    status = WcStatus::LocalLength;
-                }
-            }
-        }
-        let c = Completion {
-            wr_id: entry.wr_id,
-            status,
-            opcode,
-            byte_len: if status == WcStatus::Success { len as u32 } else { 0 },
-            imm,
-            qp_num: self.qpn,
-            buf: Some(entry.buf),
-            path: PathSignal::default(),
-        };
-        match publish {
-            Publish::Defer(slot) => *slot = Some(c),
-            Publish::At(ready_ns) => self.recv_cq.push(ready_ns, c),
-        }
-        status == WcStatus::Success
-    }
-
-    /// Makes a receive completion that [`QpInner::complete_receive`] held back visible.
-    pub(crate) fn publish_receive(&self, c: Completion) {
-        self.recv_cq.push(0, c);
-    }
-
     /// Moves the queue pair to ERR and flushes every waiting request and posted receive.
     pub(crate) fn fail(&self, sq: &mut SendQueue) {
         if sq.state.get() == QpState::Error {
@@ -374,23 +272,7 @@ impl QpInner {
         while let Some(w) = sq.waiting.pop_front() {
             self.complete_send(sq, w.token, WcStatus::Flushed, 0, ready_ns);
         }
-        let mut rq = self.lock_rq();
-        while let Some(token) = rq.posted.pop_front() {
-            if let Some(entry) = rq.inflight.remove(token) {
-                self.recv_cq.push(ready_ns, flushed(entry, self.qpn));
-            }
-        }
-    }
-
-    /// Drives the head of the send queue; true while requests still wait on a timer.
-    pub(crate) fn progress(&self) -> bool {
-        let mut sq = self.lock_sq();
-        self.run_waiting(&mut sq, None)
-    }
-
-    /// True while requests wait on this queue pair for their delivery time or a timer.
-    pub(crate) fn is_pending(&self) -> bool {
-        self.pending.load(Ordering::Acquire)
+        self.recv.flush(ready_ns);
     }
 
     /// Marks the queue pair pending, so that polls of its completion queues (and
@@ -398,8 +280,8 @@ impl QpInner {
     fn hold(&self) -> bool {
         self.pending.store(true, Ordering::Release);
         self.send_cq.note_pending();
-        if !Arc::ptr_eq(&self.send_cq, &self.recv_cq) {
-            self.recv_cq.note_pending();
+        if !Arc::ptr_eq(&self.send_cq, &self.recv.cq) {
+            self.recv.cq.note_pending();
         }
         true
     }
@@ -545,7 +427,7 @@ impl QpInner {
             Op::Send => Incoming::Send { len, imm: None, payload: Payload::Memory { memory: local, offset } },
         };
         let ready_ns = arrive_ns + back_ns;
-        match execute(peer, Some(regions), incoming, arrive_ns, None) {
+        match execute(peer.target(), Some(regions), incoming, arrive_ns, None) {
             Ok(value) => Attempt::Done { status: WcStatus::Success, value, ready_ns, path: signal },
             Err(Nak::Silent) => Attempt::Wait {
                 status: WcStatus::RetryExceeded,
@@ -593,30 +475,12 @@ impl QpInner {
 
     /// Waits up to `timeout` for a receive to be posted (the TCP responder's RNR retries).
     pub(crate) fn wait_for_receive(&self, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let sleep = self.recv_sleep.lock().expect("receive sleep lock");
-            {
-                let mut rq = self.lock_rq();
-                if rq.has_receive() {
-                    return true;
-                }
-                // Counted under the receive queue's lock, so a post that lands after our
-                // look sees us; it notifies under `sleep`, which it gets once we wait.
-                rq.waiters += 1;
-            }
-            let now = Instant::now();
-            let woke = now < deadline && self.node.is_alive();
-            if woke {
-                let _unused = self.recv_posted.wait_timeout(sleep, deadline - now).expect("receive sleep lock");
-            } else {
-                drop(sleep);
-            }
-            self.lock_rq().waiters -= 1;
-            if !woke {
-                return self.lock_rq().has_receive();
-            }
-        }
+        self.recv.wait(timeout, || self.node.is_alive())
+    }
+
+    /// The queue pair as the responder sees it, for a request that arrives now.
+    pub(crate) fn target(&self) -> Target<'_> {
+        Target { node: &self.node, accepts_requests: self.accepts_requests(), recv: &self.recv }
     }
 
     /// Waits up to `timeout` for the queue pair to reach RTR (a TCP peer may be faster).
@@ -631,7 +495,14 @@ impl QpInner {
         true
     }
 
-    fn post(&self, request: WorkRequest) -> Result<(), PostError> {
+    /// Posts a send request; over TCP, `send_tcp` sends it (the TCP transport, `tcp`,
+    /// sits above the queue pair), called with the send queue locked so that frames
+    /// leave in post order.
+    pub(crate) fn post(
+        &self,
+        request: WorkRequest,
+        send_tcp: impl FnOnce(&QpInner, &mut SendQueue, u64, Op, u32),
+    ) -> Result<(), PostError> {
         let refuse = |error, request| Err(PostError { error, request });
         let len = request.buf.len();
         if len > MESSAGE_BYTES_MAX {
@@ -700,13 +571,14 @@ impl QpInner {
                     }
                 }
             }
-            Link::Tcp { .. } => tcp::send_request(self, &mut sq, token, op, psn),
+            Link::Tcp { .. } => send_tcp(self, &mut sq, token, op, psn),
             Link::None => unreachable!("an RTS queue pair has a link"),
         }
         Ok(())
     }
 
-    fn post_receive(&self, wr_id: u64, buf: LocalBuf) -> Result<(), PostError<LocalBuf>> {
+    /// Posts a receive.
+    pub(crate) fn post_receive(&self, wr_id: u64, buf: LocalBuf) -> Result<(), PostError<LocalBuf>> {
         let state = self.state();
         if state == QpState::Reset {
             return Err(PostError {
@@ -721,34 +593,8 @@ impl QpInner {
                 request: buf,
             });
         }
-        let waiters = {
-            let mut rq = self.lock_rq();
-            let token = match rq.inflight.insert(InFlightEntry { wr_id, opcode: WcOpcode::Recv, buf }) {
-                Ok(t) => t,
-                Err(entry) => {
-                    let depth = rq.inflight.depth();
-                    return Err(PostError {
-                        error: FabricError::QueueFull { queue: "receive", qpn: self.qpn, depth },
-                        request: entry.buf,
-                    });
-                }
-            };
-            if self.state() == QpState::Error {
-                let entry = rq.inflight.remove(token).expect("just inserted");
-                self.recv_cq.push(0, flushed(entry, self.qpn));
-                return Ok(());
-            }
-            rq.posted.push_back(token);
-            rq.waiters
-        };
-        if waiters > 0 {
-            let _sleep = self.recv_sleep.lock().expect("receive sleep lock");
-            self.recv_posted.notify_all();
-        }
-        // The peer may be waiting for exactly this receive (RNR): let it retry now. The
-        // flag was set under the receive queue's lock before ours, so it is seen here.
-        if self.rnr_waiting.load(Ordering::Acquire) {
-            self.rnr_waiting.store(false, Ordering::Relaxed);
+        // The peer may be waiting for exactly this receive (RNR): let it retry now.
+        if self.recv.post(wr_id, buf, || self.state() == QpState::Error)? {
             let peer = self.peer.lock().expect("peer lock").as_ref().and_then(Weak::upgrade);
             if let Some(peer) = peer {
                 if peer.pending.load(Ordering::Acquire) {
@@ -760,16 +606,14 @@ impl QpInner {
     }
 }
 
-fn flushed(entry: InFlightEntry, qpn: u32) -> Completion {
-    Completion {
-        wr_id: entry.wr_id,
-        status: WcStatus::Flushed,
-        opcode: entry.opcode,
-        byte_len: 0,
-        imm: None,
-        qp_num: qpn,
-        buf: Some(entry.buf),
-        path: PathSignal::default(),
+impl Driven for QpInner {
+    fn is_pending(&self) -> bool {
+        self.pending.load(Ordering::Acquire)
+    }
+
+    fn progress(&self) -> bool {
+        let mut sq = self.lock_sq();
+        self.run_waiting(&mut sq, None)
     }
 }
 
@@ -790,66 +634,50 @@ fn initial_psn(node: u32, qpn: u32) -> u32 {
     (node.wrapping_mul(0x9E37_79B9) ^ qpn.wrapping_mul(0x85EB_CA6B)) & 0x00FF_FFFF
 }
 
-/// A queue pair of the emulated NIC.
-pub struct EmuQp {
-    pub(crate) inner: Arc<QpInner>,
-}
-
-impl std::fmt::Debug for EmuQp {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EmuQp").field("qpn", &self.inner.qpn).field("state", &self.inner.state()).finish()
-    }
-}
-
-impl Drop for EmuQp {
-    fn drop(&mut self) {
-        // Destroying a queue pair: it stops answering and its connection closes, so the
-        // peer sees it gone.
-        self.inner.destroyed.store(true, Ordering::Release);
-        let mut sq = self.inner.lock_sq();
+impl QpInner {
+    /// Destroys the queue pair (its owner dropped it): it stops answering and its
+    /// connection closes, so the peer sees it gone.
+    pub(crate) fn destroy(&self) {
+        self.destroyed.store(true, Ordering::Release);
+        let mut sq = self.lock_sq();
         if let Link::Tcp { stream, .. } = &sq.link {
             let _ = stream.shutdown(std::net::Shutdown::Both);
         }
         sq.link = Link::None;
         sq.regions.clear();
         drop(sq);
-        self.inner.send_cq.detach(&self.inner);
-        self.inner.recv_cq.detach(&self.inner);
-    }
-}
-
-impl RawQp for EmuQp {
-    fn qpn(&self) -> u32 {
-        self.inner.qpn
+        self.send_cq.detach(self);
+        self.recv.cq.detach(self);
     }
 
-    fn endpoint(&self) -> Endpoint {
-        let psn = self.inner.lock_sq().next_psn;
-        match self.inner.node.attachment {
+    /// The endpoint a peer connects to.
+    pub(crate) fn endpoint(&self) -> Endpoint {
+        let psn = self.lock_sq().next_psn;
+        match self.node.attachment {
             Attachment::InProcess(_) => {
-                Endpoint { gid: in_process_gid(self.inner.node.id), qpn: self.inner.qpn, psn, lid: 0, port: 0 }
+                Endpoint { gid: in_process_gid(self.node.id), qpn: self.qpn, psn, lid: 0, port: 0 }
             }
-            Attachment::Tcp(addr) => {
-                Endpoint { gid: tcp::gid_of(addr.ip()), qpn: self.inner.qpn, psn, lid: 0, port: addr.port() }
-            }
+            Attachment::Tcp(addr) => Endpoint { gid: gid_of(addr.ip()), qpn: self.qpn, psn, lid: 0, port: addr.port() },
         }
     }
 
-    fn state(&self) -> QpState {
-        self.inner.state()
+    /// Reset -> INIT.
+    pub(crate) fn modify_to_init(&self) -> Result<()> {
+        let mut sq = self.lock_sq();
+        self.apply(&mut sq, QpEvent::Init, "modify to INIT")
     }
 
-    fn modify_to_init(&mut self) -> Result<()> {
-        let mut sq = self.inner.lock_sq();
-        self.inner.apply(&mut sq, QpEvent::Init, "modify to INIT")
-    }
-
-    fn modify_to_rtr(&mut self, remote: &Endpoint) -> Result<()> {
-        let inner = &self.inner;
-        if inner.state() != QpState::Init {
-            return Err(FabricError::QpState { qpn: inner.qpn, state: inner.state(), op: "modify to RTR" });
+    /// INIT -> RTR, linked to `remote`: the in-process peer, or over TCP the connection
+    /// `connect_tcp` opens (the TCP transport, `tcp`, sits above the queue pair).
+    pub(crate) fn modify_to_rtr(
+        self: &Arc<Self>,
+        remote: &Endpoint,
+        connect_tcp: impl FnOnce(&Arc<QpInner>, &Endpoint) -> Result<Link>,
+    ) -> Result<()> {
+        if self.state() != QpState::Init {
+            return Err(FabricError::QpState { qpn: self.qpn, state: self.state(), op: "modify to RTR" });
         }
-        let link = match &inner.node.attachment {
+        let link = match &self.node.attachment {
             Attachment::InProcess(net) => {
                 let peer_node = in_process_id(&remote.gid).ok_or_else(|| FabricError::Connect {
                     peer: format!("{remote:?}"),
@@ -863,28 +691,30 @@ impl RawQp for EmuQp {
                     peer: format!("node {peer_node}"),
                     why: "no such node".into(),
                 })?;
-                let peer = node.qp(remote.qpn).ok_or_else(|| FabricError::Connect {
+                let peer = node.qp::<QpInner>(remote.qpn).ok_or_else(|| FabricError::Connect {
                     peer: format!("node {peer_node} qp {}", remote.qpn),
                     why: "no such queue pair".into(),
                 })?;
-                *inner.peer.lock().expect("peer lock") = Some(Arc::downgrade(&peer));
+                *self.peer.lock().expect("peer lock") = Some(Arc::downgrade(&peer));
                 Link::InProcess { peer, peer_node: node.place }
             }
-            Attachment::Tcp(_) => tcp::connect(inner, remote)?,
+            Attachment::Tcp(_) => connect_tcp(self, remote)?,
         };
-        let mut sq = inner.lock_sq();
+        let mut sq = self.lock_sq();
         sq.link = link;
-        inner.apply(&mut sq, QpEvent::Rtr, "modify to RTR")
+        self.apply(&mut sq, QpEvent::Rtr, "modify to RTR")
     }
 
-    fn modify_to_rts(&mut self) -> Result<()> {
-        let mut sq = self.inner.lock_sq();
-        self.inner.apply(&mut sq, QpEvent::Rts, "modify to RTS")
+    /// RTR -> RTS.
+    pub(crate) fn modify_to_rts(&self) -> Result<()> {
+        let mut sq = self.lock_sq();
+        self.apply(&mut sq, QpEvent::Rts, "modify to RTS")
     }
 
-    fn modify_to_reset(&mut self, out: &mut Vec<LocalBuf>) -> Result<()> {
-        let inner = &self.inner;
-        let mut sq = inner.lock_sq();
+    /// Any state -> Reset: forgets the link and every outstanding request and receive,
+    /// handing their buffers to `out`.
+    pub(crate) fn modify_to_reset(&self, out: &mut Vec<LocalBuf>) -> Result<()> {
+        let mut sq = self.lock_sq();
         if let Link::Tcp { stream, .. } = &sq.link {
             let _ = stream.shutdown(std::net::Shutdown::Both);
         }
@@ -892,24 +722,12 @@ impl RawQp for EmuQp {
         sq.waiting.clear();
         let mut entries = Vec::new();
         sq.inflight.drain(&mut entries);
-        {
-            let mut rq = inner.lock_rq();
-            rq.posted.clear();
-            rq.inflight.drain(&mut entries);
-        }
+        self.recv.drain(&mut entries);
         out.extend(entries.into_iter().map(|e| e.buf));
-        *inner.peer.lock().expect("peer lock") = None;
+        *self.peer.lock().expect("peer lock") = None;
         sq.last_ready_ns = 0;
         sq.last_due_ns = 0;
         sq.regions.clear();
-        inner.apply(&mut sq, QpEvent::Reset, "modify to RESET")
-    }
-
-    fn post_send(&self, request: WorkRequest) -> Result<(), PostError> {
-        self.inner.post(request)
-    }
-
-    fn post_recv(&self, wr_id: u64, buf: LocalBuf) -> Result<(), PostError<LocalBuf>> {
-        self.inner.post_receive(wr_id, buf)
+        self.apply(&mut sq, QpEvent::Reset, "modify to RESET")
     }
 }

@@ -17,7 +17,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::node::NodeInner;
+use super::regions::Regions;
 use crate::fabric::{Access, Memory};
 use crate::limits::REGION_CACHE_ENTRIES;
 
@@ -25,7 +25,7 @@ use crate::limits::REGION_CACHE_ENTRIES;
 #[derive(Default)]
 pub(crate) struct RegionCache {
     /// The cached rkeys, scanned on every access (0: a free entry; no key is 0, see
-    /// `NodeInner::register`).
+    /// `Regions::register`).
     keys: [u32; REGION_CACHE_ENTRIES],
     /// The memory and rights under `keys[i]`.
     regions: [Option<(Arc<Memory>, Access)>; REGION_CACHE_ENTRIES],
@@ -36,11 +36,11 @@ pub(crate) struct RegionCache {
 }
 
 impl RegionCache {
-    /// The memory and rights of `node`'s region with key `rkey`, or `None` when no such
-    /// region is registered there.
-    pub(crate) fn lookup(&mut self, node: &NodeInner, rkey: u32) -> Option<(&Memory, Access)> {
+    /// The memory and rights of the region with key `rkey` in `regions` (the peer node's),
+    /// or `None` when no such region is registered there.
+    pub(crate) fn lookup(&mut self, regions: &Regions, rkey: u32) -> Option<(&Memory, Access)> {
         // Acquire: pairs with the Release bump of a deregistration (see the module doc).
-        let epoch = node.region_epoch.load(Ordering::Acquire);
+        let epoch = regions.epoch.load(Ordering::Acquire);
         if epoch != self.epoch {
             self.clear();
             self.epoch = epoch;
@@ -48,7 +48,7 @@ impl RegionCache {
         let at = match self.keys.iter().position(|&k| k == rkey && k != 0) {
             Some(at) => at,
             None => {
-                let region = node.region(rkey)?;
+                let region = regions.region(rkey)?;
                 let at = self.victim;
                 self.victim = (self.victim + 1) % REGION_CACHE_ENTRIES;
                 self.keys[at] = rkey;
@@ -79,15 +79,15 @@ mod tests {
         let mr = node.register(Arc::new(Memory::anonymous(64).unwrap()), Access::ALL).unwrap();
         let mut cache = RegionCache::default();
         let rkey = mr.rkey();
-        assert_eq!(cache.lookup(&node.inner, rkey).map(|(m, a)| (m.len(), a)), Some((64, Access::ALL)));
-        assert!(cache.lookup(&node.inner, rkey ^ 0x1_0000).is_none(), "another generation is another key");
+        assert_eq!(cache.lookup(&node.inner.regions, rkey).map(|(m, a)| (m.len(), a)), Some((64, Access::ALL)));
+        assert!(cache.lookup(&node.inner.regions, rkey ^ 0x1_0000).is_none(), "another generation is another key");
         drop(mr);
-        assert!(cache.lookup(&node.inner, rkey).is_none(), "gone once deregistration returned");
+        assert!(cache.lookup(&node.inner.regions, rkey).is_none(), "gone once deregistration returned");
         let others: Vec<_> = (0..REGION_CACHE_ENTRIES + 2)
             .map(|_| node.register(Arc::new(Memory::anonymous(8).unwrap()), Access::REMOTE_READ).unwrap())
             .collect();
         for mr in others.iter().chain(others.iter().rev()) {
-            assert_eq!(cache.lookup(&node.inner, mr.rkey()).map(|(m, _)| m.addr()), Some(mr.memory().addr()));
+            assert_eq!(cache.lookup(&node.inner.regions, mr.rkey()).map(|(m, _)| m.addr()), Some(mr.memory().addr()));
         }
     }
 }

@@ -4,18 +4,12 @@
 //! alignment of atomics (invalid request), a posted receive for SEND and WRITE_WITH_IMM
 //! (receiver not ready). The same code serves in-process peers and TCP connections.
 
-use super::qp::{Publish, QpInner};
+use super::context::NodeInner;
+use super::receive::{Payload, Publish, Receiver};
 use super::region_cache::RegionCache;
+use super::regions::RegionEntry;
 use crate::fabric::{Access, Completion, Memory, RemoteAddr, WcOpcode};
 use crate::limits::ATOMIC_BYTES;
-
-/// Where the bytes of a WRITE or SEND come from.
-pub(crate) enum Payload<'a> {
-    /// The requester's registered memory (in-process: DMA straight across).
-    Memory { memory: &'a Memory, offset: usize },
-    /// A received frame.
-    Bytes(&'a [u8]),
-}
 
 /// Where the bytes of a READ go.
 pub(crate) enum Sink<'a> {
@@ -23,6 +17,16 @@ pub(crate) enum Sink<'a> {
     Memory { memory: &'a Memory, offset: usize },
     /// A response frame.
     Bytes(&'a mut Vec<u8>),
+}
+
+/// The queue pair a request is for, as the responder sees it.
+pub(crate) struct Target<'a> {
+    /// Its node: whether it lives, and the regions registered on it.
+    pub(crate) node: &'a NodeInner,
+    /// Whether it is in RTR or RTS and not destroyed (else the request goes unanswered).
+    pub(crate) accepts_requests: bool,
+    /// Its receive queue.
+    pub(crate) recv: &'a Receiver,
 }
 
 /// One incoming request.
@@ -52,7 +56,7 @@ pub(crate) enum Nak {
 /// checks, through the requester's region cache when it has one (in process) or the
 /// region table (over TCP).
 fn resolve<'a>(
-    qp: &'a QpInner,
+    node: &'a NodeInner,
     cache: Option<&'a mut RegionCache>,
     remote: RemoteAddr,
     len: usize,
@@ -60,14 +64,14 @@ fn resolve<'a>(
 ) -> Result<(Resolved<'a>, usize), Nak> {
     let resolved = match cache {
         Some(cache) => {
-            let (memory, access) = cache.lookup(&qp.node, remote.rkey).ok_or(Nak::RemoteAccess)?;
+            let (memory, access) = cache.lookup(&node.regions, remote.rkey).ok_or(Nak::RemoteAccess)?;
             if !access.contains(right) {
                 return Err(Nak::RemoteAccess);
             }
             Resolved::Cached(memory)
         }
         None => {
-            let regions = qp.node.regions();
+            let regions = node.regions.read();
             let index = (remote.rkey & 0xFFFF) as usize;
             match regions.get(index) {
                 Some(Some(e)) if e.key == remote.rkey && e.access.contains(right) => {}
@@ -88,7 +92,7 @@ fn resolve<'a>(
 /// the region table read-locked so it cannot be deregistered while the access runs.
 enum Resolved<'a> {
     Cached(&'a Memory),
-    Table { regions: std::sync::RwLockReadGuard<'a, Vec<Option<super::node::RegionEntry>>>, index: usize },
+    Table { regions: std::sync::RwLockReadGuard<'a, Vec<Option<RegionEntry>>>, index: usize },
 }
 
 impl std::ops::Deref for Resolved<'_> {
@@ -113,50 +117,51 @@ fn publish(ready_ns: u64, defer: Option<&mut Option<Completion>>) -> Publish<'_>
     defer.map_or(Publish::At(ready_ns), Publish::Defer)
 }
 
-/// Executes `incoming` at `qp`, resolving remote keys through `cache` when the requester
+/// Executes `incoming` at `target`, resolving remote keys through `cache` when the requester
 /// has one; receive completions become visible at `ready_ns`, or,
 /// with `defer`, are handed back to be published after the response is on its way (over
 /// TCP, so that a process that exits on seeing the receive has answered first, as a NIC
 /// would have). Returns the old value of an atomic (0 for other operations).
 pub(crate) fn execute(
-    qp: &QpInner,
+    target: Target<'_>,
     cache: Option<&mut RegionCache>,
     incoming: Incoming<'_>,
     ready_ns: u64,
     defer: Option<&mut Option<Completion>>,
 ) -> Result<u64, Nak> {
-    if !qp.node.is_alive() || !qp.accepts_requests() {
+    if !target.node.is_alive() || !target.accepts_requests {
         return Err(Nak::Silent);
     }
+    let Target { node, recv, .. } = target;
     match incoming {
         Incoming::Write { remote, len, imm: None, payload } => {
             // A zero-length WRITE checks no key (IB spec 9.4.1.1.4... and hardware agrees).
             if len > 0 {
-                let (memory, offset) = resolve(qp, cache, remote, len, Access::REMOTE_WRITE)?;
+                let (memory, offset) = resolve(node, cache, remote, len, Access::REMOTE_WRITE)?;
                 copy_in(&payload, &memory, offset, len)?;
             }
             Ok(0)
         }
         Incoming::Write { remote, len, imm: Some(imm), payload } => {
-            let mut rq = qp.lock_rq();
+            let mut rq = recv.lock();
             if !rq.has_receive() {
-                qp.note_receiver_not_ready();
+                recv.note_receiver_not_ready();
                 return Err(Nak::ReceiverNotReady);
             }
             if len > 0 {
-                let (memory, offset) = resolve(qp, cache, remote, len, Access::REMOTE_WRITE)?;
+                let (memory, offset) = resolve(node, cache, remote, len, Access::REMOTE_WRITE)?;
                 copy_in(&payload, &memory, offset, len)?;
             }
-            qp.complete_receive(&mut rq, WcOpcode::RecvWithImm, len, Some(imm), None, publish(ready_ns, defer));
+            recv.complete(&mut rq, WcOpcode::RecvWithImm, len, Some(imm), None, publish(ready_ns, defer));
             Ok(0)
         }
         Incoming::Send { len, imm, payload } => {
-            let mut rq = qp.lock_rq();
+            let mut rq = recv.lock();
             if !rq.has_receive() {
-                qp.note_receiver_not_ready();
+                recv.note_receiver_not_ready();
                 return Err(Nak::ReceiverNotReady);
             }
-            if qp.complete_receive(&mut rq, WcOpcode::Recv, len, imm, Some(&payload), publish(ready_ns, defer)) {
+            if recv.complete(&mut rq, WcOpcode::Recv, len, imm, Some(&payload), publish(ready_ns, defer)) {
                 Ok(0)
             } else {
                 Err(Nak::InvalidRequest)
@@ -164,7 +169,7 @@ pub(crate) fn execute(
         }
         Incoming::Read { remote, len, sink } => {
             let (memory, offset) = if len > 0 {
-                resolve(qp, cache, remote, len, Access::REMOTE_READ)?
+                resolve(node, cache, remote, len, Access::REMOTE_READ)?
             } else {
                 return Ok(0);
             };
@@ -183,14 +188,14 @@ pub(crate) fn execute(
             if remote.addr % ATOMIC_BYTES as u64 != 0 {
                 return Err(Nak::InvalidRequest);
             }
-            let (memory, offset) = resolve(qp, cache, remote, ATOMIC_BYTES, Access::REMOTE_ATOMIC)?;
+            let (memory, offset) = resolve(node, cache, remote, ATOMIC_BYTES, Access::REMOTE_ATOMIC)?;
             memory.compare_swap(offset, compare, swap).map_err(|_| Nak::InvalidRequest)
         }
         Incoming::FetchAdd { remote, add } => {
             if remote.addr % ATOMIC_BYTES as u64 != 0 {
                 return Err(Nak::InvalidRequest);
             }
-            let (memory, offset) = resolve(qp, cache, remote, ATOMIC_BYTES, Access::REMOTE_ATOMIC)?;
+            let (memory, offset) = resolve(node, cache, remote, ATOMIC_BYTES, Access::REMOTE_ATOMIC)?;
             memory.fetch_add(offset, add).map_err(|_| Nak::InvalidRequest)
         }
     }

@@ -14,10 +14,11 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use super::clock::Clock;
+use super::context::{Attachment, NodeInner};
 use super::model::{Fate, Model, ModelConfig};
-use super::node::{Attachment, EmuNode, NodeInner};
 use super::qp::{Link, QpInner, SendQueue, Transit, Waiting};
-use super::responder::{execute, Incoming, Nak, Payload, Sink};
+use super::receive::Payload;
+use super::responder::{execute, Incoming, Nak, Sink};
 use super::wire::{hello, request, response, Hello, Kind, Request, Response, Status};
 use crate::fabric::{Completion, Endpoint, FabricError, Op, RemoteAddr, Result, WcStatus};
 use crate::limits::MESSAGE_BYTES_MAX;
@@ -28,45 +29,32 @@ fn io(what: &'static str) -> impl Fn(std::io::Error) -> FabricError {
     move |source| FabricError::Io { what, source }
 }
 
-/// The GID of a TCP endpoint: the IPv4-mapped (or plain IPv6) address.
-pub(crate) fn gid_of(ip: IpAddr) -> [u8; 16] {
-    match ip {
-        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
-        IpAddr::V6(v6) => v6.octets(),
-    }
-}
-
 fn addr_of(ep: &Endpoint) -> SocketAddr {
     let v6 = Ipv6Addr::from(ep.gid);
     let ip = v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4);
     SocketAddr::new(ip, ep.port)
 }
 
-impl EmuNode {
-    /// A node reachable over TCP at `bind` (port 0 picks one), with node id `id` in the
-    /// model. Its responder threads serve peers' requests until [`EmuNode::kill`] or exit.
-    ///
-    /// A model with switch ports is refused: a port's queue is shared by every sender
-    /// toward its node, and a process sees only its own; regions and their latency
-    /// matrix apply (each delay is a function of the seed and the message alone).
-    pub fn tcp(id: u32, bind: SocketAddr, model: ModelConfig, clock: Arc<dyn Clock>) -> Result<EmuNode> {
-        if model.ports.is_some() {
-            return Err(FabricError::Topology(
-                "ports: switch ports are modelled only on an in-process network (a process sees only its own \
-                 senders' share of a port); leave them out between processes"
-                    .into(),
-            ));
-        }
-        let listener = TcpListener::bind(bind).map_err(io("bind"))?;
-        let addr = listener.local_addr().map_err(io("local_addr"))?;
-        let inner = Arc::new(NodeInner::new(id, id, Arc::new(Model::new(model)?), clock, Attachment::Tcp(addr)));
-        let weak = Arc::downgrade(&inner);
-        std::thread::Builder::new()
-            .name(format!("emu-accept-{id}"))
-            .spawn(move || accept_loop(listener, weak))
-            .map_err(io("spawn accept thread"))?;
-        Ok(EmuNode { inner })
+/// The NIC context of a node reachable over TCP at `bind` (port 0 picks one), with node
+/// id `id` in the model: its accept thread serves peers until the node is killed or the
+/// process exits (see [`EmuNode::tcp`](super::EmuNode::tcp)).
+pub(crate) fn listen(id: u32, bind: SocketAddr, model: ModelConfig, clock: Arc<dyn Clock>) -> Result<Arc<NodeInner>> {
+    if model.ports.is_some() {
+        return Err(FabricError::Topology(
+            "ports: switch ports are modelled only on an in-process network (a process sees only its own \
+             senders' share of a port); leave them out between processes"
+                .into(),
+        ));
     }
+    let listener = TcpListener::bind(bind).map_err(io("bind"))?;
+    let addr = listener.local_addr().map_err(io("local_addr"))?;
+    let inner = Arc::new(NodeInner::new(id, id, Arc::new(Model::new(model)?), clock, Attachment::Tcp(addr)));
+    let weak = Arc::downgrade(&inner);
+    std::thread::Builder::new()
+        .name(format!("emu-accept-{id}"))
+        .spawn(move || accept_loop(listener, weak))
+        .map_err(io("spawn accept thread"))?;
+    Ok(inner)
 }
 
 /// Wakes the accept thread of a killed node so that it exits.
@@ -275,7 +263,7 @@ fn serve(mut stream: TcpStream, node: Weak<NodeInner>) {
         return;
     };
     let Some(n) = node.upgrade() else { return };
-    let found = n.qp(h.dst_qpn).map(|qp| Arc::downgrade(&qp));
+    let found = n.qp::<QpInner>(h.dst_qpn).map(|qp| Arc::downgrade(&qp));
     let mut ack = [0u8; 8];
     ack[0..4].copy_from_slice(&u32::from(found.is_none()).to_le_bytes());
     ack[4..8].copy_from_slice(&n.id.to_le_bytes());
@@ -328,7 +316,7 @@ fn serve(mut stream: TcpStream, node: Weak<NodeInner>) {
         Response { status, len, psn: req.psn, value }.emit(&mut out);
         let sent = stream.write_all(&out);
         if let Some(c) = received.take() {
-            qp.publish_receive(c);
+            qp.recv.publish(c);
         }
         if sent.is_err() {
             break;
@@ -353,12 +341,13 @@ fn run(
         Kind::FetchAdd => Incoming::FetchAdd { remote, add: req.arg0 },
         Kind::Send => Incoming::Send { len, imm: req.imm, payload: Payload::Bytes(payload) },
     };
-    execute(qp, None, incoming, 0, Some(received))
+    execute(qp.target(), None, incoming, 0, Some(received))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fabric::emu::context::gid_of;
     use std::net::Ipv4Addr;
 
     #[test]
