@@ -20,5 +20,9 @@ cargo run --release -p prescient-dpu -- sim --seeds 1 --from 95000 --steps 40000
 #   cargo run --release -p prescient-dpu -- sim --seeds 400 --from N --steps 50000 --sequencer --keep-going
 cargo run --release -p prescient-dpu -- sim --seeds "${SIM_SEQUENCER_MEDIUM_SEEDS:-160}" --from 300000 --steps 50000 --sequencer --keep-going
 cargo run --release -p prescient-dpu -- sim --seeds "${SIM_SEQUENCER_SEEDS:-4}" --from 96000 --steps 200000 --sequencer
+# Seed 920000 has a node gone for good through 300,000 steps, more writes than a change
+# feed holds: it comes back, finds no peer's feed with what it missed, and marks those
+# versions missing (each released version still checked against the marks).
+cargo run --release -p prescient-dpu -- sim --seeds 2 --from 920000 --steps 300000 --sequencer
 # Switch ports with bounded buffers and Swift on every node.
 cargo run --release -p prescient-dpu -- sim --seeds 2 --from 97000 --steps 200000 --swift

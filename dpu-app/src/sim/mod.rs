@@ -494,6 +494,8 @@ pub fn run(opts: &SimOptions) -> Result<SimReport, Violation> {
     let gone_run = opts.sequencer && opts.faults && opts.seed % GONE_SEEDS == 0;
     let steps = if gone_run { opts.steps.max(GONE_STEPS) } else { opts.steps };
     let mut gone: Option<(u8, u64)> = None;
+    // Writes seen committed when the gone node went.
+    let mut gone_committed = 0;
     // Once the gone node is fenced, a hole closes within a write's bound (a write
     // decides by then), a roll and an epoch's end (a few dead_afters).
     let hole_bound = 4 * cfg.dead_after_us * 1_000 + write_bound;
@@ -517,6 +519,7 @@ pub fn run(opts: &SimOptions) -> Result<SimReport, Violation> {
             down_since[victim as usize] = Some(now);
             back_at[victim as usize] = u64::MAX;
             gone = Some((victim, now));
+            gone_committed = watch.as_ref().map_or(0, |w| w.committed_count());
             report.crashes += 1;
             report.gone.0 += 1;
         }
@@ -568,6 +571,11 @@ pub fn run(opts: &SimOptions) -> Result<SimReport, Violation> {
         for i in 0..n {
             let due = down_since[i as usize].is_some() && (now >= back_at[i as usize] || !workload);
             if due {
+                if let (Some(w), Some((g, _))) = (watch.as_mut(), gone) {
+                    if g == i && w.committed_count() - gone_committed > cfg.feed_entries {
+                        w.owe_gaps(i);
+                    }
+                }
                 cluster.restart(i).map_err(|e| fail(step, format!("node {i} did not restart: {e}")))?;
                 clients[i as usize].dpu_restarted(now);
                 down_since[i as usize] = None;

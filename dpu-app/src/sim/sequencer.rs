@@ -94,6 +94,9 @@ pub struct SequencerWatch {
     /// Whether a feed may mark versions missing (small fate rings: an order stalled
     /// longer than a ring loses fates everywhere); otherwise a mark breaks the run.
     gaps_allowed: bool,
+    /// Per node: it came back from being gone for good after more writes committed
+    /// than a change feed holds, so its catch-up must mark versions missing.
+    gaps_owed: Vec<bool>,
     /// Per node: every version up to this one is marked missing from its feed.
     marks: Vec<u64>,
     /// A fault took the sequencer of this epoch away at this time.
@@ -128,6 +131,7 @@ impl SequencerWatch {
             feeds: (0..nodes).map(|_| (0, HashSet::new(), 0)).collect(),
             catch_seen: vec![(0, 0, 0); nodes.into()],
             gaps_allowed,
+            gaps_owed: vec![false; nodes.into()],
             marks: vec![0; nodes.into()],
             rings: vec![(1, std::collections::BTreeSet::new()); nodes.into()],
             down_held: vec![None; nodes.into()],
@@ -297,7 +301,7 @@ impl SequencerWatch {
             let Some(cursor) = node.order_cursor() else { continue };
             let id = node.id() as usize;
             if let Some(a) = node.apply_stats() {
-                if a.conflicts > 0 || (a.feed_gaps > 0 && !self.gaps_allowed) {
+                if a.conflicts > 0 || (a.feed_gaps > 0 && !self.gaps_allowed && !self.gaps_owed[id]) {
                     return Err(format!(
                         "node {id}'s ordered apply met contradicting fates, or fell behind every peer's feed: {a:?}"
                     ));
@@ -377,6 +381,18 @@ impl SequencerWatch {
             }
         }
         Ok(())
+    }
+
+    /// Writes seen committed so far.
+    pub fn committed_count(&self) -> usize {
+        self.versions.len()
+    }
+
+    /// Node `id` comes back from being gone for good after more writes committed than
+    /// a change feed holds: no peer's feed still has what it missed, so it marks those
+    /// versions missing (each released version is still checked against the marks).
+    pub fn owe_gaps(&mut self, id: u8) {
+        self.gaps_owed[id as usize] = true;
     }
 
     /// A write committed with `stamp`, seen by its host at `now`.
