@@ -62,7 +62,7 @@ targets=(--lib --bins --tests)
 if grep -qx enabled "$binfmt/qemu-aarch64" 2>/dev/null; then
     echo "binfmt_misc runs aarch64 binaries through qemu: the tests that spawn them run too"
 else
-    echo "binfmt_misc cannot run aarch64 binaries here (no permission to mount or register it):"
+    echo "binfmt_misc cannot run aarch64 binaries here (it could not be mounted or registered, or its qemu-aarch64 entry is disabled):"
     echo "  tests/cli.rs, tests/cluster_commands.rs and tests/fabric_processes.rs are left out"
     targets=(--lib)
     for t in dpu-app/tests/*.rs; do
