@@ -919,14 +919,19 @@ impl Sequencer {
                 // A later epoch is held here: this claim has lost. Its CASes that took
                 // are overtaken by the next claim; the next poll adopts that word.
                 tracing::info!(node = self.me, word = %claim.word, at = j, found = %LeaderWord::unpack(found), "claim lost");
-                self.claim = None;
-                self.stats.claims_failed += 1;
-                self.claim_after_ns = now.mono_ns + self.backoff_ns();
+                self.claim_failed(now);
                 return;
             }
         }
         self.claim = Some(claim);
         self.settle_claim(cx, now);
+    }
+
+    /// Ends the claim in flight as failed: counted, and the next one waits its pause.
+    fn claim_failed(&mut self, now: Now) {
+        self.claim = None;
+        self.stats.claims_failed += 1;
+        self.claim_after_ns = now.mono_ns + self.backoff_ns();
     }
 
     /// A claim's pause after it failed: a heartbeat-scale wait that grows with rank.
@@ -945,9 +950,7 @@ impl Sequencer {
         if !claim.won && self.leader.epoch > claim.word.epoch {
             // This node moved on to a later epoch meanwhile: a majority may hold it.
             tracing::info!(node = self.me, word = %claim.word, leader = %self.leader, "claim overtaken");
-            self.claim = None;
-            self.stats.claims_failed += 1;
-            self.claim_after_ns = now.mono_ns + self.backoff_ns();
+            self.claim_failed(now);
             return;
         }
         if !claim.won && majority(claim.held & claim.durable) {
@@ -972,8 +975,7 @@ impl Sequencer {
         if claim.outstanding == 0 && !waiting {
             if !claim.won {
                 tracing::info!(node = self.me, word = %claim.word, holders = claim.held.count_ones(), durable = claim.durable.count_ones(), rival = ?claim.rival, "claim reached no majority");
-                self.stats.claims_failed += 1;
-                self.claim_after_ns = now.mono_ns + self.backoff_ns();
+                self.claim_failed(now);
                 if let Some(rival) = claim.rival.filter(|r| r.epoch == self.leader.epoch.max(claim.word.epoch)) {
                     // Follow the rival, not the own word left in this node's block
                     // (see `heard`): if it won, this node hears it sequence; if it lost
