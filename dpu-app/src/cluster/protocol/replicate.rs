@@ -98,18 +98,15 @@ pub enum RecordAnswer {
     Lost,
 }
 
-/// What `answer` says of each record of a notice carrying `outcomes` (in order).
-pub fn read_answer(
-    answer: NoticeAnswer,
-    outcomes: impl Iterator<Item = Decision> + Clone,
-) -> impl Iterator<Item = RecordAnswer> {
-    let rollbacks = outcomes.clone().filter(|&d| d == Decision::Aborted).count();
-    outcomes.map(move |d| match (answer, d) {
+/// What `answer` says of a record deciding `outcome`, in a notice carrying `rollbacks`
+/// rollbacks in all.
+pub fn read_answer(answer: NoticeAnswer, outcome: Decision, rollbacks: usize) -> RecordAnswer {
+    match (answer, outcome) {
         (NoticeAnswer::Taken, _) | (NoticeAnswer::Fenced, Decision::Committed) => RecordAnswer::Taken,
         (NoticeAnswer::Fenced, Decision::Aborted) if rollbacks == 1 => RecordAnswer::Frozen,
         (NoticeAnswer::Fenced, Decision::Aborted) => RecordAnswer::AskAlone,
         (NoticeAnswer::Lost, _) => RecordAnswer::Lost,
-    })
+    }
 }
 
 /// Outcome notices: per peer the records waiting to be sent, and per notice in flight
@@ -1490,26 +1487,21 @@ impl Writer {
         let Some(mut batch) = self.notices.in_flight.remove(notice) else {
             unreachable!("node {me}: notice {notice:?} to node {peer} settled twice")
         };
-        let answers = read_answer(answer, batch.iter().map(|p| p.record.outcome));
-        // At most NOTICE_RECORDS_MAX, read before the batch is drained.
-        let mut read = [RecordAnswer::Lost; NOTICE_RECORDS_MAX];
-        for (slot, a) in read.iter_mut().zip(answers) {
-            *slot = a;
-        }
-        for (i, p) in batch.drain(..).enumerate() {
+        let rollbacks = batch.iter().filter(|p| p.record.outcome == Decision::Aborted).count();
+        for p in batch.drain(..) {
             // A fenced peer took every record but the rollbacks of writes it keeps
             // frozen, and does not say which: each rollback of such a notice is sent
             // again alone (its answer then says), its commits count as taken.
-            let mut answer = read[i];
-            if answer == RecordAnswer::AskAlone {
+            let mut read = read_answer(answer, p.record.outcome, rollbacks);
+            if read == RecordAnswer::AskAlone {
                 if self.notices.queue_alone(peer, p) {
                     cx.stats.rollbacks_resent_alone += 1;
                     continue;
                 }
                 // No room: it counts for nothing, and the order decides the write.
-                answer = RecordAnswer::Frozen;
+                read = RecordAnswer::Frozen;
             }
-            let (ok, fenced) = (answer == RecordAnswer::Taken, answer == RecordAnswer::Frozen);
+            let (ok, fenced) = (read == RecordAnswer::Taken, read == RecordAnswer::Frozen);
             if ok {
                 // Settles the outcome table entry (also for resynced, long-gone writes).
                 match cx.outcomes.set_decided(p.record.write_seq, peer) {
@@ -1559,7 +1551,8 @@ mod tests {
     use super::*;
 
     fn read(answer: NoticeAnswer, outcomes: &[Decision]) -> Vec<RecordAnswer> {
-        read_answer(answer, outcomes.iter().copied()).collect()
+        let rollbacks = outcomes.iter().filter(|&&d| d == Decision::Aborted).count();
+        outcomes.iter().map(|&d| read_answer(answer, d, rollbacks)).collect()
     }
 
     #[test]
