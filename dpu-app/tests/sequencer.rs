@@ -214,6 +214,19 @@ fn stall_the_sequencer(name: &str, key: &[u8]) -> (InProcess, std::path::PathBuf
     (c, dir, first)
 }
 
+/// After [`stall_the_sequencer`]: nodes 3 and 4 stall just before shadow 1's claim is
+/// due (dead_after is 4 ms), so their NICs take its CAS but their rounds never see it;
+/// runs until it has landed at both.
+fn stall_3_and_4_until_shadow_1s_claim_lands(c: &mut InProcess) {
+    let paused_at = c.now().mono_ns;
+    run(c, "3 ms pass", SECOND_NS, |c| c.now().mono_ns >= paused_at + 3_000_000);
+    c.pause(3, true);
+    c.pause(4, true);
+    run(c, "shadow 1's claim lands at nodes 3 and 4", SECOND_NS, |c| {
+        [3u8, 4].iter().all(|&j| c.node(j).unwrap().leader_word_in_block().unwrap().epoch >= 2)
+    });
+}
+
 #[test]
 fn a_deposed_sequencer_that_has_not_heard_of_the_new_epoch_commits_nothing_of_its_own() {
     let (mut c, dir, first) = stall_the_sequencer("deposed", b"p");
@@ -274,15 +287,8 @@ fn a_deposed_sequencer_that_has_not_heard_of_the_new_epoch_commits_nothing_of_it
 #[test]
 fn nodes_restarted_after_voting_in_a_claim_they_never_noticed_still_refuse_the_deposed_epoch() {
     let (mut c, dir, first) = stall_the_sequencer("voted", b"v");
-    // Nodes 3 and 4 stall just before shadow 1's claim is due (dead_after is 4 ms), so
-    // their NICs take its CAS but their rounds never see it; they crash then.
-    let paused_at = c.now().mono_ns;
-    run(&mut c, "3 ms pass", SECOND_NS, |c| c.now().mono_ns >= paused_at + 3_000_000);
-    c.pause(3, true);
-    c.pause(4, true);
-    run(&mut c, "shadow 1's claim lands at nodes 3 and 4", SECOND_NS, |c| {
-        [3u8, 4].iter().all(|&j| c.node(j).unwrap().leader_word_in_block().unwrap().epoch >= 2)
-    });
+    // Nodes 3 and 4 never see shadow 1's CAS; they crash then.
+    stall_3_and_4_until_shadow_1s_claim_lands(&mut c);
     for j in [3u8, 4] {
         assert_eq!(c.node(j).unwrap().sequencer_state().unwrap().0, first, "node {j} stalled, so it never noticed");
         c.crash(j);
@@ -326,13 +332,7 @@ fn a_vote_a_power_loss_forgot_never_counted_for_a_claim() {
     for (a, b) in [(1, 2), (2, 3), (2, 4)] {
         c.partition(a, b);
     }
-    let paused_at = c.now().mono_ns;
-    run(&mut c, "3 ms pass", SECOND_NS, |c| c.now().mono_ns >= paused_at + 3_000_000);
-    c.pause(3, true);
-    c.pause(4, true);
-    run(&mut c, "shadow 1's claim lands at nodes 3 and 4", SECOND_NS, |c| {
-        [3u8, 4].iter().all(|&j| c.node(j).unwrap().leader_word_in_block().unwrap().epoch >= 2)
-    });
+    stall_3_and_4_until_shadow_1s_claim_lands(&mut c);
     // Let shadow 1's claim run past its wait for their persisted words.
     let landed_at = c.now().mono_ns;
     // Every (epoch, node) seen sequencing.

@@ -1594,16 +1594,23 @@ mod tests {
 
     /// A one-node applier over its own ring (no peer is READ), with its files in `dir`.
     fn one_node(dir: &TempDir, ring_entries: u32) -> (EmuNode, FateRing, Applier, Links<Qp>, Pool) {
+        let (fabric, ring, applier) = node_0_of(dir, 1, ring_entries);
+        let links = Links::new(0, vec![None], QpOptions::default(), 0, 0);
+        let pool = Pool::new(&fabric, 1, FATE_READ_ENTRIES as usize * ENTRY_LEN, Access::LOCAL_WRITE).unwrap();
+        (fabric, ring, applier, links, pool)
+    }
+
+    /// Node 0 of `n`: its fabric node, its own ring and its applier, files in `dir`.
+    fn node_0_of(dir: &TempDir, n: usize, ring_entries: u32) -> (EmuNode, FateRing, Applier) {
         let net = Network::new(ModelConfig::ideal(), Arc::new(SystemClock::new())).unwrap();
         let fabric = net.node().unwrap();
         let ring = FateRing::open(&fabric, &dir.file("fates.prfate"), 0, ring_entries).unwrap();
         let feed = FeedLog::open(&dir.file("feed.prfeed"), 0, 1 << 14).unwrap();
-        let ledgers = Ledgers::new(0, 1, 1, 1, crate::cluster::placement::Placement::all_storage(1), 1_000_000);
+        let placement = crate::cluster::placement::Placement::all_storage(n);
+        let ledgers = Ledgers::new(0, n, 1, 1, placement, 1_000_000);
         let now = Now { mono_ns: 0, wall_us: 0 };
-        let applier = Applier::new(0, 1, &ring, feed, 1_000_000, ledgers, now).unwrap();
-        let links = Links::new(0, vec![None], QpOptions::default(), 0, 0);
-        let pool = Pool::new(&fabric, 1, FATE_READ_ENTRIES as usize * ENTRY_LEN, Access::LOCAL_WRITE).unwrap();
-        (fabric, ring, applier, links, pool)
+        let applier = Applier::new(0, n, &ring, feed, 1_000_000, ledgers, now).unwrap();
+        (fabric, ring, applier)
     }
 
     /// Polls until the cursor passes `past` or `rounds` polls went by (1 ms apart).
@@ -1699,13 +1706,8 @@ mod tests {
         // later epoch further ahead than the order holds. The sweep's first chunk
         // forgot it, and once the epoch closed the write was settled as a no-op.
         let dir = TempDir::new("apply-stale-ahead");
-        let net = Network::new(ModelConfig::ideal(), Arc::new(SystemClock::new())).unwrap();
-        let fabric = net.node().unwrap();
-        let own = FateRing::open(&fabric, &dir.file("fates.prfate"), 0, 64).unwrap();
-        let feed = FeedLog::open(&dir.file("feed.prfeed"), 0, 1 << 10).unwrap();
-        let ledgers = Ledgers::new(0, 2, 1, 1, crate::cluster::placement::Placement::all_storage(2), 1_000_000);
+        let (_fabric, _own, mut a) = node_0_of(&dir, 2, 64);
         let now = Now { mono_ns: 0, wall_us: 0 };
-        let mut a = Applier::new(0, 2, &own, feed, 1_000_000, ledgers, now).unwrap();
         let entry = |position: u64, seq: u64| {
             let version = version(1, seq).unwrap();
             FateEntry {
